@@ -1,0 +1,52 @@
+"""What a transfer reports: per-file outcomes and per-chunk totals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .params import TransferParams
+
+
+@dataclass
+class FileOutcome:
+    path: str  # relative to the transfer root, POSIX separators
+    size: int
+    bytes_moved: int = 0
+    seconds: float = 0.0
+    ok: bool = False
+    error: str | None = None
+    skipped: bool = False  # already complete at the destination (resume)
+
+
+@dataclass
+class ChunkResult:
+    chunk_id: str
+    params: TransferParams
+    files: int = 0
+    bytes: int = 0  # payload bytes of the files in the chunk
+    bytes_moved: int = 0  # bytes actually sent (re-sends counted)
+    seconds: float = 0.0
+    outcomes: list[FileOutcome] = field(default_factory=list)
+
+    @property
+    def throughput_mbit(self) -> float:
+        """Payload rate in Mbit/s (10^6 bits), the unit of every report."""
+        if self.seconds <= 0:
+            return 0.0
+        return self.bytes_moved * 8 / self.seconds / 1e6
+
+    @property
+    def failed(self) -> list[FileOutcome]:
+        return [o for o in self.outcomes if not o.ok]
+
+    def summary(self) -> dict:
+        return {
+            "id": self.chunk_id,
+            "files": self.files,
+            "bytes": self.bytes,
+            "pp": self.params.pp,
+            "p": self.params.p,
+            "cc": self.params.cc,
+            "seconds": round(self.seconds, 3),
+            "throughput_mbit": round(self.throughput_mbit, 2),
+        }
