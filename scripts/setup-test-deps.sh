@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs on a fresh Debian machine: OpenSSH server
+# and client, and an unprivileged login user for the test sshd. Idempotent.
+set -euo pipefail
+need=()
+command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup-test-deps: need ${need[*]} but not root; install them with: sudo apt-get install -y ${need[*]}" >&2
+    exit 1
+  fi
+  echo "setup-test-deps: installing ${need[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if [ "$(id -u)" -eq 0 ]; then
+  id attest >/dev/null 2>&1 || useradd --create-home --shell /bin/bash attest
+  # "!" marks the account locked and sshd refuses even key logins; "*" means no
+  # password can match while keys still work.
+  usermod -p "*" attest
+  mkdir -p /run/sshd
+fi

@@ -1,0 +1,46 @@
+"""Shared fixtures: a real OpenSSH sshd on loopback and a throwaway remote root."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.support.sshd import SSHServer, chown_to_user, login_user
+
+
+@pytest.fixture(scope="session")
+def test_base() -> Path:
+    """A world-traversable scratch area: the sshd's user must reach it."""
+    base = Path(tempfile.mkdtemp(prefix="at-tests-"))
+    os.chmod(base, 0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def sshd(test_base: Path) -> SSHServer:
+    server = SSHServer(test_base / "sshd").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def remote_dir(test_base: Path, sshd: SSHServer) -> Path:
+    """An empty directory owned by the sshd's login user."""
+    path = test_base / "remote" / uuid.uuid4().hex[:10]
+    path.mkdir(parents=True)
+    os.chmod(path.parent, 0o755)
+    chown_to_user(path, sshd.user)
+    return path
+
+
+@pytest.fixture
+def local_dir(test_base: Path) -> Path:
+    path = test_base / "local" / uuid.uuid4().hex[:10]
+    path.mkdir(parents=True)
+    return path

@@ -1,0 +1,267 @@
+"""A real OpenSSH sshd for tests: generated keys, loopback port, its own log.
+
+The server runs as root when the tests do (CI) and logs the test user in; the
+test user is an unprivileged account (`attest`, made by scripts/setup-test-deps.sh)
+so permission errors are real. Run as a normal user, sshd runs unprivileged and
+logs that same user in.
+
+internal-sftp logs every open/close/rename with the session's pid at INFO, and
+sshd's -E log file receives them: tests read that log to observe pp, p and cc
+from the server's side.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TEST_USER = "attest"
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _keygen(path: Path, kind: str = "ed25519") -> None:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", "airflow-transfer-test", "-f", str(path)],
+        check=True,
+    )
+
+
+def login_user() -> str:
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam(TEST_USER)
+        except KeyError as exc:
+            raise RuntimeError(
+                f"test user {TEST_USER!r} is missing: run `bash scripts/setup-test-deps.sh` (make test does)"
+            ) from exc
+        return TEST_USER
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def chown_to_user(path: Path, user: str) -> None:
+    if os.geteuid() != 0:
+        return
+    pw = pwd.getpwnam(user)
+    for root, dirs, files in os.walk(path):
+        os.chown(root, pw.pw_uid, pw.pw_gid)
+        for name in dirs + files:
+            os.lchown(os.path.join(root, name), pw.pw_uid, pw.pw_gid)
+
+
+@dataclass
+class SSHServer:
+    """One sshd process. `start()` returns when it accepts connections."""
+
+    base: Path  # a directory for keys, config and logs (world-traversable)
+    host: str = "127.0.0.1"
+    port: int = 0
+    netns: str | None = None  # run inside this network namespace
+    extra_config: str = ""
+    user: str = field(default_factory=login_user)
+    proc: subprocess.Popen | None = None
+
+    def __post_init__(self) -> None:
+        self.base = Path(self.base)
+        self.base.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.base, 0o755)
+        if not self.port:
+            self.port = free_port(self.host) if self.netns is None else 2222
+        self.host_key = self.base / "ssh_host_ed25519_key"
+        self.client_key = self.base / "id_ed25519"
+        self.other_key = self.base / "id_other"  # a key the server does not accept
+        self.known_hosts = self.base / "known_hosts"
+        self.authorized_keys = self.base / "authorized_keys"
+        self.config_file = self.base / "sshd_config"
+        self.log_file = self.base / "sshd.log"
+        self.pid_file = self.base / "sshd.pid"
+        self.ssh_config = self.base / "ssh_config"
+        self.sftp_log = self.base / "sftp.log"
+
+    # -- setup -----------------------------------------------------------
+    def _write_files(self) -> None:
+        for key in (self.host_key, self.client_key, self.other_key):
+            if not key.exists():
+                _keygen(key)
+        self.authorized_keys.write_text(Path(str(self.client_key) + ".pub").read_text())
+        self.sftp_log.touch()
+        os.chmod(self.sftp_log, 0o666)
+        os.chmod(self.authorized_keys, 0o644)
+        host_pub = Path(str(self.host_key) + ".pub").read_text().split()
+        hostname = self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+        self.known_hosts.write_text(f"{hostname} {host_pub[0]} {host_pub[1]}\n")
+        self.config_file.write_text(
+            "\n".join(
+                [
+                    f"ListenAddress {self.host}:{self.port}",
+                    f"HostKey {self.host_key}",
+                    f"PidFile {self.pid_file}",
+                    f"AuthorizedKeysFile {self.authorized_keys}",
+                    "StrictModes no",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "PubkeyAuthentication yes",
+                    "PermitRootLogin prohibit-password",
+                    "UsePAM no",
+                    f"AllowUsers {self.user}",
+                    "MaxSessions 64",
+                    "MaxStartups 200:30:400",
+                    "LogLevel VERBOSE",
+                    f"Subsystem sftp {self._sftp_subsystem()}",
+                    self.extra_config,
+                    "",
+                ]
+            )
+        )
+        self.ssh_config.write_text(
+            "\n".join(
+                [
+                    "Host testhost",
+                    f"  HostName {self.host}",
+                    f"  Port {self.port}",
+                    f"  User {self.user}",
+                    f"  IdentityFile {self.client_key}",
+                    f"  UserKnownHostsFile {self.known_hosts}",
+                    "  StrictHostKeyChecking yes",
+                    "",
+                ]
+            )
+        )
+
+    def _sftp_subsystem(self) -> str:
+        # Each sftp-server logs to stderr; a wrapper prefixes every line with
+        # the server's pid and appends it to one file, so the order across
+        # sessions is kept. (sshd_config strips quotes, hence a script file.)
+        server = next(
+            (p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",
+                         "/usr/libexec/sftp-server") if os.path.exists(p)),
+            "sftp-server",
+        )
+        wrapper = self.base / "sftp-wrapper.sh"
+        wrapper.write_text(
+            "#!/bin/bash\n"
+            f"exec {server} -e -l INFO \"$@\" 2> >(while IFS= read -r l; do "
+            f"printf '%s %s\\n' \"$$\" \"$l\"; done >> {self.sftp_log})\n"
+        )
+        os.chmod(wrapper, 0o755)
+        return str(wrapper)
+
+    def _command(self) -> list[str]:
+        cmd = [SSHD, "-D", "-e", "-E", str(self.log_file), "-f", str(self.config_file)]
+        if self.netns:
+            cmd = ["ip", "netns", "exec", self.netns, *cmd]
+        return cmd
+
+    def start(self, timeout: float = 10.0) -> "SSHServer":
+        self._write_files()
+        Path("/run/sshd").mkdir(exist_ok=True) if os.geteuid() == 0 else None
+        self.proc = subprocess.Popen(self._command(), stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sshd exited with {self.proc.returncode}: {self.log_text()[-2000:]}")
+            if self._accepting():
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"sshd did not accept connections on {self.host}:{self.port} within {timeout}s")
+
+    def _accepting(self) -> bool:
+        if self.netns:
+            return "Server listening" in self.log_text()
+        try:
+            with socket.create_connection((self.host, self.port), timeout=0.5) as s:
+                return s.recv(4).startswith(b"SSH-")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """Stop the listener and every session child (they share its process group)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        # Session children detach into their own process groups; end them too.
+        self._kill_children()
+        self.proc = None
+
+    def _kill_children(self) -> None:
+        marker = str(self.config_file)
+        for pid_dir in Path("/proc").iterdir():
+            if not pid_dir.name.isdigit():
+                continue
+            try:
+                cmdline = (pid_dir / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmdline:
+                try:
+                    os.kill(int(pid_dir.name), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    # -- observation -------------------------------------------------------
+    def log_text(self) -> str:
+        try:
+            return self.log_file.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_mark(self) -> int:
+        """Offset into the SFTP log, so a test reads only what its own transfer caused."""
+        try:
+            return self.sftp_log.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def sftp_events(self, since: int = 0) -> list[tuple[int, str, str]]:
+        """(sftp-server pid, operation, path) for each session open/close and
+        file open/close/rename logged since `since`, in the order they happened."""
+        with open(self.sftp_log, "rb") as f:
+            f.seek(since)
+            text = f.read().decode(errors="replace")
+        events = []
+        for line in text.splitlines():
+            m = re.match(r"(\d+) (open|close|rename|session opened|session closed)\b(.*)", line)
+            if not m:
+                continue
+            pid, op, rest = int(m.group(1)), m.group(2), m.group(3)
+            pm = re.search(r'"([^"]*)"', rest)
+            events.append((pid, op, pm.group(1) if pm else rest.strip()))
+        return events
+
+    def url(self, path: str) -> str:
+        return f"sftp://{self.user}@{self.host}:{self.port}{path}"
+
+    def connect_kwargs(self) -> dict:
+        return {
+            "host": self.host,
+            "port": self.port,
+            "username": self.user,
+            "key_filename": str(self.client_key),
+            "known_hosts": str(self.known_hosts),
+        }
