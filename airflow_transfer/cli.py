@@ -1,0 +1,135 @@
+"""`airflow-transfer` command line (DESIGN.md section 9): the same core as the operators.
+
+Human output goes to stderr; with --json exactly one JSON object goes to stdout.
+Exit status: 0 when every file arrived, 1 when some failed, 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .errors import TransferError, UsageError
+
+
+def _endpoint(url: str, args) -> "Endpoint":
+    from .protocols.endpoint import Endpoint, parse_url
+    from .protocols.ssh import from_ssh_config
+
+    parsed = parse_url(url)
+    if parsed.scheme == "file":
+        return Endpoint("file", parsed.path)
+    target = from_ssh_config(parsed.host, parsed.port, parsed.user, args.ssh_config, args.identity, args.known_hosts)
+    return Endpoint("sftp", parsed.path, target)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="airflow-transfer", description="Tuned, verified dataset transfers.")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    def ssh_opts(p):
+        p.add_argument("--identity", help="private key file for SSH")
+        p.add_argument("--known-hosts", help="known_hosts file to verify host keys against")
+        p.add_argument("--ssh-config", help="OpenSSH client config file (default ~/.ssh/config)")
+        p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+    cp = sub.add_parser("copy", help="copy SRC to DST (DST is a directory root)")
+    cp.add_argument("src")
+    cp.add_argument("dst")
+    cp.add_argument("--algorithm", default="fixed", choices=["fixed"],
+                    help="how pp/p/cc are chosen (fixed: as given)")
+    cp.add_argument("--pp", type=int, default=8, help="file operations kept in flight per connection")
+    cp.add_argument("--parallelism", "-p", type=int, default=1, help="connections per large file")
+    cp.add_argument("--concurrency", "-c", type=int, default=4, help="files moved at once on separate connections")
+    cp.add_argument("--manifest", help="copy exactly the files of this Parquet manifest")
+    cp.add_argument("--no-skip", action="store_true", help="re-send files already present with same size and mtime")
+    cp.add_argument("--progress-interval", type=float, default=None, help="seconds between progress lines")
+    ssh_opts(cp)
+
+    ls = sub.add_parser("list", help="list SRC into a Parquet manifest")
+    ls.add_argument("src")
+    ls.add_argument("--out", required=True, help="manifest file to write (.parquet)")
+    ssh_opts(ls)
+    return ap
+
+
+def _progress_printer(stream, tty: bool):
+    from .engine.accounting import format_line
+
+    def emit(snapshot: dict) -> None:
+        line = format_line(snapshot)
+        if tty:
+            stream.write("\r\033[K" + line)
+        else:
+            stream.write(line + "\n")
+        stream.flush()
+
+    return emit
+
+
+def cmd_copy(args) -> int:
+    from .job import CopyRequest, check_params, run_copy
+    from .manifest import Manifest
+
+    params = check_params(args.pp, args.parallelism, args.concurrency)
+    src, dst = _endpoint(args.src, args), _endpoint(args.dst, args)
+    manifest = Manifest.read(args.manifest) if args.manifest else None
+    tty = sys.stderr.isatty()
+    interval = args.progress_interval or (0.5 if tty else 5.0)
+    req = CopyRequest(src, dst, params, manifest=manifest, skip_existing=not args.no_skip,
+                      progress=_progress_printer(sys.stderr, tty), progress_interval=interval)
+    summary = run_copy(req)
+    if tty:
+        sys.stderr.write("\n")
+    ok = not summary["failed"]
+    for f in summary["failed"][:20]:
+        sys.stderr.write(f"FAILED {f['path']}: {f['error']}\n")
+    if len(summary["failed"]) > 20:
+        sys.stderr.write(f"... and {len(summary['failed']) - 20} more failures\n")
+    sys.stderr.write(
+        f"{'done' if ok else 'INCOMPLETE'}: {summary['files']} files, {summary['bytes']} bytes in "
+        f"{summary['seconds']:.1f}s ({summary['throughput_mbit']:.1f} Mbit/s), "
+        f"{summary['files_skipped']} already present, {len(summary['failed'])} failed\n"
+    )
+    if args.json:
+        sys.stdout.write(json.dumps(summary) + "\n")
+    return 0 if ok else 1
+
+
+def cmd_list(args) -> int:
+    from .engine.transfer import TransferSession
+    from .job import list_source
+    from .protocols.endpoint import Endpoint
+
+    src = _endpoint(args.src, args)
+    with TransferSession(src, Endpoint("file", os.getcwd())) as session:
+        manifest = list_source(session, src)
+    manifest.write(args.out)
+    info = {"manifest": os.path.abspath(args.out), "files": manifest.files, "bytes": manifest.bytes,
+            "empty_dirs": len(manifest.empty_dirs), "skipped_entries": manifest.skipped}
+    sys.stderr.write(f"listed {manifest.files} files ({manifest.bytes} bytes) into {args.out}\n")
+    if args.json:
+        sys.stdout.write(json.dumps(info) + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "copy":
+            return cmd_copy(args)
+        if args.command == "list":
+            return cmd_list(args)
+    except TransferError as exc:
+        sys.stderr.write(f"airflow-transfer: error: {exc.message}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("airflow-transfer: interrupted; re-run the same command to finish (completed files are kept)\n")
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

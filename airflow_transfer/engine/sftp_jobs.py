@@ -1,0 +1,324 @@
+"""File transfers over one SFTP connection, as state machines driven by replies.
+
+A `Pipeline` keeps up to `pp` jobs open on one `SFTPWire` and keeps up to
+`inflight` bytes of reads or writes outstanding across them, so control
+round trips (open, close, rename) of one file overlap the data of others
+(paper 000_9708b470430da548.txt, section 2, Fig. 2-3).
+
+A job moves the byte range [start, stop) of one file. A whole-file job also
+finalizes: mode and mtime are set on the temporary file, it is closed, and
+only after the close succeeded is it renamed to its final name. Range jobs of
+a file split over p connections (parallelism) skip finalizing; the engine
+finalizes once every range is in.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from ..protocols import sftp_wire as w
+from ..protocols.sftp_wire import Attrs, SFTPWire
+from .accounting import Stats
+
+
+@dataclass
+class FileTask:
+    """One file of a chunk, as the engine sees it."""
+
+    rel: str
+    size: int
+    mtime: float
+    src: str  # full source path (local or remote)
+    dst: str  # full final destination path
+    tmp: str  # temporary destination path
+    mode: int = 0o644
+
+
+class SourceChanged(OSError):
+    """The source file changed while it was being read: the copy is discarded."""
+
+
+class Job:
+    """Moves [start, stop) of one file. Subclasses say which direction."""
+
+    def __init__(self, task: FileTask, start: int, stop: int, finalize: bool, stats: Stats | None) -> None:
+        self.task, self.start, self.stop, self.finalize = task, start, stop, finalize
+        self.stats = stats
+        self.next_off = start
+        self.acked = 0
+        self.outstanding = 0  # requests in flight for this job
+        self.handle: bytes | None = None
+        self.error: BaseException | None = None
+        self.done = False
+        self.closing = False
+        self.t0 = time.monotonic()
+        self.seconds = 0.0
+        self.fd: int | None = None
+
+    @property
+    def length(self) -> int:
+        return self.stop - self.start
+
+    def fail(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc
+
+    def finish(self) -> None:
+        self.done = True
+        self.seconds = time.monotonic() - self.t0
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = None
+
+    # Implemented by subclasses:
+    def begin(self, wire: SFTPWire) -> None: ...
+    def feed(self, wire: SFTPWire, budget: int) -> int: ...
+    def wants_data(self) -> bool:
+        return self.handle is not None and self.error is None and self.next_off < self.stop
+
+
+class UploadJob(Job):
+    """Local file -> remote temporary file."""
+
+    def __init__(self, task, start, stop, finalize, stats, truncate: bool = True) -> None:
+        super().__init__(task, start, stop, finalize, stats)
+        self.truncate = truncate
+
+    def begin(self, wire: SFTPWire) -> None:
+        try:
+            self.fd = os.open(self.task.src, os.O_RDONLY)
+            st = os.fstat(self.fd)
+        except OSError as exc:
+            self.fail(exc)
+            self.finish()
+            return
+        if st.st_size != self.task.size or int(st.st_mtime) != int(self.task.mtime):
+            self.fail(SourceChanged(f"source changed since it was listed: {self.task.src}"))
+            self.finish()
+            return
+        flags = w.FXF_WRITE | w.FXF_CREAT | (w.FXF_TRUNC if self.truncate else 0)
+        self.outstanding += 1
+        # Created private: the final mode is applied before the rename.
+        wire.send(w.OPEN, wire.p_open(self.task.tmp, flags, Attrs(mode=0o600)), self._on_open)
+
+    def _on_open(self, t: int, r) -> None:
+        self.outstanding -= 1
+        try:
+            self.handle = SFTPWire.expect_handle(t, r, self.task.tmp)
+        except OSError as exc:
+            self.fail(exc)
+
+    def feed(self, wire: SFTPWire, budget: int) -> int:
+        sent = 0
+        block = wire.max_write
+        while self.next_off < self.stop and sent < budget:
+            n = min(block, self.stop - self.next_off)
+            data = os.pread(self.fd, n, self.next_off)
+            if len(data) != n:
+                self.fail(SourceChanged(f"source shrank while being read: {self.task.src}"))
+                break
+            off = self.next_off
+            self.next_off += n
+            self.outstanding += 1
+            wire.send(w.WRITE, wire.p_write_head(self.handle, off, n), self._ack(n), data)
+            sent += n
+        return sent
+
+    def _ack(self, n: int) -> Callable:
+        def on_status(t: int, r) -> None:
+            self.outstanding -= 1
+            try:
+                SFTPWire.expect_status(t, r, self.task.tmp)
+            except OSError as exc:
+                self.fail(exc)
+                return
+            self.acked += n
+            if self.stats is not None:
+                self.stats.add_bytes(n)
+
+        return on_status
+
+
+class DownloadJob(Job):
+    """Remote file -> local temporary file (opened by the engine, passed as fd)."""
+
+    def __init__(self, task, start, stop, finalize, stats, local_fd: int) -> None:
+        super().__init__(task, start, stop, finalize, stats)
+        self.local_fd = local_fd
+
+    def begin(self, wire: SFTPWire) -> None:
+        self.outstanding += 1
+        wire.send(w.OPEN, wire.p_open(self.task.src, w.FXF_READ), self._on_open)
+
+    def _on_open(self, t: int, r) -> None:
+        self.outstanding -= 1
+        try:
+            self.handle = SFTPWire.expect_handle(t, r, self.task.src)
+        except OSError as exc:
+            self.fail(exc)
+
+    def feed(self, wire: SFTPWire, budget: int) -> int:
+        sent = 0
+        block = wire.max_read
+        while self.next_off < self.stop and sent < budget:
+            n = min(block, self.stop - self.next_off)
+            self._read(wire, self.next_off, n)
+            self.next_off += n
+            sent += n
+        return sent
+
+    def _read(self, wire: SFTPWire, off: int, n: int) -> None:
+        self.outstanding += 1
+        wire.send(w.READ, wire.p_read(self.handle, off, n), self._on_data(wire, off, n))
+
+    def _on_data(self, wire: SFTPWire, off: int, n: int) -> Callable:
+        def on_data(t: int, r) -> None:
+            self.outstanding -= 1
+            if t == w.STATUS:
+                code = r.u32()
+                if code == w.FX_EOF:
+                    self.fail(SourceChanged(f"source shrank while being read: {self.task.src}"))
+                else:
+                    self.fail(w.status_error(code, r.str_() if r.pos < len(r.buf) else "", self.task.src))
+                return
+            if t != w.DATA:
+                self.fail(w.SFTPProtocolError(f"expected DATA, got packet type {t}"))
+                return
+            data = r.bytes_()
+            got = len(data)
+            if got == 0 or got > n:
+                self.fail(w.SFTPProtocolError(f"server returned {got} bytes for a {n}-byte read"))
+                return
+            try:
+                os.pwrite(self.local_fd, data, off)
+            except OSError as exc:
+                self.fail(exc)
+                return
+            self.acked += got
+            if self.stats is not None:
+                self.stats.add_bytes(got)
+            if got < n and self.error is None:
+                # Servers may return short reads; ask for the rest.
+                self._read(wire, off + got, n - got)
+
+        return on_data
+
+
+class Pipeline:
+    """Drives jobs on one connection: up to `pp` open at once, `inflight` bytes outstanding."""
+
+    def __init__(self, wire: SFTPWire, pp: int, inflight: int) -> None:
+        self.wire, self.pp, self.inflight = wire, pp, inflight
+        self.max_open_seen = 0  # for tests: how many files were in flight at once
+        self.active: list[Job] = []  # read by the engine if the connection dies
+
+    def run(self, next_job: Callable[[], Job | None], on_done: Callable[[Job], None]) -> None:
+        active = self.active
+        exhausted = False
+        wire = self.wire
+        while True:
+            while not exhausted and len(active) < self.pp:
+                job = next_job()
+                if job is None:
+                    exhausted = True
+                    break
+                job.begin(wire)
+                active.append(job)
+            self.max_open_seen = max(self.max_open_seen, len(active))
+            if not active:
+                return
+            # Data: fill the byte budget, earliest file first so files complete in order.
+            in_flight = sum((j.next_off - j.start) - j.acked for j in active if j.error is None)
+            budget = self.inflight - in_flight
+            for job in active:
+                if budget <= 0:
+                    break
+                if job.wants_data():
+                    budget -= job.feed(wire, budget)
+            for job in active:
+                self._advance(job)
+            finished = [j for j in active if j.done]
+            if finished:
+                active[:] = [j for j in active if not j.done]
+                for job in finished:
+                    on_done(job)
+            if active and wire.outstanding:
+                wire.pump(block=True)
+
+    def _advance(self, job: Job) -> None:
+        """Close and finalize a job whose data is all acknowledged, or clean up a failed one."""
+        if job.done or job.outstanding or job.closing:
+            return
+        wire = self.wire
+        if job.error is not None:
+            job.closing = True
+            if job.handle is not None:
+                job.outstanding += 1
+                wire.send(w.CLOSE, wire.p_handle(job.handle), lambda t, r: self._closed_after_error(job))
+            else:
+                self._closed_after_error(job, counted=False)
+            return
+        if job.handle is None or job.acked < job.length:
+            return
+        job.closing = True
+        if isinstance(job, UploadJob) and job.finalize:
+            attrs = Attrs(mode=job.task.mode & 0o7777, mtime=int(job.task.mtime))
+            job.outstanding += 2
+            wire.send(w.FSETSTAT, wire.p_fsetstat(job.handle, attrs), lambda t, r: self._setstat_done(job, t, r))
+            wire.send(w.CLOSE, wire.p_handle(job.handle), lambda t, r: self._closed(job, t, r))
+        else:
+            job.outstanding += 1
+            wire.send(w.CLOSE, wire.p_handle(job.handle), lambda t, r: self._closed(job, t, r))
+
+    def _setstat_done(self, job: Job, t: int, r) -> None:
+        job.outstanding -= 1
+        try:
+            SFTPWire.expect_status(t, r, job.task.tmp)
+        except OSError as exc:
+            job.fail(exc)
+
+    def _closed(self, job: Job, t: int, r) -> None:
+        job.outstanding -= 1
+        try:
+            SFTPWire.expect_status(t, r, job.task.tmp)
+        except OSError as exc:
+            job.fail(exc)
+        job.handle = None
+        if job.error is not None:
+            self._closed_after_error(job, counted=False)
+            return
+        if isinstance(job, UploadJob) and job.finalize:
+            ptype, payload = self.wire.p_rename(job.task.tmp, job.task.dst)
+            job.outstanding += 1
+            self.wire.send(ptype, payload, lambda t2, r2: self._renamed(job, t2, r2))
+            return
+        job.finish()
+
+    def _renamed(self, job: Job, t: int, r) -> None:
+        job.outstanding -= 1
+        try:
+            SFTPWire.expect_status(t, r, job.task.dst)
+        except OSError as exc:
+            job.fail(exc)
+        job.finish()
+
+    def _closed_after_error(self, job: Job, counted: bool = True) -> None:
+        if counted:
+            job.outstanding -= 1
+        job.handle = None
+        if isinstance(job, UploadJob) and job.finalize:
+            # Leave nothing behind; the file is retried or reported failed.
+            job.outstanding += 1
+            self.wire.send(w.REMOVE, self.wire.p_path(job.task.tmp), lambda t, r: self._removed(job))
+            return
+        job.finish()
+
+    def _removed(self, job: Job) -> None:
+        job.outstanding -= 1
+        job.finish()

@@ -1,0 +1,215 @@
+"""Dataset manifests: a source tree listed into an Arrow table, kept as Parquet.
+
+Columns are in manifest_schema (path, size, mtime); directories that hold no
+files are kept in the table's metadata so they are recreated too. Listing a
+remote tree runs the stdlib lister over SSH exec (one round trip for the whole
+tree) and falls back to SFTP readdir where the server allows no exec.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from . import manifest_schema as ms
+from .errors import TransferError, UsageError
+from .paths import TEMP_SUFFIX, check_relative
+
+_LISTER = Path(__file__).parent / "remote" / "lister.py"
+_META_DIRS = b"airflow_transfer.empty_dirs"
+_META_ROOT = b"airflow_transfer.root"
+
+
+@dataclass
+class Manifest:
+    table: pa.Table  # path, size, mtime
+    empty_dirs: list[str] = field(default_factory=list)
+    root: str = ""  # display form of the listed root
+    root_is_file: bool = False
+    skipped: dict[str, int] = field(default_factory=dict)  # symlinks / other entries not copied
+    modes: pa.Array | None = None  # permission bits, same order as table (not persisted)
+
+    @property
+    def files(self) -> int:
+        return self.table.num_rows
+
+    @property
+    def bytes(self) -> int:
+        return int(pc.sum(self.table[ms.SIZE]).as_py() or 0) if self.table.num_rows else 0
+
+    def sorted_by_size(self) -> "Manifest":
+        idx = pc.sort_indices(self.table, sort_keys=[(ms.SIZE, "ascending"), (ms.PATH, "ascending")])
+        return Manifest(self.table.take(idx), self.empty_dirs, self.root, self.root_is_file, self.skipped,
+                        self.modes.take(idx) if self.modes is not None else None)
+
+    def write(self, path: str | os.PathLike) -> None:
+        meta = {_META_DIRS: json.dumps(self.empty_dirs).encode(), _META_ROOT: self.root.encode()}
+        table = self.table.replace_schema_metadata({**(self.table.schema.metadata or {}), **meta})
+        tmp = f"{path}.tmp"
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> "Manifest":
+        try:
+            table = pq.read_table(path)
+        except FileNotFoundError as exc:
+            raise UsageError(f"manifest not found: {path}", "", "create it with `airflow-transfer list`") from exc
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise UsageError(f"not a readable Parquet manifest: {exc}", str(path)) from exc
+        missing = [c for c in (ms.PATH, ms.SIZE, ms.MTIME) if c not in table.column_names]
+        if missing:
+            raise UsageError(f"manifest lacks columns {missing}", str(path), "create it with `airflow-transfer list`")
+        meta = table.schema.metadata or {}
+        dirs = json.loads(meta.get(_META_DIRS, b"[]"))
+        root = meta.get(_META_ROOT, b"").decode()
+        table = table.select([ms.PATH, ms.SIZE, ms.MTIME]).cast(ms.SCHEMA)
+        return cls(table, dirs, root)
+
+    def validate(self, where: str = "") -> None:
+        """Every name must stay inside the root (see paths.check_relative)."""
+        for name in self.table[ms.PATH].to_pylist():
+            check_relative(name, where or self.root)
+        for name in self.empty_dirs:
+            check_relative(name, where or self.root)
+
+
+def _build(records: list[tuple[str, int, float, int]], dirs: list[str], root: str, is_file: bool,
+           skipped: dict[str, int]) -> Manifest:
+    paths = [r[0] for r in records]
+    table = pa.table(
+        {
+            ms.PATH: pa.array(paths, pa.string()),
+            ms.SIZE: pa.array([r[1] for r in records], pa.int64()),
+            ms.MTIME: pa.array([float(r[2]) for r in records], pa.float64()),
+        },
+        schema=ms.SCHEMA,
+    )
+    modes = pa.array([r[3] for r in records], pa.int32())
+    m = Manifest(table, sorted(dirs), root, is_file, skipped, modes)
+    m.validate()
+    return m
+
+
+def _is_temp(name: str) -> bool:
+    base = name.rsplit("/", 1)[-1]
+    return base.startswith(".") and base.endswith(TEMP_SUFFIX)
+
+
+def _consume(lines, root_display: str) -> Manifest:
+    """Turn lister records into a Manifest; shared by the local and remote paths."""
+    records: list[tuple[str, int, float, int]] = []
+    dirs: list[str] = []
+    skipped = {"symlinks": 0, "other": 0, "unreadable": 0}
+    errors: list[str] = []
+    is_file = False
+    first = True
+    for line in lines:
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        kind = rec[0]
+        if first:
+            first = False
+            if kind != "r":
+                raise TransferError("remote lister sent an unexpected first record", root_display)
+            if rec[1] == "missing":
+                code = rec[2] if len(rec) > 2 else "ENOENT"
+                if code == "ENOENT":
+                    raise TransferError("source does not exist", root_display, "check the source path")
+                if code == "EACCES":
+                    raise TransferError("source is not readable (permission denied)", root_display,
+                                        "check the permissions of the source")
+                raise TransferError(f"cannot read source: {rec[3] if len(rec) > 3 else code}", root_display)
+            is_file = rec[1] == "file"
+            continue
+        if kind == "f":
+            if not _is_temp(rec[1]):
+                records.append((rec[1], int(rec[2]), float(rec[3]), int(rec[4])))
+        elif kind == "D":
+            dirs.append(rec[1])
+        elif kind == "l":
+            skipped["symlinks"] += 1
+        elif kind == "o":
+            skipped["other"] += 1
+        elif kind == "e":
+            skipped["unreadable"] += 1
+            errors.append(f"{rec[1] or '.'}: {rec[3]}")
+    if first:
+        raise TransferError("remote lister produced no output", root_display,
+                            "check that python3 runs on the host, or disable exec listing")
+    if errors:
+        shown = "; ".join(errors[:3]) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")
+        raise TransferError(f"{len(errors)} entries could not be listed ({shown})", root_display,
+                            "fix the permissions or exclude those paths")
+    return _build(records, dirs, root_display, is_file, skipped)
+
+
+def list_local(root: str) -> Manifest:
+    """List a local tree with the same lister and parser as a remote one."""
+    import io
+
+    from .remote import lister
+
+    buf = io.StringIO()
+    lister.run(root, buf)
+    return _consume(buf.getvalue().splitlines(), root)
+
+
+def list_remote(pool, root: str, display: str, allow_exec: bool = True) -> Manifest:
+    """List a tree on an SFTP host: lister over exec, SFTP readdir as the fall-back."""
+    if allow_exec:
+        try:
+            status, out, err = pool.exec_command(f"python3 - {shlex.quote(root)}", stdin=_LISTER.read_bytes())
+        except TransferError:
+            raise
+        except Exception:  # noqa: BLE001 - exec refused or channel failed: use SFTP
+            status, out = 255, b""
+        if status == 0 and out:
+            return _consume(out.decode("utf-8", "surrogateescape").splitlines(), display)
+    return _list_sftp(pool, root, display)
+
+
+def _list_sftp(pool, root: str, display: str) -> Manifest:
+    conn = pool.acquire()
+    try:
+        wire = conn.wire
+        try:
+            top = wire.stat(root)
+        except FileNotFoundError as exc:
+            raise TransferError("source does not exist", display, "check the source path") from exc
+        except PermissionError as exc:
+            raise TransferError("source is not readable (permission denied)", display) from exc
+        if not top.is_dir:
+            name = root.rstrip("/").rsplit("/", 1)[-1]
+            return _build([(name, top.size or 0, float(top.mtime or 0), (top.mode or 0o644) & 0o7777)],
+                          [], display, True, {})
+        records, dirs, skipped = [], [], {"symlinks": 0, "other": 0, "unreadable": 0}
+        stack = [""]
+        while stack:
+            rel = stack.pop()
+            entries = wire.listdir_attrs(f"{root.rstrip('/')}/{rel}" if rel else root)
+            if rel and not entries:
+                dirs.append(rel)
+            for name, attrs in entries:
+                child = f"{rel}/{name}" if rel else name
+                if attrs.is_link:
+                    skipped["symlinks"] += 1
+                elif attrs.is_dir:
+                    stack.append(child)
+                elif attrs.is_reg:
+                    if not _is_temp(child):
+                        records.append((child, attrs.size or 0, float(attrs.mtime or 0), (attrs.mode or 0) & 0o7777))
+                else:
+                    skipped["other"] += 1
+        return _build(records, dirs, display, False, skipped)
+    finally:
+        pool.release(conn)

@@ -1,0 +1,400 @@
+"""A pipelining SFTP v3 client over one SSH channel.
+
+paramiko's SFTPClient waits for each open/close/rename before the next, so a
+file costs several round trips no matter how many are in flight elsewhere.
+Here every request is asynchronous: it is sent at once and its reply is handed
+to a callback when it arrives. The engine keeps `pp` files' operations
+outstanding on one connection this way (paper 000, 000_9708b470430da548.txt,
+section 2: pipelining hides the per-file control round trips).
+
+One thread drives one SFTPWire: it calls `send_*` and `pump()`. Replies are
+matched by request id, so they may arrive in any order.
+"""
+
+from __future__ import annotations
+
+import errno
+import struct
+from dataclasses import dataclass
+from typing import Callable
+
+# Packet types (draft-ietf-secsh-filexfer-02, the version OpenSSH speaks).
+INIT, VERSION, OPEN, CLOSE, READ, WRITE, LSTAT, FSTAT = 1, 2, 3, 4, 5, 6, 7, 8
+SETSTAT, FSETSTAT, OPENDIR, READDIR, REMOVE, MKDIR, RMDIR = 9, 10, 11, 12, 13, 14, 15
+REALPATH, STAT, RENAME, READLINK, SYMLINK = 16, 17, 18, 19, 20
+STATUS, HANDLE, DATA, NAME, ATTRS = 101, 102, 103, 104, 105
+EXTENDED, EXTENDED_REPLY = 200, 201
+
+FXF_READ, FXF_WRITE, FXF_APPEND, FXF_CREAT, FXF_TRUNC, FXF_EXCL = 1, 2, 4, 8, 16, 32
+ATTR_SIZE, ATTR_UIDGID, ATTR_PERMISSIONS, ATTR_ACMODTIME = 1, 2, 4, 8
+ATTR_EXTENDED = 0x80000000
+
+FX_OK, FX_EOF, FX_NO_SUCH_FILE, FX_PERMISSION_DENIED, FX_FAILURE = 0, 1, 2, 3, 4
+FX_BAD_MESSAGE, FX_NO_CONNECTION, FX_CONNECTION_LOST, FX_OP_UNSUPPORTED = 5, 6, 7, 8
+
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_HDR = struct.Struct(">IBI")  # length, type, request id
+
+# OpenSSH accepts packets up to 256 KiB; its limits@openssh.com reply says so
+# exactly. These are used when the server does not advertise limits.
+DEFAULT_MAX_READ = 255 * 1024
+DEFAULT_MAX_WRITE = 255 * 1024
+
+
+class SFTPProtocolError(ConnectionError):
+    """The server sent something this client cannot parse, or hung up."""
+
+
+def _s(data: bytes) -> bytes:
+    return _U32.pack(len(data)) + data
+
+
+def _path(path: str) -> bytes:
+    return _s(path.encode("utf-8", "surrogateescape"))
+
+
+@dataclass
+class Attrs:
+    size: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+    mode: int | None = None
+    atime: int | None = None
+    mtime: int | None = None
+
+    def pack(self) -> bytes:
+        flags, out = 0, b""
+        if self.size is not None:
+            flags |= ATTR_SIZE
+            out += _U64.pack(self.size)
+        if self.mode is not None:
+            flags |= ATTR_PERMISSIONS
+            out += _U32.pack(self.mode)
+        if self.mtime is not None:
+            flags |= ATTR_ACMODTIME
+            out += _U32.pack(int(self.atime if self.atime is not None else self.mtime)) + _U32.pack(int(self.mtime))
+        return _U32.pack(flags) + out
+
+    @property
+    def is_dir(self) -> bool:
+        return self.mode is not None and (self.mode & 0o170000) == 0o040000
+
+    @property
+    def is_reg(self) -> bool:
+        return self.mode is not None and (self.mode & 0o170000) == 0o100000
+
+    @property
+    def is_link(self) -> bool:
+        return self.mode is not None and (self.mode & 0o170000) == 0o120000
+
+
+class _Reader:
+    """Cursor over one reply body."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: memoryview) -> None:
+        self.buf, self.pos = buf, 0
+
+    def u32(self) -> int:
+        (v,) = _U32.unpack_from(self.buf, self.pos)
+        self.pos += 4
+        return v
+
+    def u64(self) -> int:
+        (v,) = _U64.unpack_from(self.buf, self.pos)
+        self.pos += 8
+        return v
+
+    def bytes_(self) -> memoryview:
+        n = self.u32()
+        v = self.buf[self.pos : self.pos + n]
+        if len(v) != n:
+            raise SFTPProtocolError("truncated SFTP reply")
+        self.pos += n
+        return v
+
+    def str_(self) -> str:
+        return bytes(self.bytes_()).decode("utf-8", "surrogateescape")
+
+    def attrs(self) -> Attrs:
+        flags = self.u32()
+        a = Attrs()
+        if flags & ATTR_SIZE:
+            a.size = self.u64()
+        if flags & ATTR_UIDGID:
+            a.uid, a.gid = self.u32(), self.u32()
+        if flags & ATTR_PERMISSIONS:
+            a.mode = self.u32()
+        if flags & ATTR_ACMODTIME:
+            a.atime, a.mtime = self.u32(), self.u32()
+        if flags & ATTR_EXTENDED:
+            for _ in range(self.u32()):
+                self.bytes_()
+                self.bytes_()
+        return a
+
+
+_STATUS_ERRNO = {
+    FX_NO_SUCH_FILE: errno.ENOENT,
+    FX_PERMISSION_DENIED: errno.EACCES,
+    FX_FAILURE: errno.EIO,
+    FX_BAD_MESSAGE: errno.EBADMSG,
+    FX_NO_CONNECTION: errno.ENOTCONN,
+    FX_CONNECTION_LOST: errno.ECONNRESET,
+    FX_OP_UNSUPPORTED: errno.EOPNOTSUPP,
+}
+
+
+def status_error(code: int, message: str, path: str = "") -> OSError:
+    """Map an SFTP status to Python's own exception classes."""
+    err = _STATUS_ERRNO.get(code, errno.EIO)
+    text = message or f"SFTP status {code}"
+    # OpenSSH reports ENOSPC/EDQUOT as a generic failure; its text still says so.
+    low = text.lower()
+    if code == FX_FAILURE and ("no space" in low or "quota" in low):
+        err = errno.ENOSPC if "no space" in low else errno.EDQUOT
+    exc = OSError(err, text, path) if path else OSError(err, text)
+    return exc  # OSError(errno.ENOENT, ...) is a FileNotFoundError instance
+
+
+Callback = Callable[[int, "_Reader"], None]
+
+
+class SFTPWire:
+    """Asynchronous SFTP requests over one paramiko channel."""
+
+    def __init__(self, channel, recv_size: int = 1 << 20) -> None:
+        self.chan = channel
+        self._recv_size = recv_size
+        self._buf = bytearray()
+        self._next_id = 1
+        self._pending: dict[int, Callback] = {}
+        self.extensions: dict[str, str] = {}
+        self.max_read = DEFAULT_MAX_READ
+        self.max_write = DEFAULT_MAX_WRITE
+        self.closed = False
+        self._handshake()
+
+    # -- framing ----------------------------------------------------------
+    def _handshake(self) -> None:
+        self.chan.sendall(_U32.pack(5) + bytes([INIT]) + _U32.pack(3))
+        ptype, body = self._read_packet()
+        if ptype != VERSION:
+            raise SFTPProtocolError(f"expected SFTP VERSION, got packet type {ptype}")
+        r = _Reader(body)
+        version = r.u32()
+        if version < 3:
+            raise SFTPProtocolError(f"server speaks SFTP version {version}, need 3")
+        while r.pos < len(body):
+            name, data = r.str_(), r.str_()
+            self.extensions[name] = data
+        if "limits@openssh.com" in self.extensions:
+            _, msg = self.call(EXTENDED, _s(b"limits@openssh.com"))
+            r = msg
+            _max_packet, max_read, max_write = r.u64(), r.u64(), r.u64()
+            if max_read:
+                self.max_read = min(int(max_read), 1 << 20)
+            if max_write:
+                self.max_write = min(int(max_write), 1 << 20)
+
+    def _fill(self, block: bool) -> bool:
+        if not block and not self.chan.recv_ready():
+            return False
+        data = self.chan.recv(self._recv_size)
+        if not data:
+            self.closed = True
+            raise SFTPProtocolError("SFTP server closed the channel")
+        self._buf += data
+        return True
+
+    def _take_packet(self) -> tuple[int, memoryview] | None:
+        if len(self._buf) < 5:
+            return None
+        (length,) = _U32.unpack_from(self._buf, 0)
+        if length > (1 << 24):
+            raise SFTPProtocolError(f"SFTP packet of {length} bytes is larger than any server sends")
+        if len(self._buf) < 4 + length:
+            return None
+        packet = bytes(self._buf[4 : 4 + length])
+        del self._buf[: 4 + length]
+        return packet[0], memoryview(packet)[1:]
+
+    def _read_packet(self) -> tuple[int, memoryview]:
+        while True:
+            p = self._take_packet()
+            if p is not None:
+                return p
+            self._fill(block=True)
+
+    # -- requests -----------------------------------------------------------
+    @property
+    def outstanding(self) -> int:
+        return len(self._pending)
+
+    def send(self, ptype: int, payload: bytes, callback: Callback, data: bytes | memoryview | None = None) -> int:
+        """Send one request; `callback(reply_type, reader)` runs from pump().
+
+        `data` is appended to the packet without copying it into `payload`
+        (the body of a WRITE)."""
+        rid = self._next_id
+        self._next_id = (rid + 1) & 0xFFFFFFFF or 1
+        extra = len(data) if data is not None else 0
+        self.chan.sendall(_HDR.pack(1 + 4 + len(payload) + extra, ptype, rid) + payload)
+        if data is not None:
+            self.chan.sendall(data)
+        self._pending[rid] = callback
+        return rid
+
+    def pump(self, block: bool = True) -> int:
+        """Dispatch every complete reply; wait for one first if `block`.
+
+        Returns the number of callbacks run."""
+        ran = 0
+        while True:
+            p = self._take_packet()
+            if p is None:
+                if ran or not self._pending:
+                    if not self._fill(block=False):
+                        return ran
+                    continue
+                if not self._fill(block=block):
+                    return ran
+                continue
+            ptype, body = p
+            r = _Reader(body)
+            rid = r.u32()
+            cb = self._pending.pop(rid, None)
+            if cb is None:
+                raise SFTPProtocolError(f"SFTP reply to unknown request {rid}")
+            cb(ptype, r)
+            ran += 1
+
+    def call(self, ptype: int, payload: bytes) -> tuple[int, _Reader]:
+        """Send one request and wait for its reply (other replies still dispatch)."""
+        box: list = []
+        self.send(ptype, payload, lambda t, r: box.append((t, r)))
+        while not box:
+            self.pump(block=True)
+        return box[0]
+
+    def close(self) -> None:
+        self.closed = True
+        try:
+            self.chan.close()
+        except Exception:  # noqa: BLE001 - closing a dead channel is not an error
+            pass
+
+    # -- request payloads (async forms take a callback) ----------------------
+    @staticmethod
+    def p_open(path: str, flags: int, attrs: Attrs | None = None) -> bytes:
+        return _path(path) + _U32.pack(flags) + (attrs or Attrs()).pack()
+
+    @staticmethod
+    def p_handle(handle: bytes) -> bytes:
+        return _s(handle)
+
+    @staticmethod
+    def p_write_head(handle: bytes, offset: int, length: int) -> bytes:
+        return _s(handle) + _U64.pack(offset) + _U32.pack(length)
+
+    @staticmethod
+    def p_read(handle: bytes, offset: int, length: int) -> bytes:
+        return _s(handle) + _U64.pack(offset) + _U32.pack(length)
+
+    @staticmethod
+    def p_fsetstat(handle: bytes, attrs: Attrs) -> bytes:
+        return _s(handle) + attrs.pack()
+
+    @staticmethod
+    def p_path(path: str) -> bytes:
+        return _path(path)
+
+    @staticmethod
+    def p_setstat(path: str, attrs: Attrs) -> bytes:
+        return _path(path) + attrs.pack()
+
+    def p_rename(self, old: str, new: str) -> tuple[int, bytes]:
+        """Atomic replace where the server offers posix-rename (OpenSSH does)."""
+        if "posix-rename@openssh.com" in self.extensions:
+            return EXTENDED, _s(b"posix-rename@openssh.com") + _path(old) + _path(new)
+        return RENAME, _path(old) + _path(new)
+
+    # -- reply helpers ---------------------------------------------------------
+    @staticmethod
+    def expect_status(ptype: int, r: _Reader, path: str = "") -> None:
+        """Raise the mapped OSError unless the reply is STATUS OK."""
+        if ptype != STATUS:
+            raise SFTPProtocolError(f"expected STATUS, got packet type {ptype}")
+        code = r.u32()
+        if code != FX_OK:
+            msg = r.str_() if r.pos < len(r.buf) else ""
+            raise status_error(code, msg, path)
+
+    @staticmethod
+    def expect_handle(ptype: int, r: _Reader, path: str = "") -> bytes:
+        if ptype == HANDLE:
+            return bytes(r.bytes_())
+        if ptype == STATUS:
+            code = r.u32()
+            msg = r.str_() if r.pos < len(r.buf) else ""
+            raise status_error(code, msg, path)
+        raise SFTPProtocolError(f"expected HANDLE, got packet type {ptype}")
+
+    # -- synchronous conveniences (listing, mkdir, stat) ------------------------
+    def stat(self, path: str, follow: bool = True) -> Attrs:
+        t, r = self.call(STAT if follow else LSTAT, _path(path))
+        if t == ATTRS:
+            return r.attrs()
+        self.expect_status(t, r, path)
+        raise SFTPProtocolError("STAT returned OK without attributes")
+
+    def realpath(self, path: str) -> str:
+        t, r = self.call(REALPATH, _path(path))
+        if t == NAME and r.u32() >= 1:
+            return r.str_()
+        self.expect_status(t, r, path)
+        raise SFTPProtocolError("REALPATH returned no name")
+
+    def mkdir(self, path: str, mode: int = 0o755) -> None:
+        t, r = self.call(MKDIR, _path(path) + Attrs(mode=mode).pack())
+        self.expect_status(t, r, path)
+
+    def remove(self, path: str) -> None:
+        t, r = self.call(REMOVE, _path(path))
+        self.expect_status(t, r, path)
+
+    def rename(self, old: str, new: str) -> None:
+        ptype, payload = self.p_rename(old, new)
+        t, r = self.call(ptype, payload)
+        self.expect_status(t, r, new)
+
+    def setstat(self, path: str, attrs: Attrs) -> None:
+        t, r = self.call(SETSTAT, _path(path) + attrs.pack())
+        self.expect_status(t, r, path)
+
+    def listdir_attrs(self, path: str) -> list[tuple[str, Attrs]]:
+        """Every entry of a directory except '.' and '..', with lstat attributes."""
+        t, r = self.call(OPENDIR, _path(path))
+        handle = self.expect_handle(t, r, path)
+        out: list[tuple[str, Attrs]] = []
+        try:
+            while True:
+                t, r = self.call(READDIR, _s(handle))
+                if t == STATUS:
+                    code = r.u32()
+                    if code == FX_EOF:
+                        break
+                    raise status_error(code, r.str_() if r.pos < len(r.buf) else "", path)
+                if t != NAME:
+                    raise SFTPProtocolError(f"expected NAME, got packet type {t}")
+                for _ in range(r.u32()):
+                    name = r.str_()
+                    r.str_()  # long name, ls -l style: not needed
+                    attrs = r.attrs()
+                    if name not in (".", ".."):
+                        out.append((name, attrs))
+        finally:
+            t, r = self.call(CLOSE, _s(handle))
+        return out
