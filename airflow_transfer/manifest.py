@@ -173,7 +173,9 @@ def list_remote(pool, root: str, display: str, allow_exec: bool = True) -> Manif
             raise
         except Exception:  # noqa: BLE001 - exec refused or channel failed: use SFTP
             status, out = 255, b""
-        if status == 0 and out:
+        # A host may force another command on every session (ForceCommand):
+        # only lister output is trusted as a listing.
+        if status == 0 and out.startswith(b'["r", '):
             return _consume(out.decode("utf-8", "surrogateescape").splitlines(), display)
     return _list_sftp(pool, root, display)
 

@@ -44,3 +44,11 @@ def local_dir(test_base: Path) -> Path:
     path = test_base / "local" / uuid.uuid4().hex[:10]
     path.mkdir(parents=True)
     return path
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory):
+    """Environment of a migrated temporary Airflow home (SQLite)."""
+    from tests.support.airflow_env import migrate
+
+    return migrate(tmp_path_factory.mktemp("airflow-home"))

@@ -1,0 +1,64 @@
+"""pp, p and cc observed from the server's side (sftp-server's own log)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.cli import run_cli, ssh_args
+from tests.support.data import make_tree, write_random
+
+
+def _max_concurrent(events, start_op, end_op, key):
+    open_, best = set(), 0
+    for pid, op, path in events:
+        k = key(pid, path)
+        if k is None:
+            continue
+        if op == start_op:
+            open_.add(k)
+        elif op == end_op:
+            open_.discard(k)
+        best = max(best, len(open_))
+    return best
+
+
+@pytest.fixture(scope="module")
+def small_tree(tmp_path_factory):
+    return make_tree(tmp_path_factory.mktemp("knobs") / "small", small=120, seed=3)
+
+
+def test_cc_opens_that_many_sftp_sessions_at_once(small_tree, sshd, remote_dir):
+    mark = sshd.log_mark()
+    res = run_cli("copy", str(small_tree), sshd.url(f"{remote_dir}/cc"), "--pp", "1", "-c", "4", *ssh_args(sshd))
+    assert res.code == 0, res.err
+    events = sshd.sftp_events(mark)
+    sessions = _max_concurrent(events, "session opened", "session closed", lambda pid, path: pid)
+    writers = {pid for pid, op, path in events if op == "open" and path.endswith(".atpart")}
+    assert sessions >= 4
+    assert len(writers) >= 4  # each session moved files of its own
+
+
+def test_p_writes_one_file_over_that_many_connections(sshd, remote_dir, local_dir):
+    write_random(local_dir / "p" / "large.bin", 64 * 1024 * 1024, seed=5)
+    mark = sshd.log_mark()
+    res = run_cli("copy", str(local_dir / "p"), sshd.url(f"{remote_dir}/p"), "-p", "4", "-c", "1", *ssh_args(sshd))
+    assert res.code == 0, res.err
+    events = [e for e in sshd.sftp_events(mark) if e[2].endswith("large.bin.atpart")]
+    at_once = _max_concurrent(events, "open", "close", lambda pid, path: pid)
+    assert at_once >= 4, events
+
+
+def test_pp_keeps_that_many_file_operations_outstanding(small_tree, sshd, remote_dir):
+    mark = sshd.log_mark()
+    res = run_cli("copy", str(small_tree), sshd.url(f"{remote_dir}/pp"), "--pp", "8", "-c", "1", *ssh_args(sshd))
+    assert res.code == 0, res.err
+    events = [e for e in sshd.sftp_events(mark) if e[2].endswith(".atpart")]
+    assert len({pid for pid, _, _ in events}) == 1  # one connection did all the files
+    outstanding = _max_concurrent(events, "open", "close", lambda pid, path: path)
+    assert outstanding == 8
+    # and with pp=1 the same connection never has two files open
+    mark = sshd.log_mark()
+    res = run_cli("copy", str(small_tree), sshd.url(f"{remote_dir}/pp1"), "--pp", "1", "-c", "1", *ssh_args(sshd))
+    assert res.code == 0, res.err
+    events = [e for e in sshd.sftp_events(mark) if e[2].endswith(".atpart")]
+    assert _max_concurrent(events, "open", "close", lambda pid, path: path) == 1
