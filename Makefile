@@ -1,0 +1,28 @@
+# Two commands for a fresh machine: `make demo` and `make test` (see README).
+SHELL := /bin/bash
+PY := .venv/bin/python
+
+.PHONY: venv demo test test-fast bench-loopback lock clean
+
+venv:
+	@bash scripts/bootstrap.sh
+
+demo: venv
+	@bash scripts/setup-test-deps.sh
+	@$(PY) scripts/demo.py
+
+test: venv
+	@bash scripts/setup-test-deps.sh
+	@if [ -f scripts/install-wan-deps.sh ]; then bash scripts/install-wan-deps.sh; fi
+	@$(PY) -m pytest -q -p no:cacheprovider --timeout=900
+
+# Loopback engine benchmark (prints MiB/s; not a test).
+bench-loopback: venv
+	@bash scripts/setup-test-deps.sh
+	@$(PY) benchmarks/loopback.py
+
+lock:
+	uv pip compile -q pyproject.toml --extra airflow --extra test -p 3.11 -o requirements.lock
+
+clean:
+	rm -rf .venv .demo

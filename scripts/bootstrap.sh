@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Creates .venv with the pinned dependencies (requirements.lock) and the project
+# installed in editable mode. Uses uv when present (seconds); installs uv with
+# pip first if needed. Idempotent: re-runs only when the lock or pyproject changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+stamp=.venv/.installed
+want="$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+if ! command -v uv >/dev/null 2>&1; then
+  echo "bootstrap: installing uv with pip" >&2
+  "$PYTHON" -m pip install -q uv || { echo "bootstrap: could not install uv; install it with: pip install uv" >&2; exit 1; }
+fi
+UV="$(command -v uv || echo "$PYTHON -m uv")"
+echo "bootstrap: creating .venv (Python $("$PYTHON" -c 'import sys; print(sys.version.split()[0])'))" >&2
+[ -x .venv/bin/python ] || $UV venv -q -p "$PYTHON" .venv
+$UV pip install -q -p .venv/bin/python -r requirements.lock
+$UV pip install -q -p .venv/bin/python --no-deps -e .
+echo "$want" > "$stamp"
+echo "bootstrap: .venv ready" >&2
