@@ -1,0 +1,206 @@
+"""The Store: one object per process over the project's database."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pyarrow as pa
+from sqlalchemy.engine import Connection, Engine
+
+from . import journal, transfers
+from .config import mask_url, resolve_store_url
+from .connection import DEFAULT_BUSY_TIMEOUT_MS, make_engine, run_transaction
+from .migrations import migrate
+from .records import ChunkRecord, TransferRecord
+from .writer import DEFAULT_MAX_DELAY_MS, DEFAULT_MAX_EVENTS, JournalWriter
+
+if TYPE_CHECKING:
+    from ..engine.result import ChunkResult
+
+T = TypeVar("T")
+
+
+class Store:
+    """Transfers, chunks and the per-file journal (later: tuning and host-protocol libraries).
+
+    Open with ``Store.open(url)``; it migrates the schema first. Thread-safe;
+    one per process is enough (it holds a connection pool).
+    """
+
+    def __init__(self, engine: Engine, url: str) -> None:
+        self.engine = engine
+        self.url = url
+        self.schema_version = 0  # set by open()
+
+    @classmethod
+    def open(cls, url: str | None = None, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> Store:
+        """Open (creating and migrating as needed) the store at ``url`` — see config.resolve_store_url."""
+        resolved = resolve_store_url(url)
+        store = cls(make_engine(resolved, busy_timeout_ms=busy_timeout_ms), resolved)
+        try:
+            store.schema_version = migrate(store.engine, url_for_errors=resolved)
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    @property
+    def masked_url(self) -> str:
+        return mask_url(self.url)
+
+    @property
+    def backend(self) -> str:
+        """'sqlite' or 'postgresql'."""
+        return self.engine.dialect.name
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.masked_url!r})"
+
+    # --- transactions (for this package and the tables later tasks add) ---
+
+    def write(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn(conn)`` in one short write transaction, retried whole on lock conflicts."""
+        return run_transaction(self.engine, fn, write=True, url_for_errors=self.url)
+
+    def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn(conn)`` in a read transaction (a consistent snapshot)."""
+        return run_transaction(self.engine, fn, write=False, url_for_errors=self.url)
+
+    # --- transfers --------------------------------------------------------
+
+    def begin_transfer(
+        self,
+        key: str,
+        src_url: str,
+        dst_url: str,
+        *,
+        algorithm: str | None = None,
+        resume: bool = True,
+    ) -> TransferRecord:
+        """Start a transfer, or pick up the unfinished (running/failed) one with the same key.
+
+        ``record.resumed`` tells which; a resumed transfer keeps its journal.
+        URLs are stored with passwords masked. ``resume=False`` always starts
+        a new transfer (and journal).
+        """
+        return self.write(lambda conn: transfers.begin(conn, key, src_url, dst_url, algorithm, resume))
+
+    def finish_transfer(
+        self, transfer_id: int, state: str, summary: Mapping[str, Any] | None = None
+    ) -> TransferRecord:
+        """Close a transfer as 'succeeded' or 'failed' with its summary (the ``copy --json`` object)."""
+        return self.write(lambda conn: transfers.finish(conn, transfer_id, state, summary))
+
+    def record_chunk(
+        self,
+        transfer_id: int,
+        chunk: ChunkResult | Mapping[str, Any],
+        *,
+        started_at: datetime | None = None,
+        ended_at: datetime | None = None,
+    ) -> int:
+        """Store one chunk run (a ChunkResult, or a dict shaped like its summary()); returns its row id."""
+        return self.write(lambda conn: transfers.add_chunk(conn, transfer_id, chunk, started_at, ended_at))
+
+    def get_transfer(self, transfer_id: int, *, with_chunks: bool = True) -> TransferRecord | None:
+        """One transfer with its chunks in run order, or None."""
+        return self.read(lambda conn: transfers.find(conn, transfer_id, with_chunks))
+
+    def list_transfers(
+        self,
+        *,
+        state: str | Iterable[str] | None = None,
+        key_prefix: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[TransferRecord]:
+        """Transfers, newest first, optionally only some states / keys starting with a prefix."""
+        return self.read(lambda conn: transfers.list_transfers(conn, state, key_prefix, limit, offset))
+
+    def chunks(self, transfer_id: int) -> list[ChunkRecord]:
+        return self.read(lambda conn: transfers.list_chunks(conn, transfer_id))
+
+    # --- journal ------------------------------------------------------------
+
+    def record_listing(self, transfer_id: int, files: pa.Table) -> int:
+        """Journal the manifest (path, size, mtime) as pending; returns the row count.
+
+        Idempotent: on resume, files already journaled keep their progress
+        unless their size or mtime changed (then they start over). Written
+        in batches of journal.LISTING_BATCH_ROWS rows, one short transaction
+        each, so other writers are never held up for long; a crash midway is
+        repaired by calling it again.
+        """
+        for batch in journal.listing_batches(files):
+            self.write(lambda conn, batch=batch: journal.upsert_listing(conn, transfer_id, batch))
+        return files.num_rows
+
+    def journal_writer(
+        self,
+        transfer_id: int,
+        *,
+        max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+        max_events: int = DEFAULT_MAX_EVENTS,
+        background: bool = True,
+    ) -> JournalWriter:
+        """A thread-safe buffered writer for the engine's per-range reports (see writer.py)."""
+        return JournalWriter(
+            self, transfer_id, max_delay_ms=max_delay_ms, max_events=max_events, background=background
+        )
+
+    def mark_range(self, transfer_id: int, path: str, offset: int, length: int) -> None:
+        """Unbuffered: one transaction. The engine should use journal_writer() instead."""
+        self._write_one(transfer_id, lambda w: w.mark_range(path, offset, length))
+
+    def mark_done(
+        self,
+        transfer_id: int,
+        path: str,
+        size: int,
+        mtime: float | None = None,
+        checksum: str | None = None,
+        attempts: int | None = None,
+    ) -> None:
+        """Unbuffered: ``path`` is complete (ranges become [[0, size]])."""
+        self._write_one(transfer_id, lambda w: w.mark_done(path, size, mtime, checksum, attempts))
+
+    def mark_failed(self, transfer_id: int, path: str, error: str, attempts: int | None = None) -> None:
+        """Unbuffered: the last attempt at ``path`` failed; committed ranges are kept for resume."""
+        self._write_one(transfer_id, lambda w: w.mark_failed(path, error, attempts))
+
+    def apply_journal_events(self, transfer_id: int, events: Sequence[journal.Event]) -> list[str]:
+        """Write a batch of journal events in one transaction; returns paths not in the journal."""
+        return self.write(lambda conn: journal.apply_events(conn, transfer_id, events))
+
+    def file_states(self, transfer_id: int, states: str | Sequence[str] | None = None) -> pa.Table:
+        """The journal as an Arrow table (journal.FILE_STATES_SCHEMA), sorted by path.
+
+        ``states`` narrows it, e.g. ``("pending", "partial", "failed")`` for
+        what is left to do; ranges.missing_ranges(size, ranges.decode(row))
+        gives a partial file's missing bytes.
+        """
+        wanted = (states,) if isinstance(states, str) else states
+        return self.read(lambda conn: journal.file_states(conn, transfer_id, wanted))
+
+    def journal_counts(self, transfer_id: int) -> dict[str, dict[str, int]]:
+        """Per state: files, bytes (sizes) and bytes_done — progress and resume summaries."""
+        return self.read(lambda conn: journal.state_counts(conn, transfer_id))
+
+    def _write_one(self, transfer_id: int, add: Callable[[JournalWriter], None]) -> None:
+        # max_events=1: the event is written (or its error raised) inside add()
+        with JournalWriter(self, transfer_id, max_delay_ms=0, max_events=1, background=False) as writer:
+            add(writer)

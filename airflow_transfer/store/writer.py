@@ -1,0 +1,171 @@
+"""A buffered journal writer: the engine reports every range, the database sees a few batches a second.
+
+The engine reports at byte-range granularity from many threads (p ranges of
+a file, cc files at once). Writing each report in its own transaction would
+make the store, not the network, the bottleneck on small files and would
+fight every other worker for SQLite's single write lock. The writer keeps
+events in memory and writes them in one transaction when ``max_events``
+have piled up or the oldest has waited ``max_delay_ms`` — so the write rate
+is bounded by ~1000/max_delay_ms transactions a second plus one per
+``max_events`` events. A background thread makes sure a quiet engine's last
+events are written too.
+
+Losing the buffer (a crash) only makes the journal lag the destination:
+those ranges are sent again on resume. The journal never claims bytes the
+engine did not report.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from .errors import StoreError, UnknownFileError
+from .journal import Event, FileDone, FileFailed, RangeDone
+
+if TYPE_CHECKING:
+    from .store import Store
+
+DEFAULT_MAX_DELAY_MS = 500
+DEFAULT_MAX_EVENTS = 2_000
+
+
+class JournalWriter:
+    """Thread-safe, batching writer of one transfer's journal. Use it as a context manager."""
+
+    def __init__(
+        self,
+        store: Store,
+        transfer_id: int,
+        *,
+        max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+        max_events: int = DEFAULT_MAX_EVENTS,
+        background: bool = True,
+    ) -> None:
+        if max_delay_ms < 0 or max_events < 1:
+            raise ValueError("max_delay_ms must be >= 0 and max_events >= 1")
+        self.store = store
+        self.transfer_id = transfer_id
+        self.max_delay_s = max_delay_ms / 1000
+        self.max_events = max_events
+        self.flushes = 0  # transactions written (observability, tests)
+        self._events: list[Event] = []
+        self._oldest: float | None = None
+        self._lock = threading.Lock()  # guards the buffer
+        self._flush_lock = threading.Lock()  # one flush at a time, so batches commit in order
+        self._closed = threading.Event()
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if background and max_delay_ms > 0:
+            self._thread = threading.Thread(target=self._tick, name=f"journal-writer-{transfer_id}", daemon=True)
+            self._thread.start()
+
+    # --- what the engine calls -------------------------------------------
+
+    def mark_range(self, path: str, offset: int, length: int) -> None:
+        """Bytes [offset, offset+length) of ``path`` are committed at the destination."""
+        if offset < 0 or length < 0:
+            raise ValueError(f"range offset={offset} length={length} of {path!r} is invalid: both must be >= 0")
+        if length:
+            self._add(RangeDone(path, offset, offset + length))
+
+    def mark_done(
+        self,
+        path: str,
+        size: int,
+        mtime: float | None = None,
+        checksum: str | None = None,
+        attempts: int | None = None,
+    ) -> None:
+        """``path`` is complete under its final name (and verified, when verification is on)."""
+        if size < 0:
+            raise ValueError(f"size {size} of {path!r} is negative")
+        self._add(FileDone(path, size, mtime, checksum, attempts))
+
+    def mark_failed(self, path: str, error: str, attempts: int | None = None) -> None:
+        """The last attempt at ``path`` failed; ``attempts`` defaults to one more than recorded."""
+        self._add(FileFailed(path, str(error), attempts))
+
+    def flush(self) -> None:
+        """Write everything buffered now, in one transaction."""
+        self._raise_background_error()
+        self._flush()
+
+    def close(self) -> None:
+        """Stop the background thread and write what is left."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._raise_background_error()
+        self._flush()
+
+    def __enter__(self) -> JournalWriter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._events)
+
+    # --- internals ---------------------------------------------------------
+
+    def _add(self, event: Event) -> None:
+        self._raise_background_error()
+        if self._closed.is_set():
+            raise StoreError(f"journal writer of transfer {self.transfer_id} is closed")
+        now = time.monotonic()
+        with self._lock:
+            self._events.append(event)
+            if self._oldest is None:
+                self._oldest = now
+            due = len(self._events) >= self.max_events or now - self._oldest >= self.max_delay_s
+        if due:
+            self._flush()
+
+    def _flush(self) -> None:
+        with self._flush_lock:
+            with self._lock:
+                events, self._events = self._events, []
+                self._oldest = None
+            if not events:
+                return
+            try:
+                unknown = self.store.apply_journal_events(self.transfer_id, events)
+            except BaseException:
+                # keep them, in order, ahead of anything added meanwhile: the next flush retries
+                with self._lock:
+                    self._events[:0] = events
+                    self._oldest = time.monotonic()
+                raise
+            self.flushes += 1
+        if unknown:
+            more = f" and {len(unknown) - 1} more" if len(unknown) > 1 else ""
+            raise UnknownFileError(
+                f"transfer {self.transfer_id} has no journal entry for {unknown[0]!r}{more}",
+                todo="record_listing must list a file before the engine reports on it",
+            )
+
+    def _tick(self) -> None:
+        while not self._closed.wait(self.max_delay_s / 2):
+            with self._lock:
+                due = self._oldest is not None and time.monotonic() - self._oldest >= self.max_delay_s
+            if not due:
+                continue
+            try:
+                self._flush()
+            except BaseException as exc:  # reported to the engine on its next call
+                self._error = exc
+
+    def _raise_background_error(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
