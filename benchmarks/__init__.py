@@ -1,0 +1,1 @@
+"""Benchmarks and the emulated WAN testbed (not part of the installed package)."""
