@@ -30,13 +30,14 @@ MASK = "***"
 
 # scheme://user:password@host...  The password runs to the first '@' that is
 # followed by a plausible host (no further '@' before the path), so unencoded
-# '@', '/' or ':' in a password are still masked (SQLAlchemy's parser accepts
-# some of those) while an '@' later in the path is left alone.
+# '@', '/', ':' or '?' in a password are masked too (SQLAlchemy's parser
+# accepts some of those). The price: "sftp://host:22/a@b/c" is ambiguous (a
+# port and an '@' in the path, or user "host" with password "22/a") and is
+# masked as if it held a password. Over-masking a rare display string beats
+# leaking a password.
 _USERINFO = re.compile(r"^(?P<head>[A-Za-z][\w+.-]*://[^:/@?#]*):(?P<password>.*?)@(?=[^@/?#]*(?:[/?#]|$))")
 # name=value pairs in a query string whose name says they are secret
 _SECRET_PARAM = re.compile(r"(?P<name>[?&;][^=&;#]*(?:pass|pwd|secret|token)[^=&;#]*)=(?P<value>[^&;#]*)", re.I)
-# "host:22/..." is a port, not a password: nothing to mask there
-_PORT_ONLY = re.compile(r"^[A-Za-z][\w+.-]*://[^:/@?#]*:\d*(?:[/?#]|$)")
 
 
 def default_store_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -82,7 +83,5 @@ def mask_url(url: str) -> str:
     Safe for logs, error messages and the store's own src/dst columns. Works for
     any ``scheme://`` URL, not only SQLAlchemy ones.
     """
-    masked = url
-    if not _PORT_ONLY.match(masked):
-        masked = _USERINFO.sub(lambda m: f"{m['head']}:{MASK}@", masked, count=1)
+    masked = _USERINFO.sub(lambda m: f"{m['head']}:{MASK}@", url, count=1)
     return _SECRET_PARAM.sub(lambda m: f"{m['name']}={MASK}", masked)
