@@ -27,7 +27,6 @@ directory under --path that is removed on success, error, Ctrl-C, SIGTERM and
 SIGHUP (a dropped SSH session).
 """
 
-from __future__ import annotations
 
 import argparse
 import json

@@ -17,7 +17,6 @@ file (it is piped over SSH as `ssh host python3 - ARGS < memory.py`). Prints
 exactly one JSON object on stdout.
 """
 
-from __future__ import annotations
 
 import argparse
 import json

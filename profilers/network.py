@@ -32,7 +32,6 @@ stdout. In --serve mode it also writes `READY <address> <port>` on stderr
 once it listens, so a caller over SSH knows when to start the client.
 """
 
-from __future__ import annotations
 
 import argparse
 import hmac
@@ -282,6 +281,8 @@ class Sink:
                 conn.sendall(b"ERR bad token\n")
                 return
             command, args = parts[2], parts[3:]
+            if command in ("SEND", "RECV"):
+                conn.sendall(b"GO\n")  # the client times from here, after any refusal could arrive
             if command == "SEND":
                 self._sink(conn, rest, _int_arg(args, 0))
             elif command == "RECV":
@@ -370,6 +371,7 @@ def _stream(host_addr, family, direction: str, seconds: float, buffer: int, toke
         tok = token or "-"
         if direction == "send":
             sock.sendall(("%s %s SEND %d\n" % (MAGIC, tok, buffer)).encode())
+            _expect_go(sock)
             start = time.perf_counter()
             deadline = start + seconds
             while time.perf_counter() < deadline:
@@ -379,21 +381,20 @@ def _stream(host_addr, family, direction: str, seconds: float, buffer: int, toke
             end = time.perf_counter()
             parts = reply.split()
             if len(parts) < 2 or parts[0] != "OK":
-                raise OSError("sink answered %r (wrong --token?)" % reply[:80])
+                raise OSError("sink answered %r instead of a byte count" % reply[:80])
             nbytes = int(parts[1])
         else:
             sock.sendall(("%s %s RECV %.3f %d\n" % (MAGIC, tok, seconds, buffer)).encode())
+            rest = _expect_go(sock)
             start = time.perf_counter()
             view = memoryview(bytearray(1024 * 1024))
-            nbytes = 0
+            nbytes = len(rest)
             while True:
                 n = sock.recv_into(view)
                 if n == 0:
                     break
                 nbytes += n
             end = time.perf_counter()
-            if nbytes == 0:
-                raise OSError("sink sent nothing (wrong --token?)")
         out.update(bytes=nbytes, start=start, end=end)
     except threading.BrokenBarrierError:
         out["error"] = "another stream failed to connect"
@@ -402,6 +403,17 @@ def _stream(host_addr, family, direction: str, seconds: float, buffer: int, toke
         barrier.abort()
     finally:
         sock.close()
+
+
+def _expect_go(sock: socket.socket) -> bytes:
+    """Wait for the sink's GO; return any bytes that came after it."""
+    reply, rest = _read_line(sock)
+    if reply == "GO":
+        return rest
+    if reply.startswith("ERR"):
+        raise OSError("sink refused the probe: %s (pass the sink's --token)" % reply[4:]
+                      if "token" in reply else "sink refused the probe: %s" % reply[4:])
+    raise OSError("no answer from the sink (got %r); is it this profiler's --serve?" % reply[:40])
 
 
 def measure_bandwidth(host: str, port: int, seconds: float = 3.0, streams: int = 4, direction: str = "send",
@@ -435,8 +447,8 @@ def measure_bandwidth(host: str, port: int, seconds: float = 3.0, streams: int =
     out = {"host": host, "port": port, "direction": direction, "streams": streams, "seconds": seconds,
            "buffer": buffer}
     if errors:
-        out.update(_unavailable("bandwidth probe to %s:%d failed: %s; is `--serve %d` running there?"
-                                % (host, port, errors[0], port)))
+        hint = "" if "refused the probe" in errors[0] else "; is `--serve %d` running there?" % port
+        out.update(_unavailable("bandwidth probe to %s:%d failed: %s%s" % (host, port, errors[0], hint)))
         return out
     nbytes = sum(r["bytes"] for r in results)
     span = max(r["end"] for r in results) - min(r["start"] for r in results)
