@@ -1,0 +1,117 @@
+"""`auto`: pick an algorithm from the dataset and the link, keep adapting while it runs.
+
+The decision (`Auto.decide`) is a list of early returns, each with its reason:
+
+1. no files                             -> fixed        nothing to move
+2. link figures not measured            -> adaptive-cc  no trustworthy BDP, so no model;
+                                                        paper 001's model-free ramp
+3. too little data to probe             -> mc           total < min_chunks x min_chunk_bytes:
+                                                        probes would be most of the transfer, so
+                                                        set pp/p per size class from the models
+4. mixed dataset                        -> mc           Set 1 (< BDP) and Set 2 (>= BDP) each hold
+                                                        >= mixed_share of the files or of the bytes:
+                                                        MC moves small files alongside large ones
+                                                        (paper 000 section 4.2)
+5. otherwise                            -> pcp          homogeneous enough to converge adaptively
+                                                        (paper 000 section 4.1)
+
+While it runs: PCP is started with `adapt=True`, so its final "rest" phases go
+in sub-chunks whose throughput is watched; a change beyond `drift` re-probes
+concurrency (retune.py, after paper 003 section 1: parameters optimal at
+submission may not be at execution). adaptive-cc adapts on every chunk by
+construction, and MC re-balances channels whenever a chunk finishes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ..engine.result import ChunkResult
+from .adaptive_cc import AdaptiveCC
+from .base import Algorithm, check_fraction, check_int, check_link, default_min_chunk_bytes
+from .chunks import ChunkSpec
+from .dataset import ManifestLike, SortedSizes
+from .fixed import Fixed
+from .models import DEFAULT_MAX_CC, DEFAULT_MAX_P, DEFAULT_MAX_PP, LinkInfo
+from .multichunk import DEFAULT_CHANNELS, MultiChunk
+from .pcp import DEFAULT_MIN_CHUNKS, PCP
+
+
+@dataclass(frozen=True)
+class Decision:
+    algorithm: str
+    reason: str
+
+
+class Auto(Algorithm):
+    name = "auto"
+
+    def __init__(self, *, min_chunk_bytes: int | None = None, min_chunks: int = DEFAULT_MIN_CHUNKS,
+                 max_pp: int = DEFAULT_MAX_PP, max_p: int = DEFAULT_MAX_P, max_cc: int = DEFAULT_MAX_CC,
+                 channels: int = DEFAULT_CHANNELS, mixed_share: float = 0.1, drift: float = 0.25,
+                 adapt: bool = True) -> None:
+        if min_chunk_bytes is not None:
+            check_int(self.name, "min_chunk_bytes", min_chunk_bytes)
+        self.opts = {
+            "min_chunk_bytes": min_chunk_bytes,
+            "min_chunks": check_int(self.name, "min_chunks", min_chunks),
+            "max_pp": check_int(self.name, "max_pp", max_pp),
+            "max_p": check_int(self.name, "max_p", max_p),
+            "max_cc": check_int(self.name, "max_cc", max_cc),
+            "channels": check_int(self.name, "channels", channels),
+            "mixed_share": check_fraction(self.name, "mixed_share", mixed_share, 0.0, 0.5),
+            "drift": check_fraction(self.name, "drift", drift, 0.0, 10.0),
+            "adapt": bool(adapt),
+        }
+        self.last_decision: Decision | None = None
+        self.last_algorithm: Algorithm | None = None
+
+    def decide(self, manifest: ManifestLike | SortedSizes, link: LinkInfo) -> Decision:
+        check_link(link)
+        sizes = manifest if isinstance(manifest, SortedSizes) else SortedSizes.of(manifest)
+        n, total = len(sizes), sizes.total
+        if n == 0:
+            return Decision("fixed", "empty dataset: nothing to move")
+        if not link.measured:
+            return Decision("adaptive-cc", "link not measured: no BDP to build models on, "
+                                           "so model-free adaptive concurrency (paper 001)")
+        min_chunk = self.opts["min_chunk_bytes"] or default_min_chunk_bytes(link)
+        if total < self.opts["min_chunks"] * min_chunk:
+            return Decision("mc", f"{total} bytes is less than {self.opts['min_chunks']} probe chunks of "
+                                  f"{min_chunk} bytes: static per-class parameters from the models")
+        set1 = sizes.index_at_least(link.bdp_bytes)
+        share = self.opts["mixed_share"]
+        files_mixed = min(set1, n - set1) >= share * n
+        set1_bytes = sizes.bytes(0, set1)
+        bytes_mixed = min(set1_bytes, total - set1_bytes) >= share * total
+        if files_mixed or bytes_mixed:
+            return Decision("mc", f"mixed dataset: {set1} of {n} files and {set1_bytes} of {total} bytes "
+                                  f"are below the BDP ({link.bdp_bytes} bytes)")
+        return Decision("pcp", "homogeneous dataset on a measured link: adaptive PCP, re-tuned at run time")
+
+    def delegate(self, decision: Decision) -> Algorithm:
+        o = self.opts
+        if decision.algorithm == "fixed":
+            return Fixed()
+        if decision.algorithm == "adaptive-cc":
+            return AdaptiveCC(max_cc=o["max_cc"], max_pp=o["max_pp"], min_chunk_bytes=o["min_chunk_bytes"])
+        if decision.algorithm == "mc":
+            return MultiChunk(channels=o["channels"], max_pp=o["max_pp"], max_p=o["max_p"])
+        return PCP(min_chunk_bytes=o["min_chunk_bytes"], min_chunks=o["min_chunks"], max_pp=o["max_pp"],
+                   max_p=o["max_p"], max_cc=o["max_cc"], adapt=o["adapt"], drift=o["drift"])
+
+    def plan(self, manifest: ManifestLike, link: LinkInfo) -> list[ChunkSpec]:
+        sizes = SortedSizes.of(manifest)
+        self.last_decision = self.decide(sizes, link)
+        self.last_algorithm = self.delegate(self.last_decision)
+        return self.last_algorithm.plan(sizes.sizes, link)
+
+    def run(self, manifest_sorted: pa.Table, link: LinkInfo, executor: Any) -> list[ChunkResult]:
+        if not isinstance(manifest_sorted, pa.Table):
+            raise ValueError(f"run() needs the sorted manifest as an Arrow table (got {type(manifest_sorted).__name__})")
+        self.last_decision = self.decide(manifest_sorted, link)
+        self.last_algorithm = self.delegate(self.last_decision)
+        return self.last_algorithm.run(manifest_sorted, link, executor)

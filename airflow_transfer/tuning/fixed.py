@@ -1,0 +1,50 @@
+"""`fixed`: the parameters the user gave, for the whole dataset.
+
+The baseline every tuned algorithm is measured against, and what
+`copy --pp/--parallelism/--concurrency` runs. pp here is `TransferParams.pp`
+(files in flight per connection), not a paper-000 level.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from ..engine.params import TransferParams
+from ..engine.result import ChunkResult
+from .base import Algorithm, RunContext, check_int, check_link
+from .chunks import ChunkSpec, make_spec
+from .dataset import ManifestLike, SortedSizes
+from .models import LinkInfo
+
+
+class Fixed(Algorithm):
+    name = "fixed"
+
+    def __init__(self, *, pp: int = 1, p: int = 1, cc: int = 1, block_size: int = 0, tcp_buffer: int = 0,
+                 chunk_bytes: int | None = None) -> None:
+        self.params = TransferParams(pp=pp, p=p, cc=cc, block_size=block_size, tcp_buffer=tcp_buffer)
+        if chunk_bytes is not None:
+            check_int(self.name, "chunk_bytes", chunk_bytes)
+        self.opts = {**self.params.as_dict(), "chunk_bytes": chunk_bytes}
+
+    def _specs(self, sizes: SortedSizes) -> list[ChunkSpec]:
+        n = len(sizes)
+        if n == 0:
+            return []
+        chunk_bytes = self.opts["chunk_bytes"]
+        cuts = sizes.byte_cuts(0, n, chunk_bytes).tolist() if chunk_bytes else []
+        bounds = [0, *cuts, n]
+        return [make_spec(sizes, f"fixed.{i + 1:03d}", lo, hi, self.params)
+                for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))]
+
+    def plan(self, manifest: ManifestLike, link: LinkInfo) -> list[ChunkSpec]:
+        check_link(link)
+        return self._specs(SortedSizes.of(manifest))
+
+    def run(self, manifest_sorted: pa.Table, link: LinkInfo, executor: Any) -> list[ChunkResult]:
+        ctx = RunContext.open(manifest_sorted, link, executor)
+        for spec in self._specs(ctx.sizes):
+            ctx.run_spec(spec)
+        return ctx.results

@@ -1,0 +1,218 @@
+"""`mc`: the Multi-Chunk algorithm of paper 000 section 4.2.
+
+Paper 000 (000_9708b470430da548.txt) section 4.2 (after Arslan et al.,
+Euro-Par'13): split the sorted dataset into Small, Middle, Large and Huge
+chunks by file size relative to the BDP, set pipelining and parallelism per
+chunk up front, hand out a fixed number of channels round robin over
+{Huge, Small, Large, Middle}, and move the chunks at the same time, so the
+slow small files travel alongside the large ones instead of after them. When
+a chunk finishes, its channels go, one at a time, to the chunk with the
+longest estimated time to completion (a chunk still waiting for its first
+channel counts as never finishing, so it is served first).
+
+Size classes (multiples of the BDP, parametrised by `MCThresholds`):
+
+    Small   size <  0.1 BDP   needs deep pipelining; even eq. 4 at max_pp may not fill the pipe
+    Middle  size <  1   BDP   eq. 4 pipelining fills the pipe
+    Large   size < 20   BDP   one file fills the pipe; pipelining only hides control gaps
+    Huge    size >= 20  BDP   long single files; parallelism pays when a window < BDP
+
+Per chunk: pp from eq. 4 on the chunk's mean (models.pp_level); p = 1 for
+Small and Middle (rule 4 of section 3), and for Large and Huge
+min(ceil(mean / BDP), ceil(BDP / window)) capped at max_p - enough streams
+that their windows cover the BDP, never more streams than BDPs in a file.
+MC does not choose the channel count (section 4.2): it is an option.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ..engine.params import TransferParams
+from ..engine.result import ChunkResult
+from .base import Algorithm, RunContext, check_int, check_link
+from .chunks import ChunkSpec, make_spec
+from .dataset import ManifestLike, SortedSizes
+from .executor import supports_sessions
+from .models import DEFAULT_MAX_P, DEFAULT_MAX_PP, LinkInfo, channel_rate_bps, effective_window, pp_level, pp_param
+
+CLASSES = ("small", "middle", "large", "huge")
+ROUND_ROBIN = ("huge", "small", "large", "middle")  # paper 000 section 4.2
+DEFAULT_CHANNELS = 8
+
+
+@dataclass(frozen=True)
+class MCThresholds:
+    """Upper bounds of Small, Middle and Large as multiples of the BDP."""
+
+    small: float = 0.1
+    middle: float = 1.0
+    large: float = 20.0
+
+    def __post_init__(self) -> None:
+        if not (0 < self.small <= self.middle <= self.large):
+            raise ValueError(f"mc thresholds must satisfy 0 < small <= middle <= large (got {self.small}, "
+                             f"{self.middle}, {self.large}) in multiples of the BDP")
+
+
+def round_robin(channels: int, order: list[str]) -> dict[str, int]:
+    """`channels` handed out one by one over `order`."""
+    alloc = {name: 0 for name in order}
+    for i in range(channels if order else 0):
+        alloc[order[i % len(order)]] += 1
+    return alloc
+
+
+class MultiChunk(Algorithm):
+    name = "mc"
+
+    def __init__(self, *, channels: int = DEFAULT_CHANNELS, thresholds: MCThresholds | dict | None = None,
+                 max_pp: int = DEFAULT_MAX_PP, max_p: int = DEFAULT_MAX_P) -> None:
+        if isinstance(thresholds, dict):
+            thresholds = MCThresholds(**thresholds)
+        if thresholds is not None and not isinstance(thresholds, MCThresholds):
+            raise ValueError(f"mc: thresholds must be MCThresholds or a dict (got {type(thresholds).__name__})")
+        self.thresholds = thresholds or MCThresholds()
+        self.opts = {
+            "channels": check_int(self.name, "channels", channels),
+            "thresholds": (self.thresholds.small, self.thresholds.middle, self.thresholds.large),
+            "max_pp": check_int(self.name, "max_pp", max_pp),
+            "max_p": check_int(self.name, "max_p", max_p),
+        }
+        self.last_moves: list[tuple[float, str, int]] = []  # (time, chunk id, channels), filled by run()
+
+    # -- plan -----------------------------------------------------------------
+    def classify(self, sizes: SortedSizes, link: LinkInfo) -> dict[str, tuple[int, int]]:
+        """Row range of each non-empty class."""
+        bdp, t, n = link.bdp_bytes, self.thresholds, len(sizes)
+        cuts = [0, sizes.index_at_least(t.small * bdp), sizes.index_at_least(t.middle * bdp),
+                sizes.index_at_least(t.large * bdp), n]
+        return {name: (cuts[i], cuts[i + 1]) for i, name in enumerate(CLASSES) if cuts[i + 1] > cuts[i]}
+
+    def chunk_params(self, name: str, mean: float, link: LinkInfo, channels: int) -> TransferParams:
+        bdp = link.bdp_bytes
+        pp = pp_param(pp_level(bdp, mean, self.opts["max_pp"]))
+        p = 1
+        if name in ("large", "huge"):
+            p = min(math.ceil(mean / bdp), math.ceil(bdp / effective_window(link)))
+            p = min(max(p, 1), self.opts["max_p"])
+        return TransferParams(pp=pp, p=p, cc=max(channels, 1), tcp_buffer=link.tcp_buffer_bytes)
+
+    def _specs(self, sizes: SortedSizes, link: LinkInfo) -> list[ChunkSpec]:
+        ranges = self.classify(sizes, link)
+        order = [name for name in ROUND_ROBIN if name in ranges]
+        alloc = round_robin(self.opts["channels"], order)
+        specs = []
+        for name in order:
+            lo, hi = ranges[name]
+            params = self.chunk_params(name, sizes.mean(lo, hi), link, min(alloc[name], hi - lo))
+            specs.append(make_spec(sizes, f"mc.{name}", lo, hi, params))
+        return specs
+
+    def plan(self, manifest: ManifestLike, link: LinkInfo) -> list[ChunkSpec]:
+        """Chunks in start order; cc is each chunk's initial channel count (a chunk
+        beyond the channel count shows 1 and waits for freed channels)."""
+        check_link(link)
+        return self._specs(SortedSizes.of(manifest), link)
+
+    # -- run ------------------------------------------------------------------
+    def run(self, manifest_sorted: pa.Table, link: LinkInfo, executor: Any) -> list[ChunkResult]:
+        ctx = RunContext.open(manifest_sorted, link, executor)
+        specs = self._specs(ctx.sizes, link)
+        if not specs:
+            return []
+        if not supports_sessions(executor):
+            # One chunk at a time with every channel: MC's parameters, not its overlap.
+            for spec in specs:
+                ctx.run_spec(spec.with_params(cc=min(self.opts["channels"], spec.files)))
+            return ctx.results
+        scheduler = _Scheduler(ctx, specs, self.opts["channels"])
+        scheduler.run()
+        self.last_moves = scheduler.moves
+        return ctx.results
+
+
+class _ChunkState:
+    def __init__(self, spec: ChunkSpec, link: LinkInfo) -> None:
+        self.spec = spec
+        self.channels = 0
+        self.bytes_done = 0
+        self.channel_seconds = 0.0
+        self.last_at = 0.0
+        self.done = False
+        self.model_rate = max(channel_rate_bps(spec.bytes / spec.files, spec.params.pp, spec.params.p, link) / 8, 1.0)
+
+    def eta(self, channels: int) -> float:
+        """Seconds left if the chunk had `channels` channels from now on."""
+        if channels <= 0:
+            return math.inf
+        per_channel = (self.bytes_done / self.channel_seconds
+                       if self.channel_seconds > 0 and self.bytes_done > 0 else self.model_rate)
+        return (self.spec.bytes - self.bytes_done) / (per_channel * channels)
+
+
+class _Scheduler:
+    def __init__(self, ctx: RunContext, specs: list[ChunkSpec], channels: int) -> None:
+        self.ctx = ctx
+        self.states = {s.id: _ChunkState(s, ctx.link) for s in specs}
+        self.order = [s.id for s in specs]
+        alloc = round_robin(channels, self.order)
+        self.initial = {cid: min(alloc[cid], self.states[cid].spec.files) for cid in self.order}
+        self.spare = channels - sum(self.initial.values())  # more channels than files to use them
+        self.moves: list[tuple[float, str, int]] = []  # (time, chunk id, channels after)
+
+    def run(self) -> None:
+        session = self.ctx.executor.open_session(self.ctx.manifest)
+        try:
+            for cid in self.order:
+                if self.initial[cid] > 0:
+                    self._start(session, cid, self.initial[cid], 0.0)
+            spare = self.spare
+            while any(st.channels > 0 and not st.done for st in self.states.values()):
+                event = session.wait_any()
+                st = self.states[event.chunk_id]
+                st.channel_seconds += st.channels * max(event.at - st.last_at, 0.0)
+                st.last_at = event.at
+                st.bytes_done = event.bytes_done
+                if not event.done:
+                    continue
+                st.done = True
+                self.ctx.results.append(event.result)
+                freed, st.channels = st.channels + spare, 0
+                spare = self._reassign(session, freed, event.at)
+        finally:
+            session.close()
+
+    def _start(self, session: Any, cid: str, channels: int, at: float) -> None:
+        st = self.states[cid]
+        st.channels, st.last_at = channels, at
+        session.start(st.spec.with_params(cc=channels), channels)
+        self.moves.append((at, cid, channels))
+
+    def _reassign(self, session: Any, freed: int, at: float) -> int:
+        """Give freed channels one by one to the longest-running chunk; returns channels nobody can use."""
+        extra = {cid: 0 for cid in self.order}
+        for _ in range(freed):
+            open_ = [cid for cid in self.order if not self.states[cid].done
+                     and self.states[cid].channels + extra[cid] < self.states[cid].spec.files]
+            if not open_:
+                break
+            target = max(open_, key=lambda c: self.states[c].eta(self.states[c].channels + extra[c]))
+            extra[target] += 1
+        for cid in self.order:
+            if not extra[cid]:
+                continue
+            st = self.states[cid]
+            if st.channels == 0:
+                self._start(session, cid, extra[cid], at)
+            else:
+                st.channel_seconds += st.channels * max(at - st.last_at, 0.0)
+                st.last_at = at
+                st.channels += extra[cid]
+                session.set_channels(cid, st.channels)
+                self.moves.append((at, cid, st.channels))
+        return freed - sum(extra.values())

@@ -1,0 +1,36 @@
+"""Algorithm names -> classes, and `get_algorithm(name, **options)`."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from .adaptive_cc import AdaptiveCC
+from .auto import Auto
+from .base import Algorithm
+from .fixed import Fixed
+from .globus import Globus
+from .multichunk import MultiChunk
+from .pcp import PCP
+
+ALGORITHMS: dict[str, type[Algorithm]] = {
+    "fixed": Fixed,
+    "globus": Globus,
+    "pcp": PCP,
+    "mc": MultiChunk,
+    "adaptive-cc": AdaptiveCC,
+    "auto": Auto,
+}
+
+
+def get_algorithm(name: str, **options: Any) -> Algorithm:
+    """An algorithm instance; unknown names and options raise ValueError naming the valid ones."""
+    cls = ALGORITHMS.get(name)
+    if cls is None:
+        raise ValueError(f"unknown tuning algorithm {name!r}; choose one of: {', '.join(ALGORITHMS)}")
+    valid = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ValueError(f"algorithm {name!r} has no option {', '.join(unknown)}; "
+                         f"its options are: {', '.join(valid) or 'none'}")
+    return cls(**options)
