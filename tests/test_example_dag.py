@@ -40,3 +40,15 @@ def test_failed_files_fail_the_task(airflow_home, sshd, test_base, local_dir):
     )
     assert result["tasks"]["copy_dataset"].endswith("failed")
     assert "permission denied" in log
+
+
+def test_airflow_discovers_the_provider(airflow_home):
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "airflow", "providers", "get", "airflow-transfer", "-o", "json"],
+                          env=airflow_home, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    info = json.loads(proc.stdout[proc.stdout.index("["):])
+    assert info[0]["Provider"] == "airflow-transfer" and info[0]["Version"] == "0.1.0"

@@ -22,6 +22,9 @@ from ..errors import AuthError, ConnectError, HostKeyError, TransferError, Usage
 # BDP per connection for downloads (500 Mbit/s x 100 ms = 6.25 MB).
 DEFAULT_WINDOW = 16 * 1024 * 1024
 CONNECT_TIMEOUT = 15.0
+# A server that stops answering mid-transfer must not hang a task forever: no
+# reply for this long fails the connection (its files are reported, not lost).
+IDLE_TIMEOUT = 120.0
 
 
 @dataclass
@@ -264,6 +267,7 @@ def open_sftp(transport, window: int = DEFAULT_WINDOW):
 
     try:
         chan = transport.open_session(window_size=window)
+        chan.settimeout(IDLE_TIMEOUT)
         chan.invoke_subsystem("sftp")
     except Exception as exc:  # noqa: BLE001 - paramiko raises several kinds
         raise TransferError(f"the server refused the SFTP subsystem: {exc}", "",
