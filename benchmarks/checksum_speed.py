@@ -1,7 +1,8 @@
 """Single-thread checksum speed per algorithm and block size, in MiB/s.
 
     .venv/bin/python benchmarks/checksum_speed.py [--mib 64] [--repeat 3]
-        [--sizes 4K,64K,255K,1M,16M] [--algorithms md5,sha256,...] [--coreutils] [--json]
+        [--sizes 4K,64K,255K,1M,16M] [--algorithms md5,sha256,...] [--coreutils]
+        [--pipeline] [--json]
 
 Two figures per cell, best of --repeat runs over --mib MiB held in memory
 (no disk, so this is the CPU cost only):
@@ -10,6 +11,9 @@ Two figures per cell, best of --repeat runs over --mib MiB held in memory
           block-level pipeline's cost; small blocks pay the per-hasher setup).
 --coreutils also times md5sum/sha1sum/sha256sum/b2sum on a page-cached temp
 file of --mib MiB (what the coreutils fall-back costs at a destination).
+--pipeline times BlockPipeline (1 MiB pieces, 4 MiB checksum blocks) with 1
+and 2 worker threads, with and without the serial whole-file digest: how far
+paper 002's multi-threaded checksum (section III.B) gets on this machine.
 
 The machine is shared (2 cores): figures are noisy, compare within one run.
 """
@@ -35,6 +39,7 @@ from airflow_transfer.integrity.algorithms import (  # noqa: E402
     available,
     new_hasher,
 )
+from airflow_transfer.integrity.pipeline import BlockPipeline  # noqa: E402
 
 MIB = 1024 * 1024
 
@@ -76,6 +81,28 @@ def best_rate(fn, name: str, view: memoryview, block: int, repeat: int) -> float
     return len(view) / MIB / seconds
 
 
+def pipeline_rates(names: list[str], view: memoryview, repeat: int) -> dict[str, dict[str, float]]:
+    pieces = [bytes(view[pos : pos + MIB]) for pos in range(0, len(view), MIB)]
+    rates: dict[str, dict[str, float]] = {}
+    for name in names:
+        row = {}
+        for threads in (1, 2):
+            for whole in (False, True):
+                best = float("inf")
+                for _ in range(repeat):
+                    start = time.perf_counter()
+                    pipe = BlockPipeline(name, 4 * MIB, threads=threads, whole_file=whole)
+                    for i, piece in enumerate(pieces):
+                        pipe.submit(i * MIB, piece)
+                    pipe.finish()
+                    best = min(best, time.perf_counter() - start)
+                row[f"{threads} thread{'s' if threads > 1 else ''}, {'blocks+file' if whole else 'blocks'}"] = (
+                    len(view) / MIB / best
+                )
+        rates[name] = row
+    return rates
+
+
 def coreutils_rates(total: int, repeat: int) -> dict[str, float]:
     rates: dict[str, float] = {}
     with tempfile.NamedTemporaryFile(prefix="cksum-bench-") as tmp:
@@ -101,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="4K,64K,255K,1M,16M")
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
     parser.add_argument("--coreutils", action="store_true")
+    parser.add_argument("--pipeline", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -115,11 +143,13 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(f"measured {name}", file=sys.stderr)
     tools = coreutils_rates(args.mib * MIB, args.repeat) if args.coreutils else {}
+    piped = pipeline_rates(names, data, args.repeat) if args.pipeline else {}
 
     if args.json:
         print(json.dumps({"machine": platform.processor() or platform.machine(),
                           "python": platform.python_version(), "mib": args.mib,
-                          "python_rates": results, "coreutils_rates": tools}))
+                          "python_rates": results, "coreutils_rates": tools,
+                          "pipeline_rates": piped}))
         return 0
     heads = [label(b) for b in sizes]
     print(f"MiB/s, single thread, {args.mib} MiB in memory, best of {args.repeat}, "
@@ -136,6 +166,13 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---:|")
         for name, rate in tools.items():
             print(f"| {name} | {rate:.0f} |")
+    if piped:
+        cols = list(next(iter(piped.values())))
+        print()
+        print("| BlockPipeline MiB/s | " + " | ".join(cols) + " |")
+        print("|---|" + "---:|" * len(cols))
+        for name, row in piped.items():
+            print(f"| {name} | " + " | ".join(f"{row[c]:.0f}" for c in cols) + " |")
     return 0
 
 
