@@ -29,6 +29,7 @@ SIGHUP (a dropped SSH session).
 
 
 import argparse
+import errno
 import json
 import os
 import platform
@@ -121,11 +122,10 @@ def _mib_s(nbytes: int, seconds: float) -> float:
 class _Evictor:
     """Drops just-written files from the page cache before they are read."""
 
-    def __init__(self, method: str, workdir: str, dummy_size: int, verbose: bool) -> None:
+    def __init__(self, method: str, workdir: str, dummy_size: int) -> None:
         self.workdir = workdir
         self.dummy_path = None
         self.dummy_size = dummy_size
-        self.verbose = verbose
         fadvise = getattr(os, "posix_fadvise", None) is not None and hasattr(os, "POSIX_FADV_DONTNEED")
         if method == "auto":
             method = "fadvise" if fadvise else "dummy-file"
@@ -300,8 +300,11 @@ def run(path: str = ".", file_size: int = 64 * MIB, total: int = 512 * MIB, roun
     })
     workdir = tempfile.mkdtemp(prefix=".disk-profiler-", dir=path)
     try:
-        evictor = _Evictor(evict, workdir, dummy_size, verbose)
+        evictor = _Evictor(evict, workdir, dummy_size)
         result["cache_eviction"] = evictor.as_dict()
+        fs_type = (result["filesystem"] or {}).get("type")
+        if fs_type in ("tmpfs", "ramfs"):
+            result["cache_eviction"]["detail"] += "; %s keeps files in memory, so these are memory figures" % fs_type
         bench = _Bench(workdir, file_bytes, files, evictor, 2 * blocks[-1])
         best_w, best_r = {}, {}
         truncated = False
@@ -425,6 +428,8 @@ def main(argv=None) -> int:
         return 130
     except (OSError, ValueError) as exc:
         message = "disk profiler failed in %s: %s" % (args.path, exc)
+        if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+            message += "; lower --total and --file-size or free space there"
         sys.stderr.write(message + "\n")
         _emit(dict(_header(), ok=False, error=message))
         return 1
