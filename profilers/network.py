@@ -47,6 +47,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Callable, Optional
 
 VERSION = 1
 MAGIC = "ATNP1"  # wire protocol tag of the sink: "ATNP1 <token|-> <CMD> [args]\n"
@@ -582,9 +583,10 @@ def trace_hops(host: str, max_hops: int = 30, timeout: float = 20.0) -> dict:
 
 # -- the whole profile -------------------------------------------------------
 
-def run(host: str = None, port: int = None, rtt_host: str = None, rtt_port: int = None,
-        trace_host: str = None, seconds: float = None, streams: int = 4, direction: str = "send",
-        buffer: int = 0, token: str = "", rtt_count: int = None, hops: bool = True, light: bool = False,
+def run(host: Optional[str] = None, port: Optional[int] = None, rtt_host: Optional[str] = None,
+        rtt_port: Optional[int] = None, trace_host: Optional[str] = None, seconds: Optional[float] = None,
+        streams: int = 4, direction: str = "send", buffer: int = 0, token: str = "",
+        rtt_count: Optional[int] = None, hops: bool = True, light: bool = False,
         max_hops: int = 30, hop_timeout: float = 20.0) -> dict:
     """Measure what can be measured from the arguments; return the result dict.
 
@@ -649,7 +651,7 @@ def run(host: str = None, port: int = None, rtt_host: str = None, rtt_port: int 
 
 
 def serve(port: int = 0, bind: str = "127.0.0.1", token: str = "", idle_timeout: float = 60.0,
-          max_seconds: float = 600.0, ready=None) -> dict:
+          max_seconds: float = 600.0, ready: Optional[Callable[[str, int], None]] = None) -> dict:
     """Run a sink in the foreground until QUIT, idle timeout, lifetime or a signal.
     `ready(address, port)` is called once it listens."""
     sink = Sink(port=port, bind=bind, token=token, idle_timeout=idle_timeout, max_seconds=max_seconds).start()

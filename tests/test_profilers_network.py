@@ -127,7 +127,7 @@ def test_bandwidth_probe_against_its_own_sink(sink_how, client_how):
         assert probe["available"] is True, probe
         assert probe["mbit"] > 0 and probe["bytes"] > 0
         assert len(probe["per_stream_mbit"]) == 2 and all(m > 0 for m in probe["per_stream_mbit"])
-        assert 0.5 <= probe["elapsed_s"] < 5
+        assert 0.4 <= probe["elapsed_s"] < 5  # recv starts timing at GO, a hair after the sink starts
     assert 0 < out["rtt"]["median_ms"] < 50
     assert out["sink_stopped"] is True
     stats = served["serve"]
