@@ -8,10 +8,11 @@ The decision (`Auto.decide`) is a list of early returns, each with its reason:
 3. too little data to probe             -> mc           total < min_chunks x min_chunk_bytes:
                                                         probes would be most of the transfer, so
                                                         set pp/p per size class from the models
-4. mixed dataset                        -> mc           Set 1 (< BDP) and Set 2 (>= BDP) each hold
-                                                        >= mixed_share of the files or of the bytes:
-                                                        MC moves small files alongside large ones
-                                                        (paper 000 section 4.2)
+4. mixed dataset                        -> mc           Set 1 (< BDP) and Set 2 (>= BDP) would each
+                                                        take >= mixed_share of the transfer time
+                                                        (model estimate on one channel, so both
+                                                        file count and bytes count): MC moves small
+                                                        files alongside large ones (section 4.2)
 5. otherwise                            -> pcp          homogeneous enough to converge adaptively
                                                         (paper 000 section 4.1)
 
@@ -35,7 +36,7 @@ from .base import Algorithm, check_fraction, check_int, check_link, default_min_
 from .chunks import ChunkSpec
 from .dataset import ManifestLike, SortedSizes
 from .fixed import Fixed
-from .models import DEFAULT_MAX_CC, DEFAULT_MAX_P, DEFAULT_MAX_PP, LinkInfo
+from .models import DEFAULT_MAX_CC, DEFAULT_MAX_P, DEFAULT_MAX_PP, LinkInfo, channel_rate_bps, pp_level, pp_param
 from .multichunk import DEFAULT_CHANNELS, MultiChunk
 from .pcp import DEFAULT_MIN_CHUNKS, PCP
 
@@ -84,13 +85,26 @@ class Auto(Algorithm):
                                   f"{min_chunk} bytes: static per-class parameters from the models")
         set1 = sizes.index_at_least(link.bdp_bytes)
         share = self.opts["mixed_share"]
-        files_mixed = min(set1, n - set1) >= share * n
-        set1_bytes = sizes.bytes(0, set1)
-        bytes_mixed = min(set1_bytes, total - set1_bytes) >= share * total
-        if files_mixed or bytes_mixed:
-            return Decision("mc", f"mixed dataset: {set1} of {n} files and {set1_bytes} of {total} bytes "
-                                  f"are below the BDP ({link.bdp_bytes} bytes)")
+        t1, t2 = self._estimated_seconds(sizes, set1, link)
+        if min(t1, t2) >= share * (t1 + t2):
+            return Decision("mc", f"mixed dataset: files below the BDP ({set1} of {n}) and above it would take "
+                                  f"{t1 / (t1 + t2):.0%} and {t2 / (t1 + t2):.0%} of the time on one channel")
         return Decision("pcp", "homogeneous dataset on a measured link: adaptive PCP, re-tuned at run time")
+
+    def _estimated_seconds(self, sizes: SortedSizes, set1: int, link: LinkInfo) -> tuple[float, float]:
+        """Model time of Set 1 and Set 2 on one channel, each at its paper-000 pipelining:
+        file count and bytes both count, as they do on the wire."""
+        n, bdp = len(sizes), link.bdp_bytes
+        out = []
+        for lo, hi, level in ((0, set1, None), (set1, n, 2)):
+            if hi <= lo:
+                out.append(0.0)
+                continue
+            mean = sizes.mean(lo, hi)
+            pp = pp_param(level if level else pp_level(bdp, mean, self.opts["max_pp"]))
+            rate = channel_rate_bps(mean, pp, 1, link)
+            out.append(sizes.bytes(lo, hi) * 8 / rate if rate > 0 else (hi - lo) * link.rtt_s)
+        return out[0], out[1]
 
     def delegate(self, decision: Decision) -> Algorithm:
         o = self.opts
