@@ -231,3 +231,14 @@ def test_adaptive_cc_uses_gridftp_default_pipelining_on_an_unmeasured_link():
     assert {s.params.pp for s in specs} == {pp_param(20)}
     measured = get_algorithm("adaptive-cc").plan(t, LinkInfo(rtt_s=0.1, bandwidth_bps=5 * MB * 8 / 0.1))
     assert {s.params.pp for s in measured} == {pp_param(4)}
+
+
+@pytest.mark.parametrize("sizes", [np.zeros(50, np.int64), np.array([7 * MB]), np.array([0, 1, 10 * MB])],
+                         ids=["all-empty-files", "one-file", "tiny-mixed"])
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_degenerate_datasets_finish(name, sizes):
+    link = LinkInfo(rtt_s=0.05, bandwidth_bps=1e9, source="profiler")
+    sim = LinkSimulator(link)
+    results = get_algorithm(name).run(table(sizes), link, sim)
+    assert sum(r.files for r in results) == len(sizes)
+    assert all(r.seconds > 0 for r in results)

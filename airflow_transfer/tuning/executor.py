@@ -27,7 +27,8 @@ one to an executor, read the throughput back, and decide. Two levels:
 
    Progress events come at the executor's own cadence (every second or so);
    exactly one `done` event is delivered per started chunk, carrying its
-   ChunkResult. `wait_any` raises RuntimeError when nothing is running.
+   ChunkResult (params.cc = its channel count when it finished).
+   `wait_any` raises RuntimeError when nothing is running.
 
 Executors without `open_session` still run MC: it then moves its chunks one
 after another with all channels (see multichunk.py).

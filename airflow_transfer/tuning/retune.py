@@ -52,7 +52,7 @@ class RestRunner:
             cuts = self.ctx.sizes.byte_cuts(seg.start, seg.stop, self.piece_bytes)
             bounds = [seg.start, *cuts.tolist(), seg.stop]
             for k, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
-                params = replace(seg.params, cc=self.cc)
+                params = replace(seg.params, cc=min(self.cc, hi - lo))
                 chunk_id = f"{seg.label}.{k + 1:03d}"
                 result = self.ctx.run(lo, hi, params, chunk_id)
                 self._observe(chunk_id, result.throughput_mbit / self._norm(lo, hi, params))

@@ -208,8 +208,12 @@ class _Running:
     channels: int
     started: float
     startup_left: float
-    bytes_done: float = 0.0
-    rate: float = 0.0  # payload bytes per second in the steady part
+    done_frac: float = 0.0  # share of the steady part done (zero-byte files still take time)
+    speed: float = 0.0  # steady fraction per second
+
+    @property
+    def bytes_done(self) -> int:
+        return int(self.done_frac * self.spec.bytes)
     max_channels: int = 0
     next_tick: float = 0.0
 
@@ -275,6 +279,7 @@ class SimSession:
             params = replace(r.spec.params, cc=r.channels)
             _, steady = self.sim.chunk_timing(r.sizes, params, bw, total_connections=everyone, cap_bps=capacity)
             demand[cid] = r.spec.bytes * 8 / steady if steady > 0 else math.inf
+            r.speed = 1 / steady if steady > 0 else math.inf
             weight[cid] = min(r.channels, r.sizes.size) * r.spec.params.p
         alloc, left, open_ = {}, capacity, set(self.running)
         while open_:
@@ -289,15 +294,13 @@ class SimSession:
             open_ -= capped
         for cid, r in self.running.items():
             if alloc[cid] >= demand[cid]:
-                r.rate = demand[cid] / 8
-                continue
+                continue  # not limited by its share: keeps its own speed
             params = replace(r.spec.params, cc=r.channels)
             _, steady = self.sim.chunk_timing(r.sizes, params, bw, total_connections=everyone, cap_bps=alloc[cid])
-            r.rate = r.spec.bytes / steady if steady > 0 else math.inf
+            r.speed = 1 / steady if steady > 0 else math.inf
 
     def _finish_time(self, r: _Running) -> float:
-        left = r.spec.bytes - r.bytes_done
-        return self.sim.now + r.startup_left + (left / r.rate if r.rate > 0 else math.inf)
+        return self.sim.now + r.startup_left + (1 - r.done_frac) / r.speed
 
     def _step(self) -> None:
         now = self.sim.now
@@ -309,10 +312,10 @@ class SimSession:
             dt = t - now
             warm = min(dt, r.startup_left)
             r.startup_left -= warm
-            r.bytes_done = min(r.spec.bytes, r.bytes_done + (dt - warm) * r.rate)
+            r.done_frac = min(1.0, r.done_frac + (dt - warm) * r.speed)
         self.sim.now = t
         finished = [cid for cid, r in self.running.items()
-                    if r.bytes_done >= r.spec.bytes - 1e-6 and r.startup_left <= 0]
+                    if r.done_frac >= 1 - 1e-9 and r.startup_left <= 0]
         for cid in finished:
             r = self.running.pop(cid)
             seconds = t - r.started
@@ -323,7 +326,7 @@ class SimSession:
         for cid, r in self.running.items():
             if r.next_tick <= t:
                 r.next_tick = t + self.sim.progress_interval
-                self.queue.append(ChunkEvent(cid, t - self.opened_at, int(r.bytes_done)))
+                self.queue.append(ChunkEvent(cid, t - self.opened_at, r.bytes_done))
         if finished or t == t_change:
             self._rerate()
 
