@@ -8,11 +8,15 @@ to the best block size without losing performance (here: staying within 5 %).
 How it measures:
 - write: files of the average size are written in block-size chunks and
   fsynced (the fsync is inside the timing, as the paper flushes at the end);
+- a round writes every block size's files first, then evicts, then reads
+  them all back (so the paper's expensive dummy-file eviction runs once per
+  round, not once per block size); a round keeps total / rounds bytes on disk;
 - read: before reading, the files are dropped from the page cache with
   posix_fadvise(DONTNEED) after the fsync (their pages are clean then, so the
   kernel does drop them). Where posix_fadvise is missing, the paper's own
-  approach is the fallback: read a dummy file larger than the page cache. The
-  method used is stated in the output.
+  approach is the fallback: read a dummy file larger than the page cache,
+  unless writing and reading one (about the memory size) would not fit the
+  time budget. The method used, and why, is stated in the output.
 - block sizes are powers of two from 4 KiB to 16 MiB (never above the file
   size: a block larger than the file is the same I/O as one file-sized block);
   the sweep is run in `rounds` interleaved rounds and the best figure of each
@@ -120,12 +124,14 @@ def _mib_s(nbytes: int, seconds: float) -> float:
 
 
 class _Evictor:
-    """Drops just-written files from the page cache before they are read."""
+    """Keeps reads out of the page cache: fadvise right after each fsync, or the
+    paper's dummy file read once between a batch's writes and its reads."""
 
     def __init__(self, method: str, workdir: str, dummy_size: int) -> None:
         self.workdir = workdir
         self.dummy_path = None
         self.dummy_size = dummy_size
+        self.auto = method == "auto"
         fadvise = getattr(os, "posix_fadvise", None) is not None and hasattr(os, "POSIX_FADV_DONTNEED")
         if method == "auto":
             method = "fadvise" if fadvise else "dummy-file"
@@ -137,8 +143,10 @@ class _Evictor:
             self.detail = "posix_fadvise(POSIX_FADV_DONTNEED) after fsync"
         elif method == "dummy-file":
             cache = _page_cache_estimate()
-            self.detail = ("read a %d-byte dummy file before each read pass (paper 003 section 4.1); "
-                           "page cache estimate %s bytes" % (dummy_size, cache if cache else "unknown"))
+            self.detail = ("%sread a %d-byte dummy file between each batch's writes and its reads (paper 003 "
+                           "section 4.1); page cache estimate %s bytes"
+                           % ("posix_fadvise is unavailable: " if self.auto else "", dummy_size,
+                              cache if cache else "unknown"))
             if cache and dummy_size < cache:
                 self.detail += "; the dummy file is smaller than the page cache, so reads may still hit the cache"
         else:
@@ -149,10 +157,21 @@ class _Evictor:
         if self.method == "fadvise":
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
-    def before_read(self, buf: memoryview) -> None:
+    def before_read(self, buf: memoryview, write_bps: float, seconds_left: float, passes_left: int) -> None:
+        """Read the dummy file (creating it first). In auto mode, give up on it,
+        and say so, when writing and reading it would not fit the time left:
+        the paper's dummy must outgrow the page cache, i.e. about the memory size."""
         if self.method != "dummy-file":
             return
         if self.dummy_path is None:
+            cost = self.dummy_size / max(write_bps, 1.0) * (1 + passes_left)
+            if self.auto and cost > seconds_left:
+                self.method = "none"
+                self.detail = ("posix_fadvise is unavailable and the paper's dummy file (%d bytes, about the "
+                               "memory size) would take ~%.0f s to write and read, over the time budget: no "
+                               "eviction, read figures may come from the page cache (pass --evict dummy-file, "
+                               "--max-seconds or --dummy-size to force it)" % (self.dummy_size, cost))
+                return
             self.dummy_path = os.path.join(self.workdir, "dummy")
             _write_file(self.dummy_path, self.dummy_size, PATTERN, _pattern(PATTERN), None)
         _read_file(self.dummy_path, buf, len(buf))
@@ -215,38 +234,54 @@ def _read_file(path: str, buf: memoryview, block: int) -> float:
 
 
 class _Bench:
-    """One private directory, reusable buffers, and the trial primitive."""
+    """One private directory, reusable buffers, and the batch primitive."""
 
-    def __init__(self, workdir: str, file_bytes: int, files: int, evictor: _Evictor, max_block: int) -> None:
+    def __init__(self, workdir: str, file_bytes: int, files: int, evictor: _Evictor, max_block: int,
+                 clock: float, max_seconds: float, expected_batches: int) -> None:
         self.workdir = workdir
         self.file_bytes = file_bytes
         self.files = files
         self.evictor = evictor
         self.data = _pattern(max_block)
         self.rbuf = memoryview(bytearray(max(max_block, PATTERN)))
-        self.trial_no = 0
+        self.clock, self.max_seconds = clock, max_seconds
+        self.batches_left = expected_batches
+        self.serial = 0
 
-    def trial(self, write_block: int, read_block: int):
-        """Write the trial's files with one block size, evict, read them back with
-        another; return (write MiB/s, read MiB/s). Files are removed afterwards."""
-        self.trial_no += 1
-        paths = [os.path.join(self.workdir, "t%d-%d" % (self.trial_no, i)) for i in range(self.files)]
+    def batch(self, pairs: list, deadline: float) -> list:
+        """For each (write block, read block): write the trial's files with the
+        first size; then evict once; then read every trial's files with the
+        second size. Writing stops at `deadline` (monotonic) after at least one
+        trial. Returns [(write MiB/s, read MiB/s)] for the trials done; every
+        file is removed before returning."""
+        trials = []
         try:
-            wsec = 0.0
-            for path in paths:
-                wsec += _write_file(path, self.file_bytes, write_block, self.data, self.evictor)
-            self.evictor.before_read(self.rbuf)
-            rsec = 0.0
-            for path in paths:
-                rsec += _read_file(path, self.rbuf, read_block)
+            for write_block, read_block in pairs:
+                if trials and time.monotonic() > deadline:
+                    break
+                self.serial += 1
+                paths = [os.path.join(self.workdir, "t%d-%d" % (self.serial, i)) for i in range(self.files)]
+                trials.append((paths, read_block, 0.0))  # listed before writing, so cleanup finds them
+                seconds = sum(_write_file(path, self.file_bytes, write_block, self.data, self.evictor)
+                              for path in paths)
+                trials[-1] = (paths, read_block, seconds)
+            self.batches_left -= 1
+            total = self.file_bytes * self.files
+            best_write = max(total / max(t[2], 1e-9) for t in trials)
+            self.evictor.before_read(self.rbuf, best_write,
+                                     self.max_seconds - (time.monotonic() - self.clock), self.batches_left)
+            out = []
+            for paths, read_block, wsec in trials:
+                rsec = sum(_read_file(path, self.rbuf, read_block) for path in paths)
+                out.append((_mib_s(total, wsec), _mib_s(total, rsec)))
+            return out
         finally:
-            for path in paths:
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
-        total = self.file_bytes * self.files
-        return _mib_s(total, wsec), _mib_s(total, rsec)
+            for paths, _read_block, _seconds in trials:
+                for path in paths:
+                    try:
+                        os.unlink(path)
+                    except FileNotFoundError:
+                        pass
 
 
 def _summarise(best_by_block: dict) -> dict:
@@ -301,19 +336,16 @@ def run(path: str = ".", file_size: int = 64 * MIB, total: int = 512 * MIB, roun
     workdir = tempfile.mkdtemp(prefix=".disk-profiler-", dir=path)
     try:
         evictor = _Evictor(evict, workdir, dummy_size)
-        result["cache_eviction"] = evictor.as_dict()
-        fs_type = (result["filesystem"] or {}).get("type")
-        if fs_type in ("tmpfs", "ramfs"):
-            result["cache_eviction"]["detail"] += "; %s keeps files in memory, so these are memory figures" % fs_type
-        bench = _Bench(workdir, file_bytes, files, evictor, 2 * blocks[-1])
+        bench = _Bench(workdir, file_bytes, files, evictor, 2 * blocks[-1], clock, max_seconds, 2 * rounds)
         best_w, best_r = {}, {}
         truncated = False
         for _round in range(rounds):
-            for block in blocks:
-                if time.monotonic() - clock > max_seconds and best_w:
-                    truncated = True
-                    break
-                w, r = bench.trial(block, block)
+            if best_w and time.monotonic() - clock > max_seconds:
+                truncated = True
+                break
+            figures = bench.batch([(b, b) for b in blocks], clock + max_seconds)
+            truncated = len(figures) < len(blocks)
+            for block, (w, r) in zip(blocks, figures):
                 best_w[block] = max(best_w.get(block, 0.0), w)
                 best_r[block] = max(best_r.get(block, 0.0), r)
                 if verbose:
@@ -321,8 +353,12 @@ def run(path: str = ".", file_size: int = 64 * MIB, total: int = 512 * MIB, roun
             if truncated:
                 break
         write, read = _summarise(best_w), _summarise(best_r)
-        _increments(bench, write, read, file_bytes, rounds, clock, max_seconds)
+        _increments(bench, write, read, file_bytes, rounds, clock + max_seconds * 1.5)
         result.update({"write": write, "read": read, "truncated": truncated})
+        result["cache_eviction"] = evictor.as_dict()  # after the sweep: auto mode may have given up the dummy
+        fs_type = (result["filesystem"] or {}).get("type")
+        if fs_type in ("tmpfs", "ramfs"):
+            result["cache_eviction"]["detail"] += "; %s keeps files in memory, so these are memory figures" % fs_type
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     result["ok"] = True
@@ -330,48 +366,49 @@ def run(path: str = ".", file_size: int = 64 * MIB, total: int = 512 * MIB, roun
     return result
 
 
-def _increments(bench: _Bench, write: dict, read: dict, file_bytes: int, rounds: int, clock: float,
-                max_seconds: float) -> None:
+def _increments(bench: _Bench, write: dict, read: dict, file_bytes: int, rounds: int, deadline: float) -> None:
     """Find, per direction, the largest increment d in (best, best/2, best/4, best/8)
     such that best + d stays within 5 % of the best bandwidth (paper 003 section
     4.1: 'the increment that can be added to the optimal block size to get the
     same performance'). best + best is read from the sweep when it was measured;
-    other candidates get `rounds` paired trials (both directions at once) and
-    their best figure, so they compete on the same footing as the sweep."""
+    the other candidates are measured in `rounds` batches (both directions in the
+    same trials) and keep their best figure, on the same footing as the sweep."""
     sides = {"write": write, "read": read}
     sweep = {side: {t["block"]: t["mib_s"] for t in sides[side]["trials"]} for side in sides}
-    found = {}
-    probes = {"write": [], "read": []}
-    for k in range(INCREMENT_PROBES):
-        pending = [s for s in sides if s not in found]
-        if not pending or time.monotonic() - clock > max_seconds * 1.5:
-            break
-        candidates = {}
-        for side in pending:
-            best = sides[side]["best_block"]
-            d = best >> k
-            if d >= MIN_BLOCK and best + d <= file_bytes:
-                candidates[side] = best + d
-        figures = {side: sweep[side][block] for side, block in candidates.items() if block in sweep[side]}
-        to_measure = [side for side in candidates if side not in figures]
-        if to_measure:
-            wblock = candidates.get("write", write["best_block"])
-            rblock = candidates.get("read", read["best_block"])
-            for _ in range(rounds):
-                w, r = bench.trial(wblock, rblock)
-                for side, value in (("write", w), ("read", r)):
-                    if side in to_measure:
-                        figures[side] = max(figures.get(side, 0.0), value)
-        for side, value in figures.items():
-            probes[side].append({"block": candidates[side], "mib_s": value})
-            if value >= sides[side]["best_mib_s"] * (1 - TOLERANCE):
-                found[side] = candidates[side] - sides[side]["best_block"]
+    candidates = {}  # side -> [block for k = 0..3], None where not testable
     for side, summary in sides.items():
-        summary["increment_probes"] = probes[side]
-        if side in found:
-            summary["increment"] = found[side]
+        best = summary["best_block"]
+        candidates[side] = [best + (best >> k) if (best >> k) >= MIN_BLOCK and best + (best >> k) <= file_bytes
+                            else None for k in range(INCREMENT_PROBES)]
+    figures = {side: {} for side in sides}
+    for side in sides:
+        for block in candidates[side]:
+            if block in sweep[side]:
+                figures[side][block] = sweep[side][block]
+    pairs = []
+    for k in range(INCREMENT_PROBES):
+        need = {side: candidates[side][k] for side in sides
+                if candidates[side][k] is not None and candidates[side][k] not in figures[side]}
+        if need:
+            pairs.append((need.get("write", write["best_block"]), need.get("read", read["best_block"]), need))
+    for _ in range(rounds if pairs else 0):
+        if time.monotonic() > deadline:
+            break
+        done = bench.batch([(w, r) for w, r, _need in pairs], deadline)
+        for (w_fig, r_fig), (_w, _r, need) in zip(done, pairs):
+            for side, value in (("write", w_fig), ("read", r_fig)):
+                if side in need:
+                    block = need[side]
+                    figures[side][block] = max(figures[side].get(block, 0.0), value)
+    for side, summary in sides.items():
+        best, best_mib_s = summary["best_block"], summary["best_mib_s"]
+        tried = [b for b in candidates[side] if b is not None and b in figures[side]]
+        summary["increment_probes"] = [{"block": b, "mib_s": figures[side][b]} for b in tried]
+        passed = [b for b in tried if figures[side][b] >= best_mib_s * (1 - TOLERANCE)]
+        if passed:
+            summary["increment"] = passed[0] - best  # candidates run from the largest step down
             summary["increment_note"] = "best + increment stayed within 5 % of the best"
-        elif not probes[side]:
+        elif not tried:
             summary["increment"] = 0
             summary["increment_note"] = ("not measured: best block + increment would exceed the file size "
                                          "(%d bytes) or the time budget" % file_bytes)

@@ -71,6 +71,34 @@ def test_disk_dummy_file_fallback_is_stated_and_cleaned(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def run_without_fadvise(args: list[str]) -> dict:
+    """The disk profiler on a platform without os.posix_fadvise (macOS, for one)."""
+    script = str(REPO / "profilers" / "disk.py")
+    code = ("import os, runpy, sys; del os.posix_fadvise; sys.argv[0] = 'disk.py'; "
+            f"runpy.run_path({script!r}, run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", code, *args], capture_output=True, text=True,
+                          timeout=30, cwd="/")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_without_fadvise_the_dummy_file_is_the_fallback(tmp_path):
+    out = run_without_fadvise(["--path", str(tmp_path), *SMALL, "--dummy-size", "4M"])
+    assert out["cache_eviction"]["method"] == "dummy-file"
+    assert out["cache_eviction"]["detail"].startswith("posix_fadvise is unavailable")
+    assert out["read"]["best_mib_s"] > 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_fadvise_a_memory_sized_dummy_over_budget_is_refused_and_said(tmp_path):
+    # the default dummy is the machine's memory size: far too slow for a 2 s budget
+    out = run_without_fadvise(["--path", str(tmp_path), *SMALL[:-2], "--max-seconds", "2"])
+    assert out["cache_eviction"]["method"] == "none"
+    assert "dummy file" in out["cache_eviction"]["detail"] and "time budget" in out["cache_eviction"]["detail"]
+    assert out["seconds"] < 10
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("sig, name", [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")])
 def test_disk_profiler_cleans_up_when_interrupted(tmp_path, sig, name):
     cmd, kwargs = profiler_cmd("disk", "piped", ["--path", str(tmp_path), "--file-size", "64M", "--total", "64G",
