@@ -46,6 +46,16 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--manifest", help="copy exactly the files of this Parquet manifest")
     cp.add_argument("--no-skip", action="store_true", help="re-send files already present with same size and mtime")
     cp.add_argument("--progress-interval", type=float, default=None, help="seconds between progress lines")
+    cp.add_argument("--store", help="store URL for the journal and history (default: SQLite under "
+                                    "$AIRFLOW_HOME or ~/.airflow-transfer)")
+    cp.add_argument("--transfer-key", help="journal key; a re-run with the same key resumes (default: from SRC+DST)")
+    cp.add_argument("--resume", dest="restart", action="store_false", default=False,
+                    help="continue from the journal of an earlier attempt (the default)")
+    cp.add_argument("--restart", dest="restart", action="store_true",
+                    help="ignore the journal of earlier attempts (files already complete are still skipped)")
+    cp.add_argument("--retries", type=int, default=5, help="attempts per file for transient errors")
+    cp.add_argument("--deadline", type=float, default=3600.0,
+                    help="seconds after which transient errors are no longer retried")
     ssh_opts(cp)
 
     ls = sub.add_parser("list", help="list SRC into a Parquet manifest")
@@ -78,8 +88,12 @@ def cmd_copy(args) -> int:
     manifest = Manifest.read(args.manifest) if args.manifest else None
     tty = sys.stderr.isatty()
     interval = args.progress_interval or (0.5 if tty else 5.0)
+    from .engine.retry import RetryPolicy
+
     req = CopyRequest(src, dst, params, manifest=manifest, skip_existing=not args.no_skip,
-                      progress=_progress_printer(sys.stderr, tty), progress_interval=interval)
+                      progress=_progress_printer(sys.stderr, tty), progress_interval=interval,
+                      store_url=args.store, transfer_key=args.transfer_key, restart=args.restart,
+                      retry=RetryPolicy(max_attempts=args.retries, deadline_s=args.deadline))
     summary = run_copy(req)
     if tty:
         sys.stderr.write("\n")
@@ -91,7 +105,8 @@ def cmd_copy(args) -> int:
     sys.stderr.write(
         f"{'done' if ok else 'INCOMPLETE'}: {summary['files']} files, {summary['bytes']} bytes in "
         f"{summary['seconds']:.1f}s ({summary['throughput_mbit']:.1f} Mbit/s), "
-        f"{summary['files_skipped']} already present, {len(summary['failed'])} failed\n"
+        f"{summary['files_skipped']} already present, {summary['files_resumed']} resumed, "
+        f"{summary['files_retried']} retried, {len(summary['failed'])} failed\n"
     )
     if args.json:
         sys.stdout.write(json.dumps(summary) + "\n")

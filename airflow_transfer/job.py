@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import time
@@ -10,6 +11,7 @@ from typing import Callable
 
 from .engine.accounting import Reporter, Stats
 from .engine.params import TransferParams
+from .engine.retry import RetryPolicy
 from .engine.transfer import TransferSession
 from .errors import TransferError, UsageError
 from .manifest import Manifest, list_local, list_remote
@@ -26,6 +28,11 @@ class CopyRequest:
     progress: Callable[[dict], None] | None = None
     progress_interval: float = 5.0
     skip_existing: bool = True
+    store_url: str | None = None  # None: [airflow_transfer] store_url / env / default SQLite
+    transfer_key: str | None = None  # None: derived from SRC and DST
+    restart: bool = False  # ignore the journal of an earlier attempt
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    use_store: bool = True
 
 
 def list_source(session: TransferSession, src: Endpoint) -> Manifest:
@@ -36,13 +43,65 @@ def list_source(session: TransferSession, src: Endpoint) -> Manifest:
     return list_local(src.path)
 
 
+def default_key(src: Endpoint, dst: Endpoint) -> str:
+    return "cli:" + hashlib.sha256(f"{src.display}\0{dst.display}".encode()).hexdigest()[:20]
+
+
+def _resume_map(store, transfer_id: int, manifest: Manifest) -> dict[str, list]:
+    """Files whose size and mtime match the journal's earlier listing, with their committed ranges.
+
+    Only for those can bytes already at the destination belong to this very source version."""
+    from .store import decode
+
+    old = store.file_states(transfer_id)
+    if old.num_rows == 0:
+        return {}
+    prev = {p: (sz, mt, rg) for p, sz, mt, rg in zip(old["path"].to_pylist(), old["size"].to_pylist(),
+                                                     old["mtime"].to_pylist(), old["ranges"].to_pylist())}
+    out: dict[str, list] = {}
+    for p, sz, mt in zip(manifest.table["path"].to_pylist(), manifest.table["size"].to_pylist(),
+                         manifest.table["mtime"].to_pylist()):
+        hit = prev.get(p)
+        if hit and hit[0] == sz and hit[1] is not None and abs(hit[1] - mt) < 1e-6:
+            out[p] = decode(hit[2]) if isinstance(hit[2], str) or hit[2] is None else hit[2]
+    return out
+
+
 def run_copy(req: CopyRequest) -> dict:
     """Copy and return the summary of DESIGN.md section 9 (fields later issues fill stay empty)."""
     t0 = time.monotonic()
     stats = Stats()
-    with TransferSession(req.src, req.dst, stats=stats, skip_existing=req.skip_existing) as session:
+    store = record = journal = None
+    if req.use_store:
+        from .store import Store, StoreError
+
+        try:
+            store = Store.open(req.store_url)
+        except StoreError as exc:
+            raise TransferError(f"cannot open the transfer store: {exc}", "",
+                                "check [airflow_transfer] store_url / --store") from exc
+    try:
+        return _run(req, t0, stats, store)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _run(req: CopyRequest, t0: float, stats: Stats, store) -> dict:
+    key = req.transfer_key or default_key(req.src, req.dst)
+    record = journal = None
+    resume: dict[str, list] | None = None
+    with TransferSession(req.src, req.dst, stats=stats, skip_existing=req.skip_existing,
+                         retry=req.retry) as session:
         manifest = req.manifest or list_source(session, req.src)
         manifest.validate(req.src.display)
+        if store is not None:
+            record = store.begin_transfer(key, req.src.display, req.dst.display, algorithm=req.algorithm,
+                                          resume=not req.restart)
+            resume = _resume_map(store, record.id, manifest) if record.resumed else {}
+            store.record_listing(record.id, manifest.table)
+            journal = store.journal_writer(record.id, max_delay_ms=200)
+            session.journal = journal
         src_root = req.src.path
         if manifest.root_is_file:
             src_root = (posixpath if req.src.scheme == "sftp" else os.path).dirname(req.src.path.rstrip("/")) or "/"
@@ -51,15 +110,19 @@ def run_copy(req: CopyRequest) -> dict:
         session.ensure_dirs(req.dst.path, ordered.empty_dirs)
         modes = ordered.modes.to_pylist() if ordered.modes is not None else None
         emit = req.progress or (lambda s: None)
-        with Reporter(stats, emit, req.progress_interval):
-            chunk = session.perform(ordered.table, req.params, src_root=src_root, dst_root=req.dst.path,
-                                    chunk_id="chunk-0", modes=modes)
+        try:
+            with Reporter(stats, emit, req.progress_interval):
+                chunk = session.perform(ordered.table, req.params, src_root=src_root, dst_root=req.dst.path,
+                                        chunk_id="chunk-0", modes=modes, resume=resume)
+        finally:
+            if journal is not None:
+                journal.close()
     seconds = time.monotonic() - t0
     chunks = [chunk]
     moved = sum(c.bytes_moved for c in chunks)
     failed = [{"path": o.path, "error": o.error} for c in chunks for o in c.outcomes if not o.ok]
     skipped = sum(1 for c in chunks for o in c.outcomes if o.skipped)
-    return {
+    summary = {
         "files": ordered.files,
         "bytes": ordered.bytes,
         "seconds": round(seconds, 3),
@@ -77,7 +140,18 @@ def run_copy(req: CopyRequest) -> dict:
         "protocol_switches": [],
         "tuning": {"source": "given", "bdp_bytes": 0, "rtt_ms": 0.0, "bandwidth_mbit": 0.0},
         "failed": failed,
+        "files_resumed": sum(c.resumed for c in chunks),
+        "files_retried": sum(c.retried for c in chunks),
+        "bytes_resent": sum(c.bytes_resent for c in chunks),
+        "transfer_key": key,
+        "transfer_id": record.id if record else None,
+        "store": store.masked_url if store is not None else None,
     }
+    if store is not None:
+        for c in chunks:
+            store.record_chunk(record.id, c)
+        store.finish_transfer(record.id, "failed" if failed else "succeeded", summary)
+    return summary
 
 
 def check_params(pp: int, p: int, cc: int) -> TransferParams:

@@ -13,6 +13,19 @@ import pytest
 from tests.support.sshd import SSHServer, chown_to_user, login_user
 
 
+@pytest.fixture(scope="session", autouse=True)
+def isolated_store(tmp_path_factory):
+    """Every CLI and engine run in the suite journals into a throwaway SQLite store."""
+    path = tmp_path_factory.mktemp("store") / "store.db"
+    old = os.environ.get("AIRFLOW__AIRFLOW_TRANSFER__STORE_URL")
+    os.environ["AIRFLOW__AIRFLOW_TRANSFER__STORE_URL"] = f"sqlite:///{path}"
+    yield path
+    if old is None:
+        os.environ.pop("AIRFLOW__AIRFLOW_TRANSFER__STORE_URL", None)
+    else:
+        os.environ["AIRFLOW__AIRFLOW_TRANSFER__STORE_URL"] = old
+
+
 @pytest.fixture(scope="session")
 def test_base() -> Path:
     """A world-traversable scratch area: the sshd's user must reach it."""

@@ -27,6 +27,9 @@ class ChunkResult:
     bytes_moved: int = 0  # bytes actually sent (re-sends counted)
     seconds: float = 0.0
     outcomes: list[FileOutcome] = field(default_factory=list)
+    resumed: int = 0  # files continued from bytes already at the destination
+    retried: int = 0  # files that needed more than one attempt
+    bytes_resent: int = 0  # bytes sent again because an attempt failed
 
     @property
     def throughput_mbit(self) -> float:

@@ -35,6 +35,13 @@ class FileTask:
     dst: str  # full final destination path
     tmp: str  # temporary destination path
     mode: int = 0o644
+    attempts: int = 0
+    resume_from: int = 0  # single stream: bytes already at the destination's temporary file
+    todo_ranges: list | None = None  # p ranges still missing (from the journal), None = all
+    moved_total: int = 0  # bytes sent over every attempt (re-sends included)
+    resumable: bool = False  # its temporary file may hold this very source version
+    resumed: bool = False
+    last_error: str | None = None
 
 
 class SourceChanged(OSError):
@@ -57,6 +64,7 @@ class Job:
         self.t0 = time.monotonic()
         self.seconds = 0.0
         self.fd: int | None = None
+        self.on_range: Callable[[str, int, int], None] | None = None  # the journal
 
     @property
     def length(self) -> int:
@@ -91,6 +99,7 @@ class UploadJob(Job):
         self.truncate = truncate
 
     def begin(self, wire: SFTPWire) -> None:
+        self._wire_for_space = wire
         try:
             self.fd = os.open(self.task.src, os.O_RDONLY)
             st = os.fstat(self.fd)
@@ -126,11 +135,11 @@ class UploadJob(Job):
             off = self.next_off
             self.next_off += n
             self.outstanding += 1
-            wire.send(w.WRITE, wire.p_write_head(self.handle, off, n), self._ack(n), data)
+            wire.send(w.WRITE, wire.p_write_head(self.handle, off, n), self._ack(off, n), data)
             sent += n
         return sent
 
-    def _ack(self, n: int) -> Callable:
+    def _ack(self, off: int, n: int) -> Callable:
         def on_status(t: int, r) -> None:
             self.outstanding -= 1
             try:
@@ -141,6 +150,8 @@ class UploadJob(Job):
             self.acked += n
             if self.stats is not None:
                 self.stats.add_bytes(n)
+            if self.on_range is not None:
+                self.on_range(self.task.rel, off, n)
 
         return on_status
 
@@ -153,15 +164,28 @@ class DownloadJob(Job):
         self.local_fd = local_fd
 
     def begin(self, wire: SFTPWire) -> None:
+        self._wire = wire
         self.outstanding += 1
         wire.send(w.OPEN, wire.p_open(self.task.src, w.FXF_READ), self._on_open)
 
     def _on_open(self, t: int, r) -> None:
         self.outstanding -= 1
         try:
-            self.handle = SFTPWire.expect_handle(t, r, self.task.src)
+            handle = SFTPWire.expect_handle(t, r, self.task.src)
         except OSError as exc:
             self.fail(exc)
+            return
+        # The source must still be the version that was listed, or the copy would mix two.
+        self.outstanding += 1
+        self._wire.send(w.FSTAT, self._wire.p_handle(handle), lambda t2, r2: self._on_fstat(handle, t2, r2))
+
+    def _on_fstat(self, handle: bytes, t: int, r) -> None:
+        self.outstanding -= 1
+        if t == w.ATTRS:
+            a = r.attrs()
+            if a.size != self.task.size or (a.mtime is not None and a.mtime != int(self.task.mtime)):
+                self.fail(SourceChanged(f"source changed since it was listed: {self.task.src}"))
+        self.handle = handle
 
     def feed(self, wire: SFTPWire, budget: int) -> int:
         sent = 0
@@ -203,6 +227,8 @@ class DownloadJob(Job):
             self.acked += got
             if self.stats is not None:
                 self.stats.add_bytes(got)
+            if self.on_range is not None:
+                self.on_range(self.task.rel, off, got)
             if got < n and self.error is None:
                 # Servers may return short reads; ask for the rest.
                 self._read(wire, off + got, n - got)

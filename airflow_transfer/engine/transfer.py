@@ -13,6 +13,8 @@ mtime is skipped, which is how a re-run after a crash finishes the job.
 
 from __future__ import annotations
 
+import errno
+import heapq
 import os
 import posixpath
 import shutil
@@ -33,11 +35,12 @@ from ..protocols.sftp_wire import Attrs, SFTPProtocolError
 from .accounting import Stats
 from .params import TransferParams
 from .result import ChunkResult, FileOutcome
-from .sftp_jobs import DownloadJob, FileTask, Job, Pipeline, UploadJob
+from .retry import RetryPolicy, classify
+from .sftp_jobs import DownloadJob, FileTask, Job, Pipeline, SourceChanged, UploadJob
 
 RANGE_MIN = 4 * 1024 * 1024  # smallest byte range worth its own connection
 DEFAULT_INFLIGHT = 8 * 1024 * 1024  # bytes outstanding per connection (bounded memory)
-MAX_RECONNECTS = 2
+RESUME_OVERLAP = 256 * 1024  # re-sent before a resume point (a torn last write)
 
 
 def _error_text(exc: BaseException, host: str, path: str) -> str:
@@ -52,13 +55,16 @@ class TransferSession:
     """Source and destination endpoints with pooled connections, reused across chunks."""
 
     def __init__(self, src: Endpoint, dst: Endpoint, *, stats: Stats | None = None,
-                 inflight: int = DEFAULT_INFLIGHT, skip_existing: bool = True) -> None:
+                 inflight: int = DEFAULT_INFLIGHT, skip_existing: bool = True,
+                 retry: RetryPolicy | None = None, journal=None) -> None:
         if src.scheme == "sftp" and dst.scheme == "sftp":
             raise UsageError("sftp to sftp copies are not supported yet", f"{src.display} -> {dst.display}",
                              "copy to a local staging directory first")
         self.src, self.dst = src, dst
         self.stats = stats or Stats()
         self.inflight = inflight
+        self.retry = retry or RetryPolicy()
+        self.journal = journal  # a store JournalWriter, or None
         self.skip_existing = skip_existing
         remote = src if src.scheme == "sftp" else dst if dst.scheme == "sftp" else None
         self.remote = remote
@@ -174,9 +180,18 @@ class TransferSession:
 
     # -- the primitive ---------------------------------------------------------
     def perform(self, files: pa.Table, params: TransferParams, *, src_root: str, dst_root: str,
-                chunk_id: str = "chunk-0", modes: list[int] | None = None) -> ChunkResult:
+                chunk_id: str = "chunk-0", modes: list[int] | None = None,
+                resume: dict[str, list] | None = None) -> ChunkResult:
+        """Move `files`. `resume` maps a path whose listing is unchanged since an earlier
+        attempt to the byte ranges the journal holds for it."""
         t0 = time.monotonic()
         tasks = self.tasks(files, src_root, dst_root, modes)
+        for t in tasks:
+            if resume is not None and t.rel in resume:
+                t.resumable = True
+                done = resume[t.rel]
+                if done and params.p > 1 and t.size >= 2 * RANGE_MIN:
+                    t.todo_ranges = _subtract([(0, t.size)], [tuple(r) for r in done]) or None
         result = ChunkResult(chunk_id, params, files=len(tasks), bytes=sum(t.size for t in tasks))
         self.stats.params = {"pp": params.pp, "p": params.p, "cc": params.cc}
         dirs = sorted({posixpath.dirname(t.rel) for t in tasks} - {""})
@@ -193,42 +208,122 @@ class TransferSession:
         runner.run()
         result.outcomes = [outcomes[i] for i in range(len(tasks))]
         result.bytes_moved = sum(o.bytes_moved for o in result.outcomes)
+        result.resumed = sum(1 for t in tasks if t.resumed)
+        result.retried = sum(1 for t in tasks if t.attempts > 1)
+        result.bytes_resent = sum(max(0, t.moved_total - t.size) for t in tasks)
         result.seconds = time.monotonic() - t0
         return result
 
 
 class _Runner:
-    """One chunk's worker threads."""
+    """One chunk's worker threads, with retries, reconnects and resume."""
 
     def __init__(self, session: TransferSession, tasks: list[FileTask], params: TransferParams,
                  outcomes: dict[int, FileOutcome], queue: deque) -> None:
         self.s, self.tasks, self.params = session, tasks, params
         self.outcomes, self.queue = outcomes, queue
+        self.policy = session.retry
         self.lock = threading.Lock()
+        self.wake = threading.Condition(self.lock)
+        self.delayed: list[tuple[float, int]] = []  # (ready time, index), a heap
+        self.running = 0  # files handed to workers and not yet finished or requeued
         self.index = {id(t): i for i, t in enumerate(tasks)}
         self.max_files_in_flight = 0
         self.worker_errors: list[BaseException] = []
+        self.fatal: BaseException | None = None  # no worker can ever connect (auth, host key)
+        self.host = session.remote.host_label if session.remote else "localhost"
 
-    # queue helpers
+    # -- queue -------------------------------------------------------------
+    def _promote(self) -> None:
+        now = time.monotonic()
+        while self.delayed and self.delayed[0][0] <= now:
+            self.queue.append(heapq.heappop(self.delayed)[1])
+
     def _pop(self, big: bool | None) -> int | None:
-        """Next file index; with `big` set, only a file of that kind (else None)."""
+        """Next ready file; with `big` set, only one of that kind. None: nothing ready now."""
         with self.lock:
+            self._promote()
             if not self.queue:
                 return None
             i = self.queue[0]
             if big is not None and self._is_big(self.tasks[i]) != big:
                 return None
+            self.running += 1
             return self.queue.popleft()
+
+    def _wait_for_work(self) -> bool:
+        """Block until a file is ready; False when the chunk has nothing left to do."""
+        with self.lock:
+            while True:
+                self._promote()
+                if self.queue:
+                    return True
+                if not self.delayed and self.running == 0:
+                    return False
+                if self.fatal is not None:
+                    return False
+                timeout = (self.delayed[0][0] - time.monotonic()) if self.delayed else 0.5
+                self.wake.wait(max(0.01, min(timeout, 0.5)))
 
     def _is_big(self, t: FileTask) -> bool:
         return self.params.p > 1 and t.size >= 2 * RANGE_MIN
 
-    def _record(self, i: int, ok: bool, moved: int, seconds: float, error: str | None) -> None:
+    # -- outcomes ------------------------------------------------------------
+    def _finish(self, i: int, ok: bool, seconds: float, error: str | None) -> None:
         t = self.tasks[i]
         with self.lock:
-            self.outcomes[i] = FileOutcome(t.rel, t.size, moved, seconds, ok, error)
+            self.outcomes[i] = FileOutcome(t.rel, t.size, t.moved_total, seconds, ok, error)
+            self.running -= 1
+            self.wake.notify_all()
         self.s.stats.file_finished(ok)
+        j = self.s.journal
+        if j is not None:
+            if ok:
+                j.mark_done(t.rel, t.size, t.mtime, attempts=t.attempts)
+            else:
+                j.mark_failed(t.rel, error or "failed", attempts=t.attempts)
 
+    def _failed(self, i: int, exc: BaseException, seconds: float, where: str) -> None:
+        """Retry the file later if the error is transient and time allows, else fail it."""
+        t = self.tasks[i]
+        t.last_error = _error_text(exc, self.host, where)
+        retry, _reason = classify(exc)
+        if isinstance(exc, SourceChanged):
+            retry = self._relist(t)
+        if retry and t.attempts < self.policy.max_attempts and self.policy.time_left() > 0:
+            ready = time.monotonic() + (0 if isinstance(exc, SourceChanged) else self.policy.delay(t.attempts))
+            with self.lock:
+                heapq.heappush(self.delayed, (ready, i))
+                self.running -= 1
+                self.wake.notify_all()
+            return
+        if retry and self.policy.time_left() <= 0:
+            t.last_error = f"deadline reached after {t.attempts} attempts; last error: {t.last_error}"
+        elif retry:
+            t.last_error = f"gave up after {t.attempts} attempts; last error: {t.last_error}"
+        self._finish(i, False, seconds, t.last_error)
+
+    def _relist(self, t: FileTask) -> bool:
+        """The source changed: take its new size and mtime and send it again from scratch."""
+        try:
+            if self.s.src.scheme == "sftp":
+                conn = self.s.pool.acquire()
+                try:
+                    a = conn.wire.stat(t.src)
+                finally:
+                    self.s.pool.release(conn)
+                size, mtime = a.size or 0, float(a.mtime or 0)
+            else:
+                st = os.stat(t.src)
+                size, mtime = st.st_size, st.st_mtime
+        except Exception:  # noqa: BLE001 - gone or unreadable: report the change as is
+            return False
+        self.s.stats.add_total(0, size - t.size)
+        t.size, t.mtime = size, mtime
+        t.resume_from, t.todo_ranges, t.resumable = 0, None, False
+        return True
+
+    # -- run -------------------------------------------------------------------
     def run(self) -> None:
         if not self.queue:
             return
@@ -238,38 +333,54 @@ class _Runner:
             th.start()
         for th in threads:
             th.join()
-        # Files no worker could take (every connection failed) are failures too.
-        reason = self.worker_errors[-1] if self.worker_errors else RuntimeError("no worker ran")
-        while self.queue:
-            i = self.queue.popleft()
+        # Whatever no worker could take (deadline, fatal connection error) fails with the reason.
+        reason = self.fatal or (self.worker_errors[-1] if self.worker_errors else RuntimeError("no worker ran"))
+        with self.lock:
+            self._promote()
+            self.delayed.clear()
+            left = list(self.queue)
+            self.queue.clear()
+            self.running += len(left)
+        for i in left:
             t = self.tasks[i]
-            self._record(i, False, 0, 0.0, _error_text(reason, self.s.remote.host_label if self.s.remote else "localhost", t.dst))
+            if t.last_error and not self.fatal:
+                msg = f"deadline reached after {t.attempts} attempts; last error: {t.last_error}"
+            else:
+                msg = _error_text(reason, self.host, t.dst)
+            self._finish(i, False, 0.0, msg)
 
-    # workers
     def _worker(self) -> None:
         if self.s.direction == "local":
             self._local_worker()
             return
-        reconnects = 0
-        while True:
-            with self.lock:
-                if not self.queue:
-                    return
+        attempt = 0
+        while self._wait_for_work():
             try:
                 conn = self.s.pool.acquire()
-            except BaseException as exc:  # noqa: BLE001 - reported per file below
+            except BaseException as exc:  # noqa: BLE001 - classified below
                 self.worker_errors.append(exc)
-                return
+                retry, _ = classify(exc)
+                if not retry:
+                    with self.lock:
+                        self.fatal = exc
+                        self.wake.notify_all()
+                    return
+                attempt += 1
+                wait = min(self.policy.delay(attempt), self.policy.time_left())
+                if wait <= 0:
+                    return
+                time.sleep(wait)
+                continue
+            attempt = 0
             broken = False
             try:
                 self._drain(conn)
-                return
-            except (SFTPProtocolError, EOFError, OSError) as exc:
+            except (SFTPProtocolError, EOFError, OSError, ConnectionError) as exc:
                 broken = True
                 self.worker_errors.append(exc)
-                reconnects += 1
-                if reconnects > MAX_RECONNECTS:
-                    return
+            except Exception as exc:  # noqa: BLE001 - paramiko's own exceptions
+                broken = True
+                self.worker_errors.append(exc)
             finally:
                 self.s.pool.release(conn, broken=broken)
 
@@ -282,116 +393,181 @@ class _Runner:
                     self._ranged(conn, i)
                     continue
                 with self.lock:
+                    self._promote()
                     if not self.queue:
                         return
-                pipe.run(lambda: self._next_job(), self._job_done)
+                pipe.run(lambda: self._next_job(conn.wire), self._job_done)
                 with self.lock:
                     self.max_files_in_flight = max(self.max_files_in_flight, pipe.max_open_seen)
         except BaseException as exc:
+            # The connection died: every file it carried is retried on a new one,
+            # from what already reached the destination.
             for job in list(pipe.active):
                 self._abandon(job, exc)
             pipe.active.clear()
             raise
 
-    def _next_job(self) -> Job | None:
+    def _probe_resume(self, wire, t: FileTask) -> int:
+        """Bytes of this source version already in the temporary file (single stream)."""
+        if not t.resumable:
+            return 0
+        try:
+            if self.s.direction == "upload":
+                size = wire.stat(t.tmp, follow=False).size or 0
+            else:
+                size = os.stat(t.tmp).st_size
+        except OSError:
+            return 0
+        # Re-send the last block: cheap insurance against a write torn by the crash.
+        return max(0, min(size, t.size) - RESUME_OVERLAP)
+
+    def _next_job(self, wire) -> Job | None:
         i = self._pop(big=False)
         if i is None:
             return None
         t = self.tasks[i]
+        t.attempts += 1
+        start = self._probe_resume(wire, t)
+        if start:
+            t.resumed = True
+            self.s.stats.add_bytes(start)
         if self.s.direction == "upload":
-            return UploadJob(t, 0, t.size, True, self.s.stats)
-        try:
-            fd = os.open(t.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        except OSError as exc:
-            job = DownloadJob(t, 0, t.size, True, self.s.stats, -1)
-            job.fail(exc)
-            job.begin = lambda wire: job.finish()  # nothing to send: fail at once
-            return job
-        job = DownloadJob(t, 0, t.size, True, self.s.stats, fd)
-        job.fd = fd
+            job: Job = UploadJob(t, start, t.size, True, self.s.stats, truncate=start == 0)
+        else:
+            try:
+                flags = os.O_WRONLY | os.O_CREAT | (0 if start else os.O_TRUNC)
+                fd = os.open(t.tmp, flags, 0o600)
+            except OSError as exc:
+                job = DownloadJob(t, 0, t.size, True, self.s.stats, -1)
+                job.fail(exc)
+                job.begin = lambda wire, job=job: job.finish()  # nothing to send: fail at once
+                return job
+            job = DownloadJob(t, start, t.size, True, self.s.stats, fd)
+            job.fd = fd
+        job.on_range = self._on_range
         return job
+
+    def _on_range(self, rel: str, off: int, n: int) -> None:
+        if self.s.journal is not None:
+            self.s.journal.mark_range(rel, off, n)
 
     def _job_done(self, job: Job) -> None:
         i = self.index[id(job.task)]
         t = job.task
+        t.moved_total += job.acked
         if self.s.direction == "download":
             if job.error is None:
                 try:
                     self._finalize_local(t)
                 except OSError as exc:
                     job.fail(exc)
-            if job.error is not None:
+            if job.error is not None and not classify(job.error)[0]:
                 _unlink_quiet(t.tmp)
-        if job.error is not None:
-            where = t.tmp if self.s.direction == "upload" else t.src
-            self._record(i, False, job.acked, job.seconds, _error_text(job.error, self._host_of(job.error), where))
-        else:
-            self._record(i, True, job.acked, job.seconds, None)
+        if job.error is None:
+            self._finish(i, True, job.seconds, None)
+            return
+        err = job.error
+        if self.s.direction == "upload" and isinstance(err, OSError) and err.errno == errno.EIO:
+            err = self._explain_failure(job._wire_for_space, t, err) if hasattr(job, "_wire_for_space") else err
+        where = t.tmp if self.s.direction == "upload" else t.src
+        self._failed(i, err, job.seconds, where)
 
-    def _host_of(self, exc: BaseException) -> str:
-        return self.s.remote.host_label if self.s.remote else "localhost"
+    def _explain_failure(self, wire, t: FileTask, err: OSError) -> OSError:
+        """OpenSSH reports a full disk as a bare 'Failure': ask the filesystem."""
+        free = wire.free_bytes(posixpath.dirname(t.dst) or "/")
+        if free is not None and free < 4 * 1024 * 1024:
+            return OSError(errno.ENOSPC, "no space left on device", t.dst)
+        return err
 
     def _abandon(self, job: Job, exc: BaseException) -> None:
         i = self.index[id(job.task)]
-        if self.s.direction == "download":
-            if job.fd is not None:
+        job.task.moved_total += job.acked
+        if self.s.direction == "download" and job.fd is not None:
+            try:
                 os.close(job.fd)
-                job.fd = None
-            _unlink_quiet(job.task.tmp)
-        host = self.s.remote.host_label if self.s.remote else "localhost"
-        self._record(i, False, job.acked, time.monotonic() - job.t0,
-                     f"connection lost while moving {job.task.rel} ({host}): {exc}")
+            except OSError:
+                pass
+            job.fd = None
+        job.task.resumable = True  # same source version: the next attempt continues
+        self._failed(i, ConnectionError(f"connection lost: {exc}"), time.monotonic() - job.t0, job.task.dst)
 
     def _finalize_local(self, t: FileTask) -> None:
         os.chmod(t.tmp, t.mode & 0o7777)
         os.utime(t.tmp, (t.mtime, t.mtime))
         os.replace(t.tmp, t.dst)
 
-    # p > 1: byte ranges of one file over p connections
+    # -- p > 1: byte ranges of one file over p connections -----------------------
     def _ranged(self, conn, i: int) -> None:
         t = self.tasks[i]
+        t.attempts += 1
         p = min(self.params.p, max(1, t.size // RANGE_MIN))
         step = -(-t.size // p)
-        ranges = [(lo, min(lo + step, t.size)) for lo in range(0, t.size, step)]
+        todo = t.todo_ranges if t.todo_ranges is not None else [(lo, min(lo + step, t.size))
+                                                                  for lo in range(0, t.size, step)]
+        # Split what is missing into about p pieces so every connection has work.
+        pieces: list[tuple[int, int]] = []
+        for lo, hi in todo:
+            n = max(1, round((hi - lo) / step))
+            sub = -(-(hi - lo) // n)
+            pieces += [(a, min(a + sub, hi)) for a in range(lo, hi, sub)]
+        fresh = t.todo_ranges is None
+        if not fresh:
+            t.resumed = True
+            self.s.stats.add_bytes(t.size - sum(hi - lo for lo, hi in todo))
         t0 = time.monotonic()
         extra = []
         try:
-            for _ in ranges[1:]:
+            for _ in range(min(p, len(pieces)) - 1):
                 extra.append(self.s.pool.acquire())
         except BaseException:
             for c in extra:
                 self.s.pool.release(c)
+            with self.lock:
+                self.queue.appendleft(i)
+                self.running -= 1
+            t.attempts -= 1
             raise
         conns = [conn, *extra]
         jobs: list[Job] = []
         local_fd = None
         error: BaseException | None = None
+        lost = False
         try:
             if self.s.direction == "upload":
-                # Create (and truncate) the temporary file once; ranges open it without TRUNC.
-                t_, r_ = conn.wire.call(w.OPEN, conn.wire.p_open(t.tmp, w.FXF_WRITE | w.FXF_CREAT | w.FXF_TRUNC,
-                                                                  Attrs(mode=0o600)))
-                handle = conn.wire.expect_handle(t_, r_, t.tmp)
-                t_, r_ = conn.wire.call(w.CLOSE, conn.wire.p_handle(handle))
-                conn.wire.expect_status(t_, r_, t.tmp)
-                jobs = [UploadJob(t, lo, hi, False, self.s.stats, truncate=False) for lo, hi in ranges]
+                if fresh:
+                    # Create (and truncate) the temporary file once; ranges open it without TRUNC.
+                    t_, r_ = conn.wire.call(w.OPEN, conn.wire.p_open(
+                        t.tmp, w.FXF_WRITE | w.FXF_CREAT | w.FXF_TRUNC, Attrs(mode=0o600)))
+                    handle = conn.wire.expect_handle(t_, r_, t.tmp)
+                    t_, r_ = conn.wire.call(w.CLOSE, conn.wire.p_handle(handle))
+                    conn.wire.expect_status(t_, r_, t.tmp)
+                jobs = [UploadJob(t, lo, hi, False, self.s.stats, truncate=False) for lo, hi in pieces]
             else:
-                local_fd = os.open(t.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                local_fd = os.open(t.tmp, os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if fresh else 0), 0o600)
                 os.ftruncate(local_fd, t.size)
-                jobs = [DownloadJob(t, lo, hi, False, self.s.stats, local_fd) for lo, hi in ranges]
+                jobs = [DownloadJob(t, lo, hi, False, self.s.stats, local_fd) for lo, hi in pieces]
+            for j in jobs:
+                j.on_range = self._on_range
+            queue = deque(jobs)
+            qlock = threading.Lock()
             errors: list[BaseException] = []
 
-            def run_one(c, job):
+            def next_piece():
+                with qlock:
+                    return queue.popleft() if queue else None
+
+            def run_one(c):
                 try:
-                    Pipeline(c.wire, 1, self.s.inflight).run(_once(job), lambda j: None)
-                except BaseException as exc:  # noqa: BLE001 - collected, re-raised below
+                    Pipeline(c.wire, 1, self.s.inflight).run(next_piece, lambda j: None)
+                except BaseException as exc:  # noqa: BLE001 - collected, handled below
                     errors.append(exc)
 
-            threads = [threading.Thread(target=run_one, args=(c, j), daemon=True) for c, j in zip(conns, jobs)]
+            threads = [threading.Thread(target=run_one, args=(c,), daemon=True) for c in conns]
             for th in threads:
                 th.start()
             for th in threads:
                 th.join()
+            lost = bool(errors)
             error = errors[0] if errors else next((j.error for j in jobs if j.error), None)
             if error is None:
                 if self.s.direction == "upload":
@@ -407,46 +583,59 @@ class _Runner:
             if local_fd is not None:
                 os.close(local_fd)
             for c in extra:
-                broken = any(not c.alive for c in extra)
-                self.s.pool.release(c, broken=broken)
-        moved = sum(j.acked for j in jobs)
-        if error is not None:
-            if self.s.direction == "upload":
-                try:
-                    conn.wire.remove(t.tmp)
-                except (OSError, SFTPProtocolError):
-                    pass
-            else:
-                _unlink_quiet(t.tmp)
-            self._record(i, False, moved, time.monotonic() - t0, _error_text(error, self._host_of(error), t.dst))
-            if isinstance(error, (SFTPProtocolError, EOFError)):
-                raise error
+                self.s.pool.release(c, broken=not c.alive)
+        t.moved_total += sum(j.acked for j in jobs)
+        if error is None:
+            self._finish(i, True, time.monotonic() - t0, None)
             return
-        with self.lock:
-            self.max_files_in_flight = max(self.max_files_in_flight, 1)
-        self._record(i, True, moved, time.monotonic() - t0, None)
+        # Keep what arrived: the next attempt sends only the ranges still missing.
+        done = [(j.start, j.start + j.acked) for j in jobs if j.acked]  # acks arrive in order per range
+        t.todo_ranges = _subtract(todo if not fresh else [(0, t.size)], done)
+        if lost:
+            error = ConnectionError(f"connection lost: {error}")
+        self._failed(i, error, time.monotonic() - t0, t.dst)
+        if not conn.alive:
+            raise SFTPProtocolError("connection lost during a ranged transfer")
 
-    # local -> local
+    # -- local -> local ------------------------------------------------------------
     def _local_worker(self) -> None:
-        while True:
+        while self._wait_for_work():
             i = self._pop(big=None)
             if i is None:
-                return
+                continue
             t = self.tasks[i]
+            t.attempts += 1
             t0 = time.monotonic()
             try:
                 with open(t.src, "rb") as fin:
                     st = os.fstat(fin.fileno())
                     if st.st_size != t.size or int(st.st_mtime) != int(t.mtime):
-                        raise TransferError("source changed since it was listed", t.src, "run the copy again")
+                        raise SourceChanged(f"source changed since it was listed: {t.src}")
                     with open(t.tmp, "wb") as fout:
                         shutil.copyfileobj(fin, fout, 1 << 20)
                 self._finalize_local(t)
+                t.moved_total += t.size
                 self.s.stats.add_bytes(t.size)
-                self._record(i, True, t.size, time.monotonic() - t0, None)
-            except (OSError, TransferError) as exc:
+                self._finish(i, True, time.monotonic() - t0, None)
+            except OSError as exc:
                 _unlink_quiet(t.tmp)
-                self._record(i, False, 0, time.monotonic() - t0, _error_text(exc, "localhost", t.dst))
+                self._failed(i, exc, time.monotonic() - t0, t.dst)
+
+
+def _subtract(ranges: list[tuple[int, int]], done: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Parts of `ranges` not covered by `done`."""
+    out = []
+    for lo, hi in ranges:
+        cur = lo
+        for dlo, dhi in sorted(done):
+            if dhi <= cur or dlo >= hi:
+                continue
+            if dlo > cur:
+                out.append((cur, dlo))
+            cur = max(cur, dhi)
+        if cur < hi:
+            out.append((cur, hi))
+    return out
 
 
 def _once(job: Job) -> Callable[[], Job | None]:

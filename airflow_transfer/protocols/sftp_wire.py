@@ -398,3 +398,18 @@ class SFTPWire:
         finally:
             t, r = self.call(CLOSE, _s(handle))
         return out
+
+    def free_bytes(self, path: str) -> int | None:
+        """Bytes available to the user at `path` (statvfs@openssh.com), None if unknown.
+
+        OpenSSH reports a full disk as a generic SFTP failure; this tells ENOSPC apart."""
+        if "statvfs@openssh.com" not in self.extensions:
+            return None
+        try:
+            t, r = self.call(EXTENDED, _s(b"statvfs@openssh.com") + _path(path))
+        except (OSError, SFTPProtocolError):
+            return None
+        if t != EXTENDED_REPLY:
+            return None
+        _bsize, frsize, _blocks, _bfree, bavail = r.u64(), r.u64(), r.u64(), r.u64(), r.u64()
+        return frsize * bavail
