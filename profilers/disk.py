@@ -302,7 +302,7 @@ def run(path: str = ".", file_size: int = 64 * MIB, total: int = 512 * MIB, roun
 
     file_size: the average file size of the data set (files are written at this
     size, capped at the per-trial budget). total: bytes written by the block
-    sweep across all rounds (increment probes come on top, at most 4 trials).
+    sweep across all rounds (increment probes come on top, at most 4 trials a round).
     max_seconds: the sweep stops early, marked truncated, when this is reached.
     evict: auto | fadvise | dummy-file | none. dummy_size: dummy file bytes
     (0 = the machine's memory size, which is what defeats the cache)."""
