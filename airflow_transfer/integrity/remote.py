@@ -44,7 +44,7 @@ BOOTSTRAP = "import sys;exec(sys.stdin.read(int(sys.stdin.readline())))"
 
 Line = Union[bytes, str]
 OpenChannel = Callable[[str], Sequence[Callable]]
-RunCommand = Callable[[str], "tuple[int, bytes, bytes]"]
+RunCommand = Callable[[str], tuple[int, bytes, bytes]]
 PathArg = Union[str, bytes, os.PathLike]
 
 
