@@ -54,5 +54,8 @@ def emulator_binary() -> Path:
             raise RuntimeError(f"compiling {SOURCE} failed:\n{done.stderr.strip()}")
         os.chmod(tmp, 0o755)
         os.replace(tmp, cache / name)
+        for old in cache.glob(f"{BINARY_PREFIX}*"):
+            if old.name != name:  # builds of earlier sources; a running one keeps its inode
+                old.unlink(missing_ok=True)
         return cache / name
     raise RuntimeError(f"no writable cache directory for the WAN emulator binary: {'; '.join(errors)}")

@@ -107,7 +107,9 @@ def _check_host() -> None:
     if shutil.which("ip") is None:
         raise RuntimeError("`ip` (iproute2) not found: run `bash scripts/install-wan-deps.sh` as root")
     if not os.path.exists("/dev/net/tun"):
-        raise RuntimeError("/dev/net/tun is missing: load the tun module (`modprobe tun`) or run where TUN is allowed")
+        raise RuntimeError(
+            "/dev/net/tun is missing: load the tun module (`modprobe tun`) or run where TUN devices are allowed"
+        )
 
 
 def _allow_congestion_control(cc: str) -> None:
@@ -158,7 +160,9 @@ class EmulatedLink(AbstractContextManager):
         ring_bytes: int | None = None,
     ) -> None:
         if rtt_ms < 0 or rate_mbit <= 0 or (reverse_rate_mbit is not None and reverse_rate_mbit <= 0):
-            raise ValueError(f"EmulatedLink needs rtt_ms >= 0 and rates > 0, got rtt_ms={rtt_ms}, rate_mbit={rate_mbit}")
+            raise ValueError(
+                f"EmulatedLink needs rtt_ms >= 0 and rates > 0, got rtt_ms={rtt_ms}, rate_mbit={rate_mbit}"
+            )
         if name is None:
             name = f"{os.getpid()}-{next(_counter)}"
         if not name.startswith(PREFIX):
@@ -406,7 +410,9 @@ class EmulatedLink(AbstractContextManager):
                 while chunk := s.recv(4096):
                     reply += chunk
         except OSError as exc:
-            raise RuntimeError(f"link {self.name} emulator does not answer on {self.control_path}: {exc}; is it up?") from exc
+            raise RuntimeError(
+                f"link {self.name}: emulator does not answer on {self.control_path} ({exc}); is the link up?"
+            ) from exc
         text = reply.decode().strip()
         if text.startswith("error"):
             raise RuntimeError(f"link {self.name} emulator refused {command!r}: {text}")
@@ -586,21 +592,24 @@ def cleanup(everything: bool = True) -> list[str]:
     SIGKILL), so concurrent test runs on one machine leave each other alone.
     """
     removed: set[str] = set()
-    known: set[str] = set()
     for state in _states():
-        known.add(state.name)
         if everything or _is_stale(state):
             EmulatedLink._from_state(state).down()
             removed.add(state.name)
     # Orphans: namespaces or emulators without a state file (it is written
     # before either exists, so these are remains of an interrupted teardown).
+    # Checked at the moment of deciding, not against the list read above: a
+    # link another process brings up meanwhile has its state file already.
+    def orphan(name: str) -> bool:
+        return everything or not (STATE_DIR / f"{name}.json").exists()
+
     for ns in netns.names():
         name = _link_of_namespace(ns)
-        if name and (everything or name not in known):
+        if name and orphan(name):
             netns.delete(ns)
             removed.add(name)
     for pid, name in _emulator_processes().items():
-        if everything or name not in known:
+        if orphan(name):
             _kill_emulator(pid, name)
             removed.add(name)
     return sorted(removed)
@@ -617,7 +626,9 @@ def leftovers() -> dict[str, list]:
 
 # -- shell entry points ------------------------------------------------------------
 def _main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.wan.link", description="Emulated WAN link between two namespaces.")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.wan.link", description="Emulated WAN link between two network namespaces."
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="bring a link up and leave it running")
     up.add_argument("--profile", choices=sorted(PROFILES), default=None)
@@ -643,11 +654,12 @@ def _main(argv: list[str] | None = None) -> int:
         _check_host()
         if args.cmd == "up":
             rtt, rate = PROFILES[args.profile or "wan50"]
+            as_profile = args.profile and args.rtt_ms is None and args.rate_mbit is None
             link = EmulatedLink(
                 args.rtt_ms if args.rtt_ms is not None else rtt,
                 args.rate_mbit if args.rate_mbit is not None else rate,
                 args.queue_bytes,
-                args.name or (args.profile if args.profile and args.rtt_ms is None and args.rate_mbit is None else "manual"),
+                args.name or (args.profile if as_profile else "manual"),
                 cc=args.cc,
             ).up(detached=True)
             print(json.dumps({"name": link.name, "src_ns": link.src_ns, "dst_ns": link.dst_ns,
@@ -656,7 +668,8 @@ def _main(argv: list[str] | None = None) -> int:
                               "cc": link.cc}))
             print(f"try: ip netns exec {link.src_ns} ping -c 3 {link.dst_addr}", file=sys.stderr)
         elif args.cmd == "down":
-            states = [s for s in _states() if s.detached and (args.name is None or s.name in (args.name, PREFIX + args.name))]
+            wanted = (args.name, PREFIX + args.name) if args.name else None
+            states = [s for s in _states() if s.detached and (wanted is None or s.name in wanted)]
             if args.name and not states:
                 raise RuntimeError(f"no link named {args.name} was brought up with `up` (see `status`)")
             for state in states:
@@ -668,7 +681,9 @@ def _main(argv: list[str] | None = None) -> int:
         elif args.cmd == "status":
             print(json.dumps({"links": [asdict(s) for s in _states()], **leftovers()}, indent=2))
         elif args.cmd == "set":
-            EmulatedLink.attach(args.name).set(rtt_ms=args.rtt_ms, rate_mbit=args.rate_mbit, queue_bytes=args.queue_bytes)
+            EmulatedLink.attach(args.name).set(
+                rtt_ms=args.rtt_ms, rate_mbit=args.rate_mbit, queue_bytes=args.queue_bytes
+            )
         elif args.cmd == "blackhole":
             EmulatedLink.attach(args.name).blackhole(args.seconds)
     except RuntimeError as exc:

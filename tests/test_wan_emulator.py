@@ -1,0 +1,185 @@
+"""Fidelity of the emulated WAN (benchmarks/wan/): RTT, window-limited and
+parallel TCP throughput, link-rate single streams, run-time changes, sshd in
+dst reached from src, and nothing left behind. Needs root; fails (does not
+skip) otherwise. Rates are measured on a shared 2-core machine, so the
+bounds leave room for noise while still catching a broken emulator."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import paramiko
+import pytest
+
+from benchmarks.wan.link import EmulatedLink, cleanup, leftovers
+from benchmarks.wan.measure import iperf_mbit, ping_ms
+from tests.support.wan import REPO_ROOT, require_wan, wan_testbed  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.wan
+
+KIB = 1024
+
+
+def best_of_two(measure: Callable[[], float], good_enough: Callable[[float], bool]) -> float:
+    """A second run only when the first falls short: CPU contention from other
+    work on this shared machine can starve an endpoint for a whole run, while a
+    broken emulator falls short both times."""
+    first = measure()
+    return first if good_enough(first) else max(first, measure())
+
+
+@pytest.fixture(scope="module")
+def link() -> Iterator[EmulatedLink]:
+    require_wan()
+    with EmulatedLink(rtt_ms=50, rate_mbit=500) as lk:
+        yield lk
+
+
+@pytest.mark.parametrize("rtt_ms", [50, 100])
+def test_ping_rtt_matches_target(link: EmulatedLink, rtt_ms: int) -> None:
+    link.set(rtt_ms=rtt_ms, rate_mbit=500)
+    lo, avg, hi = ping_ms(link)
+    assert abs(avg - rtt_ms) <= 2.0, f"avg RTT {avg} ms for target {rtt_ms} ms (min {lo}, max {hi})"
+    assert lo >= rtt_ms - 0.5, f"a ping beat the link's delay: min {lo} ms for {rtt_ms} ms"
+
+
+@pytest.mark.parametrize("rtt_ms", [50, 100])
+def test_one_stream_is_window_limited(link: EmulatedLink, rtt_ms: int) -> None:
+    # -w 256K: Linux doubles the request and advertises about 1.25 x 256 KiB,
+    # so one stream carries window / RTT (paper 004_7b07d4fbd123fe88.txt: a
+    # single TCP stream is bounded by window / RTT on a high-BDP path).
+    link.set(rtt_ms=rtt_ms, rate_mbit=500)
+    expected = 1.25 * 256 * KIB * 8 / (rtt_ms / 1000) / 1e6
+    got = iperf_mbit(link, "-w", "256K")
+    assert abs(got - expected) <= 0.25 * expected, f"{got:.1f} Mbit/s at {rtt_ms} ms, expected ~{expected:.1f}"
+
+
+def test_four_streams_scale_with_their_windows(link: EmulatedLink) -> None:
+    link.set(rtt_ms=50, rate_mbit=500)
+    one = iperf_mbit(link, "-w", "256K")
+    four = best_of_two(lambda: iperf_mbit(link, "-w", "256K", "-P", "4"), lambda v: v >= 3.3 * one)
+    assert four >= 3.3 * one, f"4 streams {four:.1f} Mbit/s vs one {one:.1f}"
+
+
+def test_one_stream_with_large_buffers_fills_the_link(link: EmulatedLink) -> None:
+    link.set(rtt_ms=50, rate_mbit=500)
+    got = best_of_two(lambda: iperf_mbit(link, seconds=5, omit=2), lambda v: v >= 0.85 * 500)
+    # TCP/IP headers cap goodput at 1448/1500 of the rate (~482.7 Mbit/s).
+    assert got >= 0.85 * 500, f"one large-buffer stream reached only {got:.1f} of 500 Mbit/s"
+    assert got <= 500 * 1448 / 1500 * 1.02, f"{got:.1f} Mbit/s is faster than a 500 Mbit/s link can carry"
+    drops = link.stats()["fwd"]
+    assert drops["drop_ring"] == 0, drops
+
+
+def test_rate_changes_while_running(link: EmulatedLink) -> None:
+    link.set(rtt_ms=10, rate_mbit=100)
+    got = best_of_two(lambda: iperf_mbit(link, seconds=3, omit=1), lambda v: v >= 85)
+    assert 85 <= got <= 100, f"{got:.1f} Mbit/s on a link set to 100 Mbit/s"
+    assert link.stats()["fwd"]["rate_bps"] == 100_000_000
+
+
+def test_blackhole_drops_everything_then_recovers(link: EmulatedLink) -> None:
+    link.set(rtt_ms=10, rate_mbit=500)
+    before = link.stats()["fwd"]["drop_blackhole"]
+    link.blackhole(1.0)
+    lost = link.run("src", ["ping", "-q", "-n", "-c", "3", "-i", "0.2", "-W", "0.5", link.dst_addr], check=False)
+    assert lost.returncode != 0 and " 0 received" in lost.stdout, lost.stdout
+    assert link.stats()["fwd"]["drop_blackhole"] >= before + 3
+    time.sleep(1.0)
+    lo, avg, hi = ping_ms(link, count=3)
+    assert abs(avg - 10) <= 2.0
+
+
+def test_sshd_in_dst_is_reached_from_src_only(wan_testbed) -> None:  # noqa: F811
+    tb = wan_testbed(rtt_ms=40, rate_mbit=100)
+    assert tb.sshd is not None
+    kw = tb.sshd.connect_kwargs()
+
+    # src has no way out but the emulated link.
+    route = tb.run_in_src(["ip", "route", "get", kw["host"]]).stdout
+    assert f"dev {tb.link.device}" in route, route
+    crossed = tb.link.stats()["fwd"]["rx_pkts"]
+
+    def ssh_echo() -> tuple[str, float]:
+        client = paramiko.SSHClient()
+        client.load_host_keys(kw["known_hosts"])
+        started = time.monotonic()
+        client.connect(kw["host"], port=kw["port"], username=kw["username"], key_filename=kw["key_filename"],
+                       look_for_keys=False, allow_agent=False)
+        try:
+            _, out, _ = client.exec_command("echo over-the-wan")
+            return out.read().decode().strip(), time.monotonic() - started
+        finally:
+            client.close()
+
+    text, seconds = tb.call_in_src(ssh_echo)
+    assert text == "over-the-wan"
+    # TCP handshake, SSH version + kex + auth + channel + exec: at least 5 round trips of 40 ms.
+    assert seconds >= 5 * 0.040, f"SSH session took {seconds:.3f} s: did it bypass the emulated link?"
+    assert tb.link.stats()["fwd"]["rx_pkts"] >= crossed + 10
+
+    # Out of process: the venv's Python inside src reaches the same sshd.
+    code = f"import socket; s = socket.create_connection(({kw['host']!r}, {kw['port']}), 5); print(s.recv(64))"
+    assert "SSH-2.0" in tb.python_in_src(["-c", code]).stdout
+
+
+def test_nothing_left_after_teardown() -> None:
+    require_wan()
+    with EmulatedLink(rtt_ms=5, rate_mbit=100, name=f"t{uuid.uuid4().hex[:8]}") as lk:
+        sleeper = lk.run_in("dst", ["sleep", "300"])
+        name = lk.name
+        assert any(ns.startswith(name) for ns in leftovers()["namespaces"])
+    assert sleeper.wait(timeout=5) is not None
+    left = leftovers()
+    assert not [ns for ns in left["namespaces"] if ns.startswith(name + "-")], left
+    assert not [e for e in left["emulators"] if e[1] == name], left
+    assert not [f for f in left["state_files"] if f.startswith(name + ".")], left
+
+
+def test_links_of_a_crashed_process_are_cleaned_up() -> None:
+    require_wan()
+    name = f"at-crash{uuid.uuid4().hex[:8]}"
+    # A process that brings a link up and is then SIGKILLed: no atexit, no handlers.
+    crash = textwrap.dedent(
+        f"""
+        import os, signal
+        from benchmarks.wan.link import EmulatedLink
+        EmulatedLink(rtt_ms=5, rate_mbit=100, name={name!r}).up()
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", crash], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert {f"{name}-src", f"{name}-dst"} <= set(leftovers()["namespaces"])
+    assert name in cleanup(everything=False)
+    left = leftovers()
+    assert not [ns for ns in left["namespaces"] if ns.startswith(name + "-")], left
+    assert not [e for e in left["emulators"] if e[1] == name], left
+
+
+def test_shell_up_and_down() -> None:
+    require_wan()
+    name = f"cli{uuid.uuid4().hex[:8]}"
+    cli = [sys.executable, "-m", "benchmarks.wan.link"]
+    up = subprocess.run([*cli, "up", "--profile", "lan", "--name", name], cwd=REPO_ROOT,
+                        capture_output=True, text=True, timeout=30)
+    assert up.returncode == 0, up.stderr
+    info = json.loads(up.stdout)
+    try:
+        assert (info["rtt_ms"], info["rate_mbit"]) == (1.0, 1000.0)
+        # The link outlived the `up` process.
+        rtt = subprocess.run(["ip", "netns", "exec", info["src_ns"], "ping", "-q", "-n", "-c", "3", "-i", "0.1",
+                              info["dst_addr"]], capture_output=True, text=True, timeout=10)
+        assert rtt.returncode == 0, rtt.stdout + rtt.stderr
+    finally:
+        down = subprocess.run([*cli, "down", "--name", name], cwd=REPO_ROOT, capture_output=True, text=True,
+                              timeout=30)
+    assert down.returncode == 0, down.stderr
+    assert not [ns for ns in leftovers()["namespaces"] if ns.startswith(info["name"] + "-")]
