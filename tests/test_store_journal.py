@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import timedelta, timezone
@@ -333,3 +334,48 @@ def test_masked_store_url_never_contains_the_password(store_url: str) -> None:  
             assert "postgres:***@" in opened.masked_url
         record = opened.begin_transfer("k", "sftp://u:Sup3rS3cret@h/a", "ftp://v:Sup3rS3cret@g/b")
         assert "Sup3rS3cret" not in repr(opened.get_transfer(record.id))
+
+
+def test_rows_for_a_missing_transfer_are_refused_clearly(store: Store) -> None:
+    with pytest.raises(StoreError, match="no transfer with id 777"):
+        store.record_listing(777, _listing({"a": 1}))
+    with pytest.raises(StoreError, match="no transfer with id 777"):
+        store.record_chunk(777, {"id": "c", "files": 1, "bytes": 1, "pp": 1, "p": 1, "cc": 1, "seconds": 1.0})
+
+
+def test_a_forked_child_gets_its_own_connections(store: Store) -> None:
+    """LocalExecutor/Celery fork workers: the child must not talk over the parent's pooled sockets."""
+    record = store.begin_transfer("k", "sftp://h/a", "file:///b")
+    store.record_listing(record.id, _listing({"parent": 10, "child": 10}))
+    store.mark_range(record.id, "parent", 0, 5)  # the parent's pool now holds a live connection
+    assert store.engine.pool.checkedin() >= 1
+    parent_session = _session_id(store)
+    pid = os.fork()
+    if pid == 0:  # child: report through the exit status only
+        code = 3
+        try:
+            if store.engine.pool.checkedin() != 0:
+                code = 4  # inherited the parent's pooled connections
+            elif _session_id(store) == parent_session:
+                code = 5  # talking over the parent's database session
+            else:
+                store.mark_done(record.id, "child", 10)
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    store.mark_range(record.id, "parent", 5, 5)  # and the parent's connection still works
+    rows = _states(store, record.id)
+    assert rows["child"]["state"] == "done" and rows["parent"]["ranges"] == "[[0,10]]"
+
+
+def _session_id(store: Store) -> object:
+    if store.backend == "postgresql":
+        return store.read(lambda conn: conn.exec_driver_sql("SELECT pg_backend_pid()").scalar())
+    return store.read(lambda conn: id(conn.connection.dbapi_connection))
+
+
+def test_in_memory_sqlite_is_refused() -> None:
+    with pytest.raises(StoreError, match="in-memory SQLite"):
+        Store.open("sqlite://")

@@ -68,7 +68,7 @@ _ranges = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(_ranges)
 def test_coalesce_covers_exactly_the_same_bytes_with_sorted_disjoint_ranges(ranges: list[list[int]]) -> None:
     merged = coalesce(ranges)
@@ -78,7 +78,7 @@ def test_coalesce_covers_exactly_the_same_bytes_with_sorted_disjoint_ranges(rang
     assert covered_bytes(ranges) == int(_bitmap(ranges, 260).sum())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(_ranges, st.integers(0, 260))
 def test_missing_plus_done_is_the_whole_file_with_no_overlap(ranges: list[list[int]], size: int) -> None:
     gaps = missing_ranges(size, ranges)

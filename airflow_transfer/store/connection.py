@@ -63,6 +63,12 @@ def make_engine(url: str, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> 
         ) from exc
     try:
         if parsed.get_backend_name() == "sqlite":
+            if parsed.database in (None, "", ":memory:") or "mode=memory" in str(parsed):
+                raise StoreError(
+                    "an in-memory SQLite store is private to one connection (the journal writer's thread "
+                    "and other workers would each see an empty one)",
+                    todo="use a SQLite file (sqlite:////path/store.db) or PostgreSQL",
+                )
             engine = create_engine(parsed, connect_args={"check_same_thread": False})
             _install_sqlite_hooks(engine, busy_timeout_ms)
             return engine

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import os
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError
 
 from . import journal, transfers
 from .config import mask_url, resolve_store_url
 from .connection import DEFAULT_BUSY_TIMEOUT_MS, make_engine, run_transaction
+from .errors import StoreError
 from .migrations import migrate
 from .records import ChunkRecord, TransferRecord
 from .writer import DEFAULT_MAX_DELAY_MS, DEFAULT_MAX_EVENTS, JournalWriter
@@ -21,6 +26,12 @@ if TYPE_CHECKING:
     from ..engine.result import ChunkResult
 
 T = TypeVar("T")
+
+
+def _forget_pool(engine_ref: weakref.ReferenceType[Engine]) -> None:
+    engine = engine_ref()
+    if engine is not None:
+        engine.dispose(close=False)
 
 
 class Store:
@@ -34,6 +45,11 @@ class Store:
         self.engine = engine
         self.url = url
         self.schema_version = 0  # set by open()
+        # A forked child (Airflow's LocalExecutor, Celery prefork) must not use
+        # the parent's pooled connections: give it an empty pool, leave the
+        # parent's sockets alone (SQLAlchemy's "using pools with multiprocessing").
+        engine_ref = weakref.ref(engine)
+        os.register_at_fork(after_in_child=lambda: _forget_pool(engine_ref))
 
     @classmethod
     def open(cls, url: str | None = None, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> Store:
@@ -114,7 +130,8 @@ class Store:
         ended_at: datetime | None = None,
     ) -> int:
         """Store one chunk run (a ChunkResult, or a dict shaped like its summary()); returns its row id."""
-        return self.write(lambda conn: transfers.add_chunk(conn, transfer_id, chunk, started_at, ended_at))
+        with _transfer_must_exist(transfer_id):
+            return self.write(lambda conn: transfers.add_chunk(conn, transfer_id, chunk, started_at, ended_at))
 
     def get_transfer(self, transfer_id: int, *, with_chunks: bool = True) -> TransferRecord | None:
         """One transfer with its chunks in run order, or None."""
@@ -146,7 +163,8 @@ class Store:
         repaired by calling it again.
         """
         for batch in journal.listing_batches(files):
-            self.write(lambda conn, batch=batch: journal.upsert_listing(conn, transfer_id, batch))
+            with _transfer_must_exist(transfer_id):
+                self.write(lambda conn, batch=batch: journal.upsert_listing(conn, transfer_id, batch))
         return files.num_rows
 
     def journal_writer(
@@ -204,3 +222,16 @@ class Store:
         # max_events=1: the event is written (or its error raised) inside add()
         with JournalWriter(self, transfer_id, max_delay_ms=0, max_events=1, background=False) as writer:
             add(writer)
+
+
+@contextmanager
+def _transfer_must_exist(transfer_id: int) -> Iterator[None]:
+    """Turn the foreign-key violation of a row for a missing transfer into a one-line error."""
+    try:
+        yield
+    except IntegrityError as exc:
+        if "foreign key" not in str(exc.orig).lower():
+            raise
+        raise StoreError(
+            f"no transfer with id {transfer_id} in the store", todo="call begin_transfer first and use its id"
+        ) from exc
