@@ -379,3 +379,15 @@ def _session_id(store: Store) -> object:
 def test_in_memory_sqlite_is_refused() -> None:
     with pytest.raises(StoreError, match="in-memory SQLite"):
         Store.open("sqlite://")
+
+
+def test_over_long_paths_are_refused_clearly_on_postgresql_and_kept_on_sqlite(store: Store) -> None:
+    record = store.begin_transfer("k", "sftp://h/a", "file:///b")
+    long_path = "/".join(f"{i:04d}" + "x9Qz#" * 40 for i in range(15))[:3000]
+    listing = _listing({"short": 1, long_path: 2})
+    if store.backend == "postgresql":
+        with pytest.raises(StoreError, match=r"path of 3000 bytes is too long for a PostgreSQL store"):
+            store.record_listing(record.id, listing)
+    else:
+        store.record_listing(record.id, listing)
+        assert long_path in _states(store, record.id)

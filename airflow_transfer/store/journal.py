@@ -24,9 +24,11 @@ from sqlalchemy.engine import Connection
 from .. import manifest_schema
 from . import ranges as rng
 from .coltypes import db_value, utcnow
+from .errors import StoreError
 from .schema import DONE, FILE_FAILED, FILE_STATES, PARTIAL, PENDING, files
 
 LISTING_BATCH_ROWS = 5_000
+PG_MAX_PATH_BYTES = 2_600
 _LOOKUP_BATCH = 500  # paths per IN (...) lookup
 MAX_ERROR_CHARS = 2_000
 
@@ -74,7 +76,7 @@ Event = RangeDone | FileDone | FileFailed
 # --- listing ---------------------------------------------------------------
 
 
-def listing_batches(table: pa.Table) -> Iterator[pa.RecordBatch]:
+def listing_batches(table: pa.Table, backend: str) -> Iterator[pa.RecordBatch]:
     """The manifest columns of ``table``, validated, in batches small enough for one short transaction."""
     names = (manifest_schema.PATH, manifest_schema.SIZE, manifest_schema.MTIME)
     missing = [name for name in names if name not in table.column_names]
@@ -85,7 +87,22 @@ def listing_batches(table: pa.Table) -> Iterator[pa.RecordBatch]:
         raise ValueError("listing has duplicate paths: each file must appear once")
     if table.num_rows and pc.min(table[manifest_schema.SIZE]).as_py() < 0:
         raise ValueError("listing has a negative file size")
+    if backend == "postgresql" and table.num_rows:
+        _check_path_lengths(table[manifest_schema.PATH])
     return iter(table.to_batches(max_chunksize=LISTING_BATCH_ROWS))
+
+
+def _check_path_lengths(paths: pa.ChunkedArray) -> None:
+    # A PostgreSQL b-tree entry holds at most 2704 bytes, and the journal's
+    # primary key is (transfer_id, path): say so before the insert fails.
+    lengths = pc.binary_length(paths)
+    longest = pc.max(lengths).as_py()
+    if longest > PG_MAX_PATH_BYTES:
+        path = paths[pc.index(lengths, longest).as_py()].as_py()
+        raise StoreError(
+            f"path of {longest} bytes is too long for a PostgreSQL store (limit {PG_MAX_PATH_BYTES}): {path[:80]}...",
+            todo="use a SQLite store for this dataset, or shorten the directory names",
+        )
 
 
 def upsert_listing(conn: Connection, transfer_id: int, batch: pa.RecordBatch) -> None:

@@ -162,7 +162,7 @@ class Store:
         each, so other writers are never held up for long; a crash midway is
         repaired by calling it again.
         """
-        for batch in journal.listing_batches(files):
+        for batch in journal.listing_batches(files, self.backend):
             with _transfer_must_exist(transfer_id):
                 self.write(lambda conn, batch=batch: journal.upsert_listing(conn, transfer_id, batch))
         return files.num_rows
