@@ -91,10 +91,12 @@ class PostgresServer:
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     server = PostgresServer(os.environ.get(ADMIN_URL_ENV, DEFAULT_ADMIN_URL))
+    reason = None
     try:
         server.check()
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if reason is not None:  # failed outside the except block: one message, no chained traceback
         pytest.fail(
             f"PostgreSQL is not reachable at {server.admin_url.render_as_string(hide_password=True)} ({reason}): "
             f"start it (CI provides it), or point {ADMIN_URL_ENV} at a server where you may create databases",
