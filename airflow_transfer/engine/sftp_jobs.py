@@ -14,6 +14,7 @@ finalizes once every range is in.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from dataclasses import dataclass
@@ -99,7 +100,6 @@ class UploadJob(Job):
         self.truncate = truncate
 
     def begin(self, wire: SFTPWire) -> None:
-        self._wire_for_space = wire
         try:
             self.fd = os.open(self.task.src, os.O_RDONLY)
             st = os.fstat(self.fd)
@@ -284,6 +284,8 @@ class Pipeline:
         wire = self.wire
         if job.error is not None:
             job.closing = True
+            if isinstance(job, UploadJob):
+                job.error = self._explain(job)
             if job.handle is not None:
                 job.outstanding += 1
                 wire.send(w.CLOSE, wire.p_handle(job.handle), lambda t, r: self._closed_after_error(job))
@@ -301,6 +303,17 @@ class Pipeline:
         else:
             job.outstanding += 1
             wire.send(w.CLOSE, wire.p_handle(job.handle), lambda t, r: self._closed(job, t, r))
+
+    def _explain(self, job: "UploadJob") -> BaseException:
+        """OpenSSH reports a full disk as a bare 'Failure'. Ask the filesystem now, before the
+        failed temporary file is removed and its space comes back."""
+        err = job.error
+        if not (isinstance(err, OSError) and err.errno == errno.EIO):
+            return err
+        free = self.wire.free_bytes(os.path.dirname(job.task.tmp) or "/")
+        if free is not None and free < max(job.stop - job.start - job.acked, 1 << 20):
+            return OSError(errno.ENOSPC, "no space left on device", job.task.dst)
+        return err
 
     def _setstat_done(self, job: Job, t: int, r) -> None:
         job.outstanding -= 1

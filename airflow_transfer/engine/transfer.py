@@ -467,17 +467,8 @@ class _Runner:
             self._finish(i, True, job.seconds, None)
             return
         err = job.error
-        if self.s.direction == "upload" and isinstance(err, OSError) and err.errno == errno.EIO:
-            err = self._explain_failure(job._wire_for_space, t, err) if hasattr(job, "_wire_for_space") else err
         where = t.tmp if self.s.direction == "upload" else t.src
         self._failed(i, err, job.seconds, where)
-
-    def _explain_failure(self, wire, t: FileTask, err: OSError) -> OSError:
-        """OpenSSH reports a full disk as a bare 'Failure': ask the filesystem."""
-        free = wire.free_bytes(posixpath.dirname(t.dst) or "/")
-        if free is not None and free < 4 * 1024 * 1024:
-            return OSError(errno.ENOSPC, "no space left on device", t.dst)
-        return err
 
     def _abandon(self, job: Job, exc: BaseException) -> None:
         i = self.index[id(job.task)]

@@ -62,6 +62,25 @@ def chown_to_user(path: Path, user: str) -> None:
             os.lchown(os.path.join(root, name), pw.pw_uid, pw.pw_gid)
 
 
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid_dir in Path("/proc").iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            stat = (pid_dir / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(pid_dir.name))
+    out, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            out.append(child)
+            stack.append(child)
+    return out
+
+
 @dataclass
 class SSHServer:
     """One sshd process. `start()` returns when it accepts connections."""
@@ -192,6 +211,14 @@ class SSHServer:
         """Stop the listener and every session child (they share its process group)."""
         if self.proc is None:
             return
+        # Session processes re-exec as "sshd: user@notty" in their own process
+        # groups: find them by parentage before the listener goes.
+        tree = _descendants(self.proc.pid)
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)
         except ProcessLookupError:
