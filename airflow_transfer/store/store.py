@@ -43,7 +43,7 @@ class Store:
 
     def __init__(self, engine: Engine, url: str) -> None:
         self.engine = engine
-        self.url = url
+        self._url = url  # holds the password: never log it, use masked_url
         self.schema_version = 0  # set by open()
         # A forked child (Airflow's LocalExecutor, Celery prefork) must not use
         # the parent's pooled connections: give it an empty pool, leave the
@@ -65,7 +65,7 @@ class Store:
 
     @property
     def masked_url(self) -> str:
-        return mask_url(self.url)
+        return mask_url(self._url)
 
     @property
     def backend(self) -> str:
@@ -90,11 +90,11 @@ class Store:
 
     def write(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(conn)`` in one short write transaction, retried whole on lock conflicts."""
-        return run_transaction(self.engine, fn, write=True, url_for_errors=self.url)
+        return run_transaction(self.engine, fn, write=True, url_for_errors=self._url)
 
     def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(conn)`` in a read transaction (a consistent snapshot)."""
-        return run_transaction(self.engine, fn, write=False, url_for_errors=self.url)
+        return run_transaction(self.engine, fn, write=False, url_for_errors=self._url)
 
     # --- transfers --------------------------------------------------------
 
