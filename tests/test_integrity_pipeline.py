@@ -156,3 +156,16 @@ def test_worker_failure_surfaces_in_finish() -> None:
     pipe.submit(0, bytes(2 * BLOCK))
     with pytest.raises(RuntimeError, match="journal disk full"):
         pipe.finish(timeout=20)
+
+
+def test_finish_waits_for_block_callbacks() -> None:
+    seen: list[int] = []
+
+    def slow(index: int, *rest) -> None:
+        threading.Event().wait(0.1)  # a journal write that takes a while
+        seen.append(index)
+
+    pipe = BlockPipeline("md5", BLOCK, threads=2, on_block=slow)
+    pipe.submit(0, bytes(2 * BLOCK + 1))
+    pipe.finish(timeout=20)
+    assert sorted(seen) == [0, 1, 2]

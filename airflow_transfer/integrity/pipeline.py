@@ -182,6 +182,7 @@ class BlockPipeline:
 
     # worker side
     def _drain(self, strand: _Strand) -> None:
+        digest = None
         try:
             while True:
                 with self._cond:
@@ -189,11 +190,7 @@ class BlockPipeline:
                         if strand.sealed and strand.index >= 0:
                             digest = strand.hasher.hexdigest()
                             self._blocks[strand.index] = digest
-                        else:
-                            digest = None
-                        strand.running = False
-                        self._busy -= 1
-                        self._cond.notify_all()
+                        strand.running = False  # an unsealed strand is re-activated by the next part
                         break
                     part, piece = strand.queue.popleft()
                 strand.hasher.update(part)  # outside the lock: this is where threads overlap
@@ -209,6 +206,10 @@ class BlockPipeline:
             with self._cond:
                 if self._error is None:
                     self._error = exc
+        finally:
+            # Counted down only now, so finish() also waits for the callback.
+            with self._cond:
+                self._busy -= 1
                 self._cond.notify_all()
 
     def _raise_error(self) -> None:
