@@ -149,9 +149,10 @@ def test_ranges_copies_and_misuse() -> None:
 
 
 def test_worker_failure_surfaces_in_finish() -> None:
-    def broken(*args) -> None:
-        threading.Event().wait(0.1)  # fails late: finish() must still be waiting
-        raise OSError("journal disk full")
+    def broken(index: int, *rest) -> None:
+        if index == 1:  # the last block's callback fails late: finish() must still be waiting
+            threading.Event().wait(0.1)
+            raise OSError("journal disk full")
 
     pipe = BlockPipeline("md5", BLOCK, on_block=broken)
     pipe.submit(0, bytes(2 * BLOCK))
