@@ -13,7 +13,9 @@ from ..errors import TransferError
 def summary_table(summary: dict) -> str:
     """The final summary as a small readable table for the task log."""
     rows = [
-        ("files", f"{summary['files']} ({summary['files_skipped']} already present, {len(summary['failed'])} failed)"),
+        ("files", f"{summary['files']} ({summary['files_skipped']} already present, "
+                  f"{summary.get('files_resumed', 0)} resumed, {summary.get('files_retried', 0)} retried, "
+                  f"{len(summary['failed'])} failed)"),
         ("bytes", f"{summary['bytes']}"),
         ("seconds", f"{summary['seconds']:.2f}"),
         ("throughput", f"{summary['throughput_mbit']:.1f} Mbit/s"),
@@ -39,13 +41,17 @@ class TunedTransferOperator(BaseOperator):
     :param concurrency: connections moving different files at the same time.
     :param algorithm: how the knobs are chosen; ``fixed`` uses the values given.
     :param progress_interval: seconds between progress lines in the task log.
+    :param transfer_key: journal key; default ``airflow:<dag>/<task>/<run>/<map index>``, so an
+        Airflow retry of the task resumes where the failed try stopped.
+    :param retries_per_file: attempts per file for transient errors (timeouts, dropped connections).
+    :param deadline: seconds after which transient errors are no longer retried.
 
     Returns the transfer summary (DESIGN.md section 9) as XCom: counts and
     per-chunk figures only, never the file list. Fails if any file failed,
     after pushing the summary under the key ``summary``.
     """
 
-    template_fields: Sequence[str] = ("src", "dst", "src_conn_id", "dst_conn_id")
+    template_fields: Sequence[str] = ("src", "dst", "src_conn_id", "dst_conn_id", "transfer_key")
     ui_color = "#d9ecff"
 
     def __init__(
@@ -60,6 +66,9 @@ class TunedTransferOperator(BaseOperator):
         concurrency: int = 4,
         algorithm: str = "fixed",
         progress_interval: float = 5.0,
+        transfer_key: str | None = None,
+        retries_per_file: int = 5,
+        deadline: float = 3600.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -73,8 +82,13 @@ class TunedTransferOperator(BaseOperator):
         self.pp, self.parallelism, self.concurrency = pp, parallelism, concurrency
         self.algorithm = algorithm
         self.progress_interval = progress_interval
+        self.transfer_key = transfer_key
+        self.retries_per_file = retries_per_file
+        self.deadline = deadline
 
     def execute(self, context: Any) -> dict:
+        from .. import airflow_conf
+        from ..engine.retry import RetryPolicy
         from ..hooks.endpoint import TransferEndpointHook
         from ..job import CopyRequest, check_params, run_copy
 
@@ -84,9 +98,14 @@ class TunedTransferOperator(BaseOperator):
             dst = TransferEndpointHook(self.dst_conn_id).endpoint(self.dst)
             self.log.info("copying %s -> %s with pp=%d p=%d cc=%d", src.display, dst.display,
                           params.pp, params.p, params.cc)
-            summary = run_copy(CopyRequest(src, dst, params, algorithm=self.algorithm,
-                                           progress=lambda s: self.log.info("%s", format_line(s)),
-                                           progress_interval=self.progress_interval))
+            summary = run_copy(CopyRequest(
+                src, dst, params, algorithm=self.algorithm,
+                progress=lambda s: self.log.info("%s", format_line(s)),
+                progress_interval=self.progress_interval,
+                store_url=airflow_conf.store_url(),
+                transfer_key=self.transfer_key or airflow_conf.transfer_key(context),
+                retry=RetryPolicy(max_attempts=self.retries_per_file, deadline_s=self.deadline),
+            ))
         except TransferError as exc:
             raise RuntimeError(exc.message) from None
         self.log.info("transfer summary:\n%s", summary_table(summary))
