@@ -29,6 +29,11 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="airflow-transfer", description="Tuned, verified dataset transfers.")
     sub = ap.add_subparsers(dest="command", required=True)
 
+    def link_opts(p):
+        p.add_argument("--rtt-ms", type=float, help="round-trip time of the link, for the tuning models")
+        p.add_argument("--bandwidth-mbit", type=float, help="bottleneck bandwidth of the link")
+        p.add_argument("--bdp", type=int, help="bandwidth-delay product in bytes (instead of the two above)")
+
     def ssh_opts(p):
         p.add_argument("--identity", help="private key file for SSH")
         p.add_argument("--known-hosts", help="known_hosts file to verify host keys against")
@@ -38,8 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     cp = sub.add_parser("copy", help="copy SRC to DST (DST is a directory root)")
     cp.add_argument("src")
     cp.add_argument("dst")
-    cp.add_argument("--algorithm", default="fixed", choices=["fixed"],
-                    help="how pp/p/cc are chosen (fixed: as given)")
+    algos = ["fixed", "globus", "pcp", "mc", "adaptive-cc", "auto"]
+    cp.add_argument("--algorithm", default="fixed", choices=algos,
+                    help="how pp/p/cc are chosen per chunk (fixed: as given; see docs/tuning.md)")
+    link_opts(cp)
     cp.add_argument("--pp", type=int, default=8, help="file operations kept in flight per connection")
     cp.add_argument("--parallelism", "-p", type=int, default=1, help="connections per large file")
     cp.add_argument("--concurrency", "-c", type=int, default=4, help="files moved at once on separate connections")
@@ -57,6 +64,13 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--deadline", type=float, default=3600.0,
                     help="seconds after which transient errors are no longer retried")
     ssh_opts(cp)
+
+    pl = sub.add_parser("plan", help="print the chunks and pp/p/cc an algorithm chooses, moving no data")
+    pl.add_argument("src", nargs="?")
+    pl.add_argument("--manifest", help="plan this Parquet manifest instead of listing SRC")
+    pl.add_argument("--algorithm", default="auto", choices=algos)
+    link_opts(pl)
+    ssh_opts(pl)
 
     ls = sub.add_parser("list", help="list SRC into a Parquet manifest")
     ls.add_argument("src")
@@ -80,7 +94,7 @@ def _progress_printer(stream, tty: bool):
 
 
 def cmd_copy(args) -> int:
-    from .job import CopyRequest, check_params, run_copy
+    from .job import CopyRequest, check_params, link_from_args, run_copy
     from .manifest import Manifest
 
     params = check_params(args.pp, args.parallelism, args.concurrency)
@@ -93,7 +107,9 @@ def cmd_copy(args) -> int:
     req = CopyRequest(src, dst, params, manifest=manifest, skip_existing=not args.no_skip,
                       progress=_progress_printer(sys.stderr, tty), progress_interval=interval,
                       store_url=args.store, transfer_key=args.transfer_key, restart=args.restart,
-                      retry=RetryPolicy(max_attempts=args.retries, deadline_s=args.deadline))
+                      retry=RetryPolicy(max_attempts=args.retries, deadline_s=args.deadline),
+                      algorithm=args.algorithm,
+                      link=link_from_args(args.rtt_ms, args.bandwidth_mbit, args.bdp))
     summary = run_copy(req)
     if tty:
         sys.stderr.write("\n")
@@ -111,6 +127,41 @@ def cmd_copy(args) -> int:
     if args.json:
         sys.stdout.write(json.dumps(summary) + "\n")
     return 0 if ok else 1
+
+
+def cmd_plan(args) -> int:
+    from .engine.transfer import TransferSession
+    from .job import link_from_args, list_source
+    from .manifest import Manifest
+    from .protocols.endpoint import Endpoint
+    from .tuning import LinkInfo, get_algorithm
+
+    if bool(args.src) == bool(args.manifest):
+        raise UsageError("give exactly one of SRC or --manifest", "", "e.g. airflow-transfer plan --manifest m.parquet")
+    if args.manifest:
+        manifest = Manifest.read(args.manifest)
+    else:
+        src = _endpoint(args.src, args)
+        with TransferSession(src, Endpoint("file", os.getcwd())) as session:
+            manifest = list_source(session, src)
+    manifest.validate()
+    ordered = manifest.sorted_by_size()
+    link = link_from_args(args.rtt_ms, args.bandwidth_mbit, args.bdp) or LinkInfo.unknown()
+    algorithm = get_algorithm(args.algorithm)
+    specs = algorithm.plan(ordered.table, link)
+    out = {"algorithm": args.algorithm, "files": ordered.files, "bytes": ordered.bytes,
+           "link": {"rtt_ms": link.rtt_s * 1000, "bandwidth_mbit": link.bandwidth_bps / 1e6,
+                    "bdp_bytes": int(link.bdp_bytes), "source": link.source},
+           "decision": getattr(algorithm, "last_decision", None),
+           "chunks": [s.to_dict() for s in specs]}
+    sys.stderr.write(f"{args.algorithm}: {ordered.files} files, {ordered.bytes} bytes, {len(specs)} chunks "
+                     f"(BDP {int(link.bdp_bytes)} bytes, {link.source})\n")
+    for s in specs:
+        sys.stderr.write(f"  {s.id}: {s.files} files, {s.bytes} bytes, sizes {s.min_size}-{s.max_size}, "
+                         f"pp={s.params.pp} p={s.params.p} cc={s.params.cc}\n")
+    if args.json:
+        sys.stdout.write(json.dumps(out, default=str) + "\n")
+    return 0
 
 
 def cmd_list(args) -> int:
@@ -137,9 +188,14 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_copy(args)
         if args.command == "list":
             return cmd_list(args)
+        if args.command == "plan":
+            return cmd_plan(args)
     except TransferError as exc:
         sys.stderr.write(f"airflow-transfer: error: {exc.message}\n")
         return exc.exit_code
+    except ValueError as exc:  # the tuning layer's argument checks
+        sys.stderr.write(f"airflow-transfer: error: {exc}\n")
+        return 2
     except KeyboardInterrupt:
         sys.stderr.write("airflow-transfer: interrupted; re-run the same command to finish (completed files are kept)\n")
         return 130

@@ -33,6 +33,7 @@ class CopyRequest:
     restart: bool = False  # ignore the journal of an earlier attempt
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     use_store: bool = True
+    link: object | None = None  # tuning.models.LinkInfo; None: unknown (auto then adapts by measurement)
 
 
 def list_source(session: TransferSession, src: Endpoint) -> Manifest:
@@ -110,15 +111,22 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store) -> dict:
         session.ensure_dirs(req.dst.path, ordered.empty_dirs)
         modes = ordered.modes.to_pylist() if ordered.modes is not None else None
         emit = req.progress or (lambda s: None)
+        link = req.link or _unknown_link()
         try:
             with Reporter(stats, emit, req.progress_interval):
-                chunk = session.perform(ordered.table, req.params, src_root=src_root, dst_root=req.dst.path,
-                                        chunk_id="chunk-0", modes=modes, resume=resume)
+                if req.algorithm == "fixed":
+                    chunks = [session.perform(ordered.table, req.params, src_root=src_root, dst_root=req.dst.path,
+                                              chunk_id="chunk-0", modes=modes, resume=resume)]
+                else:
+                    from .tuning import get_algorithm
+
+                    executor = EngineExecutor(session, src_root, req.dst.path, modes, resume)
+                    algorithm = get_algorithm(req.algorithm)
+                    chunks = algorithm.run(ordered.table, link, executor)
         finally:
             if journal is not None:
                 journal.close()
     seconds = time.monotonic() - t0
-    chunks = [chunk]
     moved = sum(c.bytes_moved for c in chunks)
     failed = [{"path": o.path, "error": o.error} for c in chunks for o in c.outcomes if not o.ok]
     skipped = sum(1 for c in chunks for o in c.outcomes if o.skipped)
@@ -138,7 +146,7 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store) -> dict:
                    "verified": 0, "repaired": 0, "mismatched": 0},
         "chunks": [c.summary() for c in chunks],
         "protocol_switches": [],
-        "tuning": {"source": "given", "bdp_bytes": 0, "rtt_ms": 0.0, "bandwidth_mbit": 0.0},
+        "tuning": _tuning_summary(req, link),
         "failed": failed,
         "files_resumed": sum(c.resumed for c in chunks),
         "files_retried": sum(c.retried for c in chunks),
@@ -152,6 +160,54 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store) -> dict:
             store.record_chunk(record.id, c)
         store.finish_transfer(record.id, "failed" if failed else "succeeded", summary)
     return summary
+
+
+class EngineExecutor:
+    """The tuning algorithms' ChunkExecutor over the real engine (tuning/executor.py)."""
+
+    def __init__(self, session: TransferSession, src_root: str, dst_root: str,
+                 modes: list[int] | None, resume: dict | None) -> None:
+        self.session, self.src_root, self.dst_root = session, src_root, dst_root
+        self.modes, self.resume = modes, resume
+
+    def run_chunk(self, manifest_sorted, start: int, stop: int, params: TransferParams, chunk_id: str):
+        rows = manifest_sorted.slice(start, stop - start)
+        modes = self.modes[start:stop] if self.modes is not None else None
+        return self.session.perform(rows, params, src_root=self.src_root, dst_root=self.dst_root,
+                                    chunk_id=chunk_id, modes=modes, resume=self.resume)
+
+
+def _unknown_link():
+    from .tuning import LinkInfo
+
+    return LinkInfo.unknown()
+
+
+def _tuning_summary(req: CopyRequest, link) -> dict:
+    if req.algorithm == "fixed":
+        return {"source": "given", "bdp_bytes": 0, "rtt_ms": 0.0, "bandwidth_mbit": 0.0}
+    return {"source": "given" if link.measured else "unknown (adapting by measurement)",
+            "bdp_bytes": int(link.bdp_bytes) if link.measured else 0,
+            "rtt_ms": round(link.rtt_s * 1000, 3) if link.measured else 0.0,
+            "bandwidth_mbit": round(link.bandwidth_bps / 1e6, 2) if link.measured else 0.0}
+
+
+def link_from_args(rtt_ms: float | None, bandwidth_mbit: float | None, bdp: int | None):
+    """LinkInfo from --rtt-ms/--bandwidth-mbit or --bdp; None when neither was given."""
+    from .tuning import LinkInfo
+
+    if bdp is not None:
+        if rtt_ms is not None or bandwidth_mbit is not None:
+            raise UsageError("give either --bdp or --rtt-ms with --bandwidth-mbit, not both")
+        if bdp <= 0:
+            raise UsageError(f"--bdp must be a positive number of bytes (got {bdp})")
+        return LinkInfo.from_bdp(bdp, source="given")
+    if rtt_ms is None and bandwidth_mbit is None:
+        return None
+    if rtt_ms is None or bandwidth_mbit is None or rtt_ms <= 0 or bandwidth_mbit <= 0:
+        raise UsageError("--rtt-ms and --bandwidth-mbit go together, both positive",
+                         "", "e.g. --rtt-ms 50 --bandwidth-mbit 500")
+    return LinkInfo(rtt_s=rtt_ms / 1000, bandwidth_bps=bandwidth_mbit * 1e6, source="given")
 
 
 def check_params(pp: int, p: int, cc: int) -> TransferParams:
