@@ -7,6 +7,7 @@ bounds leave room for noise while still catching a broken emulator."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import pytest
 
 from benchmarks.wan.link import EmulatedLink, cleanup, leftovers
 from benchmarks.wan.measure import iperf_mbit, ping_ms
-from tests.support.wan import REPO_ROOT, require_wan, wan_testbed  # noqa: F401  (fixture)
+from tests.support.wan import REPO_ROOT, WanTestbed, require_wan, wan_testbed  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.wan
 
@@ -131,16 +132,32 @@ def test_sshd_in_dst_is_reached_from_src_only(wan_testbed) -> None:  # noqa: F81
 
 
 def test_nothing_left_after_teardown() -> None:
-    require_wan()
-    with EmulatedLink(rtt_ms=5, rate_mbit=100, name=f"t{uuid.uuid4().hex[:8]}") as lk:
-        sleeper = lk.run_in("dst", ["sleep", "300"])
-        name = lk.name
-        assert any(ns.startswith(name) for ns in leftovers()["namespaces"])
+    tb = WanTestbed.start(rtt_ms=5, rate_mbit=100, name=f"t{uuid.uuid4().hex[:8]}")
+    assert tb.sshd is not None
+    name, sshd_marker, base = tb.link.name, str(tb.sshd.config_file), tb.base
+    sleeper = tb.link.run_in("dst", ["sleep", "300"])
+    assert {f"{name}-src", f"{name}-dst"} <= set(leftovers()["namespaces"])
+    tb.close()
     assert sleeper.wait(timeout=5) is not None
     left = leftovers()
     assert not [ns for ns in left["namespaces"] if ns.startswith(name + "-")], left
     assert not [e for e in left["emulators"] if e[1] == name], left
     assert not [f for f in left["state_files"] if f.startswith(name + ".")], left
+    assert not processes_mentioning(sshd_marker)
+    assert not base.exists()
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                    if text.encode() in f.read():
+                        found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
 def test_links_of_a_crashed_process_are_cleaned_up() -> None:
@@ -158,6 +175,11 @@ def test_links_of_a_crashed_process_are_cleaned_up() -> None:
     done = subprocess.run([sys.executable, "-c", crash], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert {f"{name}-src", f"{name}-dst"} <= set(leftovers()["namespaces"])
+    # The emulator saw its owner's pipe close and exited by itself.
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and [e for e in leftovers()["emulators"] if e[1] == name]:
+        time.sleep(0.05)
+    assert not [e for e in leftovers()["emulators"] if e[1] == name]
     assert name in cleanup(everything=False)
     left = leftovers()
     assert not [ns for ns in left["namespaces"] if ns.startswith(name + "-")], left

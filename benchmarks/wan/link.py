@@ -223,7 +223,11 @@ class EmulatedLink(AbstractContextManager):
         exits by itself if this process dies.
         """
         _check_host()
-        cleanup(everything=False)  # leftovers of crashed runs, never another live run's links
+        try:
+            cleanup(everything=False)  # leftovers of crashed runs, never another live run's links
+        except (RuntimeError, OSError) as exc:  # our own names are unique: a stuck leftover need not stop us
+            print(f"benchmarks.wan: could not remove a stale link ({exc}); "
+                  "try `python -m benchmarks.wan.link cleanup`", file=sys.stderr)
         if self._state_path.exists() or netns.exists(self.src_ns) or netns.exists(self.dst_ns):
             raise RuntimeError(
                 f"link {self.name} already exists: bring it down first "
@@ -364,6 +368,7 @@ class EmulatedLink(AbstractContextManager):
         and/or queue while traffic flows. Packets already queued keep their schedule."""
         if rtt_ms is not None and rtt_ms < 0 or any(r is not None and r <= 0 for r in (rate_mbit, reverse_rate_mbit)):
             raise ValueError("set() needs rtt_ms >= 0 and rates > 0")
+        before = (self.rtt_ms, self.rate_mbit, self.reverse_rate_mbit, self.queue_bytes)
         if rtt_ms is not None:
             self.rtt_ms = float(rtt_ms)
         if rate_mbit is not None:
@@ -376,6 +381,7 @@ class EmulatedLink(AbstractContextManager):
             self.queue_bytes = queue_bytes
         need = self._ring_needed(self.rtt_ms, max(self.rate_mbit, self.reverse_rate_mbit))
         if need > self.ring_bytes:
+            self.rtt_ms, self.rate_mbit, self.reverse_rate_mbit, self.queue_bytes = before
             raise ValueError(
                 f"link {self.name}: rtt {self.rtt_ms} ms at {self.rate_mbit} Mbit/s needs a {need}-byte ring, "
                 f"it was started with {self.ring_bytes}: bring it up with ring_bytes={need}"
