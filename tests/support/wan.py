@@ -10,8 +10,9 @@
 Layout: the code under test runs in the `src` namespace (10.77.0.1), a real
 OpenSSH sshd runs in the `dst` namespace on 10.77.0.2:2222, and every packet
 between them crosses the emulator. From the host's own namespace 10.77.0.2 is
-unreachable, so code that forgot to enter src fails loudly instead of quietly
-measuring loopback.
+not on the link: it follows the host's default route (which, in some sandboxes,
+even accepts TCP connections). So a test that measures the link should also
+check that its traffic crossed it: `tb.link.stats()` counters, or timing.
 
 Running code in src, two ways:
 - In-process, `tb.in_src()` / `tb.call_in_src(fn)`: the *calling thread*
