@@ -1,4 +1,4 @@
-"""Example: copy a directory to an SFTP host with explicit pp / p / cc.
+"""Example: copy a directory to an SFTP host, pp / p / cc tuned per chunk (or given).
 
 Run it with real Airflow (what `make demo` does):
 
@@ -26,6 +26,7 @@ with DAG(
         "src": Param(os.environ.get("AT_EXAMPLE_SRC", "/tmp/airflow-transfer-demo/src"), type="string"),
         "dst": Param(os.environ.get("AT_EXAMPLE_DST", "/tmp/airflow-transfer-demo/dst"), type="string"),
         "conn_id": Param(os.environ.get("AT_EXAMPLE_CONN", "at_demo_sftp"), type="string"),
+        "algorithm": Param("auto", enum=["fixed", "globus", "pcp", "mc", "adaptive-cc", "auto"]),
     },
 ) as dag:
     TunedTransferOperator(
@@ -33,6 +34,7 @@ with DAG(
         src="{{ params.src }}",
         dst="{{ params.dst }}",
         dst_conn_id="{{ params.conn_id }}",
+        algorithm="{{ params.algorithm }}",  # "fixed" uses the three knobs below as given
         pp=8,
         parallelism=2,
         concurrency=4,

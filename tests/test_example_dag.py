@@ -13,7 +13,7 @@ def test_example_dag_copies_and_returns_summary(airflow_home, sshd, remote_dir, 
     src = make_tree(local_dir / "dag-src", small=50, seed=21)
     result, log = run_dag(
         airflow_home, REPO / "dags" / "example_sftp_copy.py", "example_sftp_copy",
-        {"src": str(src), "dst": str(remote_dir / "out"), "conn_id": "at_test_sftp"},
+        {"src": str(src), "dst": str(remote_dir / "out"), "conn_id": "at_test_sftp", "algorithm": "fixed"},
         extra_env=sftp_conn_env("at_test_sftp", sshd),
     )
     assert result["state"].endswith("success"), log[-4000:]
@@ -27,6 +27,19 @@ def test_example_dag_copies_and_returns_summary(airflow_home, sshd, remote_dir, 
     assert tree_digest(remote_dir / "out") == tree_digest(src)
     assert temp_files(remote_dir) == []
     assert "Mbit/s, ETA" in log  # progress lines reached the task log
+
+
+def test_example_dag_tuned_by_auto(airflow_home, sshd, remote_dir, local_dir):
+    src = make_tree(local_dir / "dag-auto", small=80, seed=23)
+    result, log = run_dag(
+        airflow_home, REPO / "dags" / "example_sftp_copy.py", "example_sftp_copy",
+        {"src": str(src), "dst": str(remote_dir / "auto"), "conn_id": "at_test_sftp"},
+        extra_env=sftp_conn_env("at_test_sftp", sshd),
+    )
+    assert result["state"].endswith("success"), log[-4000:]
+    summary = result["xcom"]["copy_dataset.return_value"]
+    assert summary["algorithm"] == "auto" and len(summary["chunks"]) >= 2
+    assert tree_digest(remote_dir / "auto") == tree_digest(src)
 
 
 def test_failed_files_fail_the_task(airflow_home, sshd, test_base, local_dir):

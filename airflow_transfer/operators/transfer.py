@@ -28,6 +28,14 @@ def summary_table(summary: dict) -> str:
     return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
 
 
+ALGORITHMS = ("fixed", "globus", "pcp", "mc", "adaptive-cc", "auto")
+
+
+def _check_algorithm(name: str) -> None:
+    if name not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {name!r}; choose one of: {', '.join(ALGORITHMS)}")
+
+
 class TunedTransferOperator(BaseOperator):
     """Copy a dataset from `src` to `dst` with pipelining, parallelism and concurrency.
 
@@ -39,7 +47,11 @@ class TunedTransferOperator(BaseOperator):
     :param pp: file operations kept outstanding per connection (pipelining).
     :param parallelism: connections moving byte ranges of one large file.
     :param concurrency: connections moving different files at the same time.
-    :param algorithm: how the knobs are chosen; ``fixed`` uses the values given.
+    :param algorithm: how the knobs are chosen per chunk: ``fixed`` uses pp / parallelism /
+        concurrency as given; ``globus``, ``pcp``, ``mc``, ``adaptive-cc`` or ``auto`` tune them
+        (docs/tuning.md). Templated.
+    :param rtt_ms: round-trip time of the link for the tuning models (with ``bandwidth_mbit``).
+    :param bandwidth_mbit: bottleneck bandwidth of the link in Mbit/s.
     :param progress_interval: seconds between progress lines in the task log.
     :param transfer_key: journal key; default ``airflow:<dag>/<task>/<run>/<map index>``, so an
         Airflow retry of the task resumes where the failed try stopped.
@@ -51,7 +63,7 @@ class TunedTransferOperator(BaseOperator):
     after pushing the summary under the key ``summary``.
     """
 
-    template_fields: Sequence[str] = ("src", "dst", "src_conn_id", "dst_conn_id", "transfer_key")
+    template_fields: Sequence[str] = ("src", "dst", "src_conn_id", "dst_conn_id", "transfer_key", "algorithm")
     ui_color = "#d9ecff"
 
     def __init__(
@@ -69,14 +81,16 @@ class TunedTransferOperator(BaseOperator):
         transfer_key: str | None = None,
         retries_per_file: int = 5,
         deadline: float = 3600.0,
+        rtt_ms: float | None = None,
+        bandwidth_mbit: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         from ..job import check_params
 
         check_params(pp, parallelism, concurrency)  # fail at DAG parse time, not at run time
-        if algorithm != "fixed":
-            raise ValueError(f"unknown algorithm {algorithm!r}; available: fixed")
+        if "{{" not in algorithm:
+            _check_algorithm(algorithm)
         self.src, self.dst = src, dst
         self.src_conn_id, self.dst_conn_id = src_conn_id, dst_conn_id
         self.pp, self.parallelism, self.concurrency = pp, parallelism, concurrency
@@ -85,19 +99,26 @@ class TunedTransferOperator(BaseOperator):
         self.transfer_key = transfer_key
         self.retries_per_file = retries_per_file
         self.deadline = deadline
+        self.rtt_ms, self.bandwidth_mbit = rtt_ms, bandwidth_mbit
 
     def execute(self, context: Any) -> dict:
         from .. import airflow_conf
         from ..engine.retry import RetryPolicy
         from ..hooks.endpoint import TransferEndpointHook
-        from ..job import CopyRequest, check_params, run_copy
+        from ..job import CopyRequest, check_params, link_from_args, run_copy
 
         try:
             params = check_params(self.pp, self.parallelism, self.concurrency)
+            _check_algorithm(self.algorithm)
+            link = link_from_args(self.rtt_ms, self.bandwidth_mbit, None)
             src = TransferEndpointHook(self.src_conn_id).endpoint(self.src)
             dst = TransferEndpointHook(self.dst_conn_id).endpoint(self.dst)
-            self.log.info("copying %s -> %s with pp=%d p=%d cc=%d", src.display, dst.display,
-                          params.pp, params.p, params.cc)
+            if self.algorithm == "fixed":
+                self.log.info("copying %s -> %s with pp=%d p=%d cc=%d", src.display, dst.display,
+                              params.pp, params.p, params.cc)
+            else:
+                self.log.info("copying %s -> %s, pp/p/cc tuned per chunk by %s", src.display, dst.display,
+                              self.algorithm)
             summary = run_copy(CopyRequest(
                 src, dst, params, algorithm=self.algorithm,
                 progress=lambda s: self.log.info("%s", format_line(s)),
@@ -105,6 +126,7 @@ class TunedTransferOperator(BaseOperator):
                 store_url=airflow_conf.store_url(),
                 transfer_key=self.transfer_key or airflow_conf.transfer_key(context),
                 retry=RetryPolicy(max_attempts=self.retries_per_file, deadline_s=self.deadline),
+                link=link,
             ))
         except TransferError as exc:
             raise RuntimeError(exc.message) from None
