@@ -51,6 +51,11 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--parallelism", "-p", type=int, default=1, help="connections per large file")
     cp.add_argument("--concurrency", "-c", type=int, default=4, help="files moved at once on separate connections")
     cp.add_argument("--manifest", help="copy exactly the files of this Parquet manifest")
+    cp.add_argument("--verify", default="sha256",
+                    help="checksum every file end to end before its final name: md5, sha1, sha256 (default), "
+                         "blake2b, adler32, crc32c, xxh128, blake3, or none")
+    cp.add_argument("--verify-mode", default="file", choices=["file"],
+                    help="file: each file's destination digest overlaps the transfer of the next files")
     cp.add_argument("--no-skip", action="store_true", help="re-send files already present with same size and mtime")
     cp.add_argument("--progress-interval", type=float, default=None, help="seconds between progress lines")
     cp.add_argument("--store", help="store URL for the journal and history (default: SQLite under "
@@ -109,6 +114,7 @@ def cmd_copy(args) -> int:
                       store_url=args.store, transfer_key=args.transfer_key, restart=args.restart,
                       retry=RetryPolicy(max_attempts=args.retries, deadline_s=args.deadline),
                       algorithm=args.algorithm,
+                      verify=None if args.verify == "none" else args.verify,
                       link=link_from_args(args.rtt_ms, args.bandwidth_mbit, args.bdp))
     summary = run_copy(req)
     if tty:

@@ -34,6 +34,7 @@ class CopyRequest:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     use_store: bool = True
     link: object | None = None  # tuning.models.LinkInfo; None: unknown (auto then adapts by measurement)
+    verify: str | None = "sha256"  # checksum algorithm for end-to-end verification; None = off
 
 
 def list_source(session: TransferSession, src: Endpoint) -> Manifest:
@@ -92,8 +93,15 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store) -> dict:
     key = req.transfer_key or default_key(req.src, req.dst)
     record = journal = None
     resume: dict[str, list] | None = None
+    if req.verify is not None:
+        from .integrity.algorithms import algorithm_info
+
+        try:
+            algorithm_info(req.verify)
+        except ValueError as exc:
+            raise UsageError(str(exc), "", "use --verify none to turn verification off") from exc
     with TransferSession(req.src, req.dst, stats=stats, skip_existing=req.skip_existing,
-                         retry=req.retry) as session:
+                         retry=req.retry, verify=req.verify) as session:
         manifest = req.manifest or list_source(session, req.src)
         manifest.validate(req.src.display)
         if store is not None:
@@ -126,6 +134,7 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store) -> dict:
         finally:
             if journal is not None:
                 journal.close()
+        verify_summary = session.verify_summary()
     seconds = time.monotonic() - t0
     moved = sum(c.bytes_moved for c in chunks)
     failed = [{"path": o.path, "error": o.error} for c in chunks for o in c.outcomes if not o.ok]
@@ -142,8 +151,7 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store) -> dict:
         "files_skipped": skipped,
         "bytes_moved": moved,
         "skipped_entries": dict(manifest.skipped),
-        "verify": {"algorithm": "none", "mode": "none", "where": "none",
-                   "verified": 0, "repaired": 0, "mismatched": 0},
+        "verify": verify_summary,
         "chunks": [c.summary() for c in chunks],
         "protocol_switches": [],
         "tuning": _tuning_summary(req, link),

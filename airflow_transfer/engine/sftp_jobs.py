@@ -43,6 +43,7 @@ class FileTask:
     resumable: bool = False  # its temporary file may hold this very source version
     resumed: bool = False
     last_error: str | None = None
+    mismatches: int = 0  # verification failures so far
 
 
 class SourceChanged(OSError):
@@ -66,6 +67,8 @@ class Job:
         self.seconds = 0.0
         self.fd: int | None = None
         self.on_range: Callable[[str, int, int], None] | None = None  # the journal
+        self.hasher = None  # verify.SourceHasher over [start, stop) as it is read
+        self.defer_rename = False  # verification renames once the digests match
 
     @property
     def length(self) -> int:
@@ -111,6 +114,20 @@ class UploadJob(Job):
             self.fail(SourceChanged(f"source changed since it was listed: {self.task.src}"))
             self.finish()
             return
+        if self.hasher is not None and self.hasher.next < self.start:
+            # Resumed: the bytes already sent are hashed from the source now.
+            try:
+                off = self.hasher.next
+                while off < self.start:
+                    data = os.pread(self.fd, min(1 << 20, self.start - off), off)
+                    if not data:
+                        raise SourceChanged(f"source shrank while being read: {self.task.src}")
+                    self.hasher.update(off, data)
+                    off += len(data)
+            except OSError as exc:
+                self.fail(exc)
+                self.finish()
+                return
         flags = w.FXF_WRITE | w.FXF_CREAT | (w.FXF_TRUNC if self.truncate else 0)
         self.outstanding += 1
         # Created private: the final mode is applied before the rename.
@@ -133,6 +150,8 @@ class UploadJob(Job):
                 self.fail(SourceChanged(f"source shrank while being read: {self.task.src}"))
                 break
             off = self.next_off
+            if self.hasher is not None:
+                self.hasher.update(off, data)
             self.next_off += n
             self.outstanding += 1
             wire.send(w.WRITE, wire.p_write_head(self.handle, off, n), self._ack(off, n), data)
@@ -332,7 +351,7 @@ class Pipeline:
         if job.error is not None:
             self._closed_after_error(job, counted=False)
             return
-        if isinstance(job, UploadJob) and job.finalize:
+        if isinstance(job, UploadJob) and job.finalize and not job.defer_rename:
             ptype, payload = self.wire.p_rename(job.task.tmp, job.task.dst)
             job.outstanding += 1
             self.wire.send(ptype, payload, lambda t2, r2: self._renamed(job, t2, r2))

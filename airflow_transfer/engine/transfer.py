@@ -37,6 +37,14 @@ from .params import TransferParams
 from .result import ChunkResult, FileOutcome
 from .retry import RetryPolicy, classify
 from .sftp_jobs import DownloadJob, FileTask, Job, Pipeline, SourceChanged, UploadJob
+from ..integrity.algorithms import digest_file
+from .verify import DestinationDigests, Piece, SourceHasher, Verifier, VerifyItem
+
+MAX_REPAIRS = 2  # re-sends of a file whose digests did not match before it fails
+
+
+class ChecksumMismatch(Exception):
+    """Source and destination digests differ: the file is sent again."""
 
 RANGE_MIN = 4 * 1024 * 1024  # smallest byte range worth its own connection
 DEFAULT_INFLIGHT = 8 * 1024 * 1024  # bytes outstanding per connection (bounded memory)
@@ -56,7 +64,7 @@ class TransferSession:
 
     def __init__(self, src: Endpoint, dst: Endpoint, *, stats: Stats | None = None,
                  inflight: int = DEFAULT_INFLIGHT, skip_existing: bool = True,
-                 retry: RetryPolicy | None = None, journal=None) -> None:
+                 retry: RetryPolicy | None = None, journal=None, verify: str | None = None) -> None:
         if src.scheme == "sftp" and dst.scheme == "sftp":
             raise UsageError("sftp to sftp copies are not supported yet", f"{src.display} -> {dst.display}",
                              "copy to a local staging directory first")
@@ -65,6 +73,8 @@ class TransferSession:
         self.inflight = inflight
         self.retry = retry or RetryPolicy()
         self.journal = journal  # a store JournalWriter, or None
+        self.verify = verify  # checksum algorithm, None = no verification
+        self.verifier: Verifier | None = None
         self.skip_existing = skip_existing
         remote = src if src.scheme == "sftp" else dst if dst.scheme == "sftp" else None
         self.remote = remote
@@ -73,8 +83,37 @@ class TransferSession:
         self._dirs_made: set[str] = set()
 
     def close(self) -> None:
+        if self.verifier is not None:
+            self.verifier.stop()
+            self.verifier = None
         if self.pool is not None:
             self.pool.close()
+
+    def _ensure_verifier(self) -> Verifier | None:
+        if self.verify is None or self.verifier is not None:
+            return self.verifier
+        if self.direction == "download":
+            dest, src = DestinationDigests(self.verify, None), DestinationDigests(self.verify, self.pool)
+        else:
+            dest, src = DestinationDigests(self.verify, self.pool if self.direction == "upload" else None), None
+        self.verifier = Verifier(dest, lambda item, ok, err: None, src=src).start()
+        return self.verifier
+
+    def verify_summary(self) -> dict:
+        if self.verify is None:
+            return {"algorithm": "none", "mode": "none", "where": "none", "verified": 0, "repaired": 0,
+                    "mismatched": 0}
+        v = self.verifier
+        where = v.dest.where if v else "none"
+        if v is not None and v.src is not None:
+            where = f"source {v.src.where}, destination {v.dest.where}"
+        out = {"algorithm": self.verify, "mode": "file", "where": where,
+               "verified": v.stats.verified if v else 0, "repaired": v.stats.repaired if v else 0,
+               "mismatched": v.stats.mismatched if v else 0}
+        reasons = [d.reason for d in ((v.dest, v.src) if v else ()) if d is not None and d.reason]
+        if reasons:
+            out["why"] = "; ".join(reasons)
+        return out
 
     def __enter__(self) -> "TransferSession":
         return self
@@ -205,6 +244,8 @@ class TransferSession:
             self.stats.add_bytes(t.size)
         queue = deque(i for i in range(len(tasks)) if i not in skip)
         runner = _Runner(self, tasks, params, outcomes, queue)
+        if queue and self._ensure_verifier() is not None:
+            self.verifier.on_verdict = runner.on_verdict
         runner.run()
         result.outcomes = [outcomes[i] for i in range(len(tasks))]
         result.bytes_moved = sum(o.bytes_moved for o in result.outcomes)
@@ -232,6 +273,7 @@ class _Runner:
         self.worker_errors: list[BaseException] = []
         self.fatal: BaseException | None = None  # no worker can ever connect (auth, host key)
         self.host = session.remote.host_label if session.remote else "localhost"
+        self.alg = session.verify
 
     # -- queue -------------------------------------------------------------
     def _promote(self) -> None:
@@ -290,6 +332,11 @@ class _Runner:
         retry, _reason = classify(exc)
         if isinstance(exc, SourceChanged):
             retry = self._relist(t)
+        if isinstance(exc, ChecksumMismatch):
+            t.last_error = f"{exc} ({self.host}:{t.dst})"
+            retry = t.mismatches <= MAX_REPAIRS
+            if not retry:
+                t.last_error = f"{t.last_error}; still wrong after {MAX_REPAIRS} re-sends"
         if retry and t.attempts < self.policy.max_attempts and self.policy.time_left() > 0:
             ready = time.monotonic() + (0 if isinstance(exc, SourceChanged) else self.policy.delay(t.attempts))
             with self.lock:
@@ -433,6 +480,9 @@ class _Runner:
             self.s.stats.add_bytes(start)
         if self.s.direction == "upload":
             job: Job = UploadJob(t, start, t.size, True, self.s.stats, truncate=start == 0)
+            if self.alg:
+                job.hasher = SourceHasher(self.alg, 0)
+                job.defer_rename = True
         else:
             try:
                 flags = os.O_WRONLY | os.O_CREAT | (0 if start else os.O_TRUNC)
@@ -458,12 +508,16 @@ class _Runner:
         if self.s.direction == "download":
             if job.error is None:
                 try:
-                    self._finalize_local(t)
+                    self._finalize_local(t, rename=not self.alg)
                 except OSError as exc:
                     job.fail(exc)
             if job.error is not None and not classify(job.error)[0]:
                 _unlink_quiet(t.tmp)
         if job.error is None:
+            if self.alg:
+                pieces = [job.hasher.piece()] if job.hasher is not None else [Piece(0, t.size, "")]
+                self._submit_verify(i, pieces)
+                return
             self._finish(i, True, job.seconds, None)
             return
         err = job.error
@@ -482,10 +536,40 @@ class _Runner:
         job.task.resumable = True  # same source version: the next attempt continues
         self._failed(i, ConnectionError(f"connection lost: {exc}"), time.monotonic() - job.t0, job.task.dst)
 
-    def _finalize_local(self, t: FileTask) -> None:
+    def _finalize_local(self, t: FileTask, rename: bool = True) -> None:
         os.chmod(t.tmp, t.mode & 0o7777)
         os.utime(t.tmp, (t.mtime, t.mtime))
-        os.replace(t.tmp, t.dst)
+        if rename:
+            os.replace(t.tmp, t.dst)
+
+    # -- verification ------------------------------------------------------------
+    def _submit_verify(self, i: int, pieces: list[Piece]) -> None:
+        t = self.tasks[i]
+        src = t.src if self.s.direction != "download" else None
+        whole = (lambda: digest_file(self.alg, src)) if src else None
+        self.s.verifier.submit(VerifyItem(i, t.tmp, pieces, whole_source=whole, source_path=t.src))
+
+    def on_verdict(self, item: VerifyItem, ok: bool, error: str | None) -> None:
+        """Runs on the verifier thread: rename a verified file, or send a mismatching one again."""
+        i, t = item.index, self.tasks[item.index]
+        if ok:
+            try:
+                if self.s.direction == "upload":
+                    self.s.verifier.dest.wire.rename(t.tmp, t.dst)
+                else:
+                    os.replace(t.tmp, t.dst)
+            except (OSError, SFTPProtocolError) as exc:
+                self._failed(i, exc, 0.0, t.dst)
+                return
+            if t.mismatches:
+                self.s.verifier.stats.repaired += 1
+            self._finish(i, True, 0.0, None)
+            return
+        mismatch = error is not None and error.startswith("checksum mismatch")
+        if mismatch:
+            t.mismatches += 1
+        t.resumable, t.todo_ranges = False, None  # send the whole file again
+        self._failed(i, ChecksumMismatch(error) if mismatch else OSError(errno.EIO, error), 0.0, t.dst)
 
     # -- p > 1: byte ranges of one file over p connections -----------------------
     def _ranged(self, conn, i: int) -> None:
@@ -533,6 +617,9 @@ class _Runner:
                     t_, r_ = conn.wire.call(w.CLOSE, conn.wire.p_handle(handle))
                     conn.wire.expect_status(t_, r_, t.tmp)
                 jobs = [UploadJob(t, lo, hi, False, self.s.stats, truncate=False) for lo, hi in pieces]
+                if self.alg:
+                    for j in jobs:
+                        j.hasher = SourceHasher(self.alg, j.start)
             else:
                 local_fd = os.open(t.tmp, os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if fresh else 0), 0o600)
                 os.ftruncate(local_fd, t.size)
@@ -563,11 +650,12 @@ class _Runner:
             if error is None:
                 if self.s.direction == "upload":
                     conn.wire.setstat(t.tmp, Attrs(mode=t.mode & 0o7777, mtime=int(t.mtime)))
-                    conn.wire.rename(t.tmp, t.dst)
+                    if not self.alg:
+                        conn.wire.rename(t.tmp, t.dst)
                 else:
                     os.close(local_fd)
                     local_fd = None
-                    self._finalize_local(t)
+                    self._finalize_local(t, rename=not self.alg)
         except (OSError, SFTPProtocolError) as exc:
             error = exc
         finally:
@@ -577,6 +665,15 @@ class _Runner:
                 self.s.pool.release(c, broken=not c.alive)
         t.moved_total += sum(j.acked for j in jobs)
         if error is None:
+            if self.alg:
+                if self.s.direction == "upload" and fresh:
+                    vpieces = sorted((j.hasher.piece() for j in jobs), key=lambda p: p.offset)
+                elif self.s.direction == "upload":
+                    vpieces = [Piece(0, t.size, digest_file(self.alg, t.src))]  # resumed: earlier ranges too
+                else:
+                    vpieces = [Piece(0, t.size, "")]
+                self._submit_verify(i, vpieces)
+                return
             self._finish(i, True, time.monotonic() - t0, None)
             return
         # Keep what arrived: the next attempt sends only the ranges still missing.
@@ -602,11 +699,21 @@ class _Runner:
                     st = os.fstat(fin.fileno())
                     if st.st_size != t.size or int(st.st_mtime) != int(t.mtime):
                         raise SourceChanged(f"source changed since it was listed: {t.src}")
+                    hasher = SourceHasher(self.alg, 0) if self.alg else None
                     with open(t.tmp, "wb") as fout:
-                        shutil.copyfileobj(fin, fout, 1 << 20)
-                self._finalize_local(t)
+                        while True:
+                            data = fin.read(1 << 20)
+                            if not data:
+                                break
+                            if hasher is not None:
+                                hasher.update(hasher.next, data)
+                            fout.write(data)
+                self._finalize_local(t, rename=not self.alg)
                 t.moved_total += t.size
                 self.s.stats.add_bytes(t.size)
+                if hasher is not None:
+                    self._submit_verify(i, [hasher.piece()])
+                    continue
                 self._finish(i, True, time.monotonic() - t0, None)
             except OSError as exc:
                 _unlink_quiet(t.tmp)
