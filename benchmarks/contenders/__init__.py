@@ -1,0 +1,48 @@
+"""The tools airflow-transfer is compared with, each a small class (base.Contender).
+
+    from benchmarks.contenders import all_contenders, select
+    chosen = select(all_contenders(), "all")           # or "airflow-transfer,rclone,OpenSSH sftp"
+
+Selection is by comma-separated, case-insensitive prefixes of the row names,
+or group names: `airflow-transfer`, `rclone`, `openssh` (sftp, scp, rsync),
+`airflow` (the SFTPHook rows), `sshfs`, `uploads`, `downloads`.
+"""
+
+from __future__ import annotations
+
+from benchmarks.contenders import airflow_transfer, libraries, openssh, rclone
+from benchmarks.contenders.base import Availability, Contender, ContenderFailed, Usage, verify_tree
+
+__all__ = ["Availability", "Contender", "ContenderFailed", "Usage", "all_contenders", "select", "verify_tree"]
+
+GROUPS = {
+    "openssh": ("OpenSSH", "rsync"),
+    "airflow": ("Airflow SFTPHook",),
+    "sshfs": ("fsspec sshfs",),
+}
+
+
+def all_contenders() -> list[Contender]:
+    """Every contender, in the order rows are run and reported (airflow-transfer's algorithms found now)."""
+    return [*airflow_transfer.contenders(), *rclone.contenders(), *openssh.contenders(), *libraries.contenders()]
+
+
+def select(contenders: list[Contender], spec: str) -> list[Contender]:
+    """The contenders `spec` names (see the module docstring); raises ValueError for a name that matches none."""
+    if spec.strip().lower() in ("", "all"):
+        return list(contenders)
+    chosen: list[Contender] = []
+    for word in (w.strip() for w in spec.split(",") if w.strip()):
+        lw = word.lower()
+        if lw == "uploads":
+            hits = [c for c in contenders if c.direction == "upload"]
+        elif lw == "downloads":
+            hits = [c for c in contenders if c.direction == "download"]
+        else:
+            prefixes = GROUPS.get(lw, (word,))
+            hits = [c for c in contenders if c.name.lower().startswith(tuple(p.lower() for p in prefixes))]
+        if not hits:
+            names = "; ".join(c.name for c in contenders)
+            raise ValueError(f"--contenders: {word!r} matches no contender; names: {names}")
+        chosen.extend(c for c in hits if c not in chosen)
+    return chosen

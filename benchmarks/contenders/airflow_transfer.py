@@ -1,0 +1,106 @@
+"""airflow-transfer itself, through its command line (docs/transfers.md), as a user runs it.
+
+Rows: untuned (pp=1, p=1, cc=1: one connection, one file operation at a
+time), a fixed hand-picked setting, one row per `--algorithm` the installed
+CLI accepts (read from `copy --help` at run time, so algorithms added later
+are benchmarked by name with the CLI's defaults), and a download row.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import uuid
+from functools import lru_cache
+from pathlib import Path
+
+from benchmarks.contenders.base import AVAILABLE, Availability, Contender, ContenderFailed, missing
+
+HAND_PICKED = {"pp": 8, "p": 4, "cc": 8}
+
+
+def cli_argv() -> list[str]:
+    """The installed entry point next to this interpreter, else the module."""
+    script = Path(sys.executable).with_name("airflow-transfer")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "airflow_transfer.cli"]
+
+
+@lru_cache(maxsize=1)
+def _help() -> tuple[str, str]:
+    """(help text, error) of `airflow-transfer copy --help`."""
+    try:
+        done = subprocess.run([*cli_argv(), "copy", "--help"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return "", f"`airflow-transfer copy --help` failed: {exc}"
+    if done.returncode != 0:
+        return "", f"`airflow-transfer copy --help` exited {done.returncode}: {done.stderr.strip()[-300:]}"
+    return done.stdout, ""
+
+
+def algorithms() -> list[str]:
+    """Every value `copy --algorithm` accepts, as argparse lists them in the help."""
+    text, _ = _help()
+    m = re.search(r"--algorithm\s*\{([^}]*)\}", text)
+    return [a.strip() for a in re.sub(r"\s+", "", m.group(1)).split(",") if a.strip()] if m else []
+
+
+class AirflowTransfer(Contender):
+    def __init__(self, name: str, description: str, flags: list[str], direction: str = "upload") -> None:
+        super().__init__()
+        self.name = name
+        self.description = description
+        self.flags = flags
+        self.direction = direction
+
+    def available(self) -> Availability:
+        _, error = _help()
+        return missing(error) if error else AVAILABLE
+
+    def _url(self, path: Path) -> str:
+        bed = self._bed()
+        return f"sftp://{bed.user}@{bed.host}:{bed.port}{path}"
+
+    def command(self, dataset_dir: Path, remote_dir: Path) -> list[str]:
+        bed = self._bed()
+        if self.direction == "upload":
+            src, dst = str(dataset_dir), self._url(remote_dir)
+        else:
+            src, dst = self._url(remote_dir), str(dataset_dir)
+        # A fresh journal key per run: each run is a first attempt, never a resume of the last one.
+        return [*cli_argv(), "copy", src, dst, *self.flags, "--json", "--no-skip", "--restart",
+                "--transfer-key", f"bench-{uuid.uuid4().hex}", "--progress-interval", "3600",
+                "--identity", str(bed.key), "--known-hosts", str(bed.known_hosts),
+                "--ssh-config", str(bed.ssh_config)]
+
+    def run(self, dataset_dir: Path, remote_dir: Path) -> float:
+        done = self.measure(self.command(dataset_dir, remote_dir))
+        try:
+            summary = json.loads(done.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise ContenderFailed(f"printed no JSON summary: {done.tail()}") from None
+        if summary.get("failed"):
+            raise ContenderFailed(f"{len(summary['failed'])} files failed, e.g. {summary['failed'][0]}")
+        return done.seconds
+
+
+def contenders() -> list[Contender]:
+    hp = HAND_PICKED
+    knobs = ["--pp", str(hp["pp"]), "-p", str(hp["p"]), "-c", str(hp["cc"])]
+    setting = f"pp={hp['pp']} p={hp['p']} cc={hp['cc']}"
+    out: list[Contender] = [
+        AirflowTransfer("airflow-transfer untuned (pp=1 p=1 cc=1)",
+                        "one SSH connection, one file operation at a time, no range splitting",
+                        ["--algorithm", "fixed", "--pp", "1", "-p", "1", "-c", "1"]),
+        AirflowTransfer(f"airflow-transfer fixed ({setting})",
+                        f"a hand-picked fixed setting: {setting}", ["--algorithm", "fixed", *knobs]),
+    ]
+    for algo in algorithms():
+        out.append(AirflowTransfer(f"airflow-transfer --algorithm {algo}",
+                                   f"`--algorithm {algo}` with the CLI's defaults for everything else",
+                                   ["--algorithm", algo]))
+    out.append(AirflowTransfer(f"airflow-transfer download ({setting})",
+                               f"download (dst -> src) with the hand-picked setting {setting}",
+                               ["--algorithm", "fixed", *knobs], direction="download"))
+    return out

@@ -1,0 +1,214 @@
+"""Markdown report and charts from benchmark results (benchmarks/run.py writes the inputs).
+
+    python -m benchmarks.report                          # benchmarks/results/report.md + PNG charts
+    python -m benchmarks.report --docs docs/benchmarks.md   # also refresh the table in the docs
+
+Inputs: `latest.json` (DESIGN.md section 9) and, when present,
+`latest-details.json` (every run, failures, unavailable contenders, load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+BEGIN, END = "<!-- BEGIN RESULTS (python -m benchmarks.report --docs docs/benchmarks.md) -->", "<!-- END RESULTS -->"
+
+
+def load(results: Path) -> tuple[dict, dict]:
+    latest_path = results / "latest.json"
+    try:
+        latest = json.loads(latest_path.read_text())
+    except FileNotFoundError:
+        raise SystemExit(f"benchmarks.report: {latest_path} not found: run `python -m benchmarks.run` first") from None
+    try:
+        details = json.loads((results / "latest-details.json").read_text())
+    except FileNotFoundError:
+        details = {}
+    return latest, details
+
+
+def _order(values: list[str], known: list[str]) -> list[str]:
+    return sorted(set(values), key=lambda v: (known.index(v) if v in known else len(known), v))
+
+
+def _dataset_label(name: str, details: dict) -> str:
+    d = details.get("datasets", {}).get(name)
+    if not d:
+        return name
+    return f"{name} ({d['files']} files, {d['bytes'] / 2**20:,.0f} MiB)"
+
+
+def results_table(latest: dict, details: dict | None = None) -> str:
+    """The results as Markdown: one table per link profile and dataset, fastest first."""
+    details = details or {}
+    runs = latest.get("runs", [])
+    if not runs:
+        return "_No results yet: run `benchmarks/bench.sh quick`._\n"
+    profile_order = list(details.get("profiles", {}))
+    dataset_order = list(details.get("datasets", {}))
+    out = [f"Measured {latest['date']} on {latest['machine']}, commit `{latest['commit'][:12]}`.", ""]
+    for link in _order([r["link"] for r in runs], profile_order):
+        p = details.get("profiles", {}).get(link)
+        link_desc = f"{link} ({p['rtt_ms']:g} ms RTT, {p['rate_mbit']:g} Mbit/s)" if p else link
+        for dataset in _order([r["dataset"] for r in runs if r["link"] == link], dataset_order):
+            rows = sorted((r for r in runs if r["link"] == link and r["dataset"] == dataset),
+                          key=lambda r: -r["median_mbit"])
+            out += [f"**{link_desc}, {_dataset_label(dataset, details)}**", "",
+                    "| contender | median Mbit/s | min - max | of link | CPU s (client+server) | "
+                    "peak RSS MB | verified | runs |",
+                    "|---|---:|---:|---:|---:|---:|---|---:|"]
+            for r in rows:
+                out.append(f"| {r['contender']} | {r['median_mbit']:.1f} | {r['min_mbit']:.1f} - {r['max_mbit']:.1f} "
+                           f"| {r['median_mbit'] / r['link_mbit']:.0%} | {r['cpu_s']:.1f} | {r['peak_rss_mb']:.0f} "
+                           f"| {'content' if r['verified'] else 'sizes'} | {r['repetitions']} |")
+            out.append("")
+    problems = problems_section(details)
+    if problems:
+        out += problems
+    return "\n".join(out)
+
+
+def problems_section(details: dict) -> list[str]:
+    out: list[str] = []
+    failed = [r for r in details.get("runs", []) if not r.get("ok")]
+    if failed:
+        out += ["Runs that failed or did not finish (not in the medians above):", ""]
+        for r in failed:
+            partial = f" (had moved {r['partial_mbit']:.1f} Mbit/s when stopped)" if "partial_mbit" in r else ""
+            out.append(f"- {r['link']} {r['dataset']} rep {r['rep']}, {r['contender']}: {r['error']}{partial}")
+        out.append("")
+    if details.get("unavailable"):
+        out += ["Contenders that could not run:", ""]
+        out += [f"- {name}: {reason}" for name, reason in details["unavailable"].items()]
+        out.append("")
+    return out
+
+
+def draw_charts(latest: dict, details: dict, results: Path) -> list[Path]:
+    """One PNG per link profile: median throughput per contender (min-max whiskers), a panel per dataset."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    runs = latest.get("runs", [])
+    for link in _order([r["link"] for r in runs], list(details.get("profiles", {}))):
+        mine = [r for r in runs if r["link"] == link]
+        datasets = _order([r["dataset"] for r in mine], list(details.get("datasets", {})))
+        contenders = _order([r["contender"] for r in mine], list(details.get("contenders", {})))
+        height = 1.0 + 0.28 * len(contenders)
+        fig, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets) + 4.5, height), sharey=True,
+                                 squeeze=False)
+        rate = mine[0]["link_mbit"]
+        for ax, dataset in zip(axes[0], datasets):
+            by_name = {r["contender"]: r for r in mine if r["dataset"] == dataset}
+            ys = list(range(len(contenders)))
+            med = [by_name[c]["median_mbit"] if c in by_name else 0 for c in contenders]
+            lo = [by_name[c]["median_mbit"] - by_name[c]["min_mbit"] if c in by_name else 0 for c in contenders]
+            hi = [by_name[c]["max_mbit"] - by_name[c]["median_mbit"] if c in by_name else 0 for c in contenders]
+            colors = ["#1f6fb4" if c.startswith("airflow-transfer") else "#9a9a9a" for c in contenders]
+            ax.barh(ys, med, xerr=[lo, hi], color=colors, ecolor="#333333", capsize=2)
+            for y, c, m in zip(ys, contenders, med):
+                if c in by_name:
+                    ax.text(m + rate * 0.01, y, f"{m:.0f}", va="center", fontsize=6)
+                else:
+                    ax.text(rate * 0.01, y, "did not run / failed", va="center", fontsize=7, color="#aa0000")
+            ax.axvline(rate, color="#cc5500", linestyle="--", linewidth=1)
+            ax.set_xlim(0, rate * 1.05)
+            ax.set_title(_dataset_label(dataset, details), fontsize=9)
+            ax.set_xlabel("payload Mbit/s (dashed: link rate)", fontsize=8)
+            ax.tick_params(labelsize=7)
+        axes[0][0].set_yticks(range(len(contenders)))
+        axes[0][0].set_yticklabels(contenders, fontsize=7)
+        axes[0][0].invert_yaxis()  # shared y: the first contender on top in every panel
+        p = details.get("profiles", {}).get(link, {})
+        fig.suptitle(f"{link} ({p.get('rtt_ms', '?')} ms RTT, {p.get('rate_mbit', rate):g} Mbit/s) - "
+                     f"{latest['date']} - commit {latest['commit'][:10]}\n{latest['machine']}", fontsize=8)
+        fig.tight_layout()
+        path = results / f"throughput-{link}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        made.append(path)
+    return made
+
+
+def write_report(results: Path = RESULTS, charts: bool = True) -> Path:
+    """Writes results/report.md (and throughput-<profile>.png); returns the report's path."""
+    latest, details = load(results)
+    pngs = draw_charts(latest, details, results) if charts and latest.get("runs") else []
+    loads = [r["load_avg_1m"] for r in details.get("runs", []) if "load_avg_1m" in r]
+    lines = ["# Benchmark report: airflow-transfer and the alternatives on the emulated WAN", "",
+             f"- date: {latest['date']}", f"- machine: {latest['machine']}", f"- commit: `{latest['commit']}`"]
+    for name, p in details.get("profiles", {}).items():
+        lines.append(f"- link profile `{name}`: {p['rtt_ms']:g} ms RTT, {p['rate_mbit']:g} Mbit/s "
+                     "(userspace emulator, docs/testbed.md; payload ceiling about 96.5 % of the rate)")
+    if details:
+        lines.append(f"- repetitions: {details.get('reps')} interleaved (A B C A B C ...); destination checked by "
+                     f"{'content digest (xxh3-128)' if details.get('verify') == 'hash' else 'names and sizes'} "
+                     f"after every run; time limit {details.get('timeout_s', 0):.0f} s per run")
+        lines.append(f"- command: `python -m benchmarks.run {' '.join(details.get('argv', []))}`")
+    if loads:
+        lines.append(f"- 1-minute load average at the start of each run: {min(loads):.1f} - {max(loads):.1f} "
+                     f"on {_cores(latest['machine'])} cores")
+    if details.get("note"):
+        lines += ["", f"> {details['note']}"]
+    lines += ["", "CPU is client + server seconds (the link emulator's own CPU is not included); RSS is the "
+              "client's peak. `verified`: `content` = every file's digest matched, `sizes` = names and sizes "
+              "only. What each contender is and how it is configured: docs/benchmarks.md.", ""]
+    lines.append(results_table(latest, details))
+    for png in pngs:
+        lines += [f"![throughput {png.stem}]({png.name})", ""]
+    contenders = details.get("contenders", {})
+    if contenders:
+        lines += ["## Contenders", ""]
+        lines += [f"- **{name}** ({c['direction']}): {c['description']}" for name, c in contenders.items()]
+        lines.append("")
+    path = results / "report.md"
+    path.write_text("\n".join(lines).rstrip() + "\n")
+    return path
+
+
+
+def _cores(machine: str) -> str:
+    for part in machine.split(","):
+        if part.strip().endswith("cores"):
+            return part.strip().split()[0]
+    return "?"
+
+
+def refresh_docs(doc: Path, results: Path = RESULTS) -> None:
+    """Replaces the generated block of `doc` with the current results table."""
+    latest, details = load(results)
+    text = doc.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"benchmarks.report: {doc} has no results markers ({BEGIN} ... {END}): add them first")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    body = results_table(latest, details)
+    note = details.get("note")
+    if note:
+        body = f"> {note}\n\n{body}"
+    doc.write_text(f"{head}{BEGIN}\n{body.rstrip()}\n{END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=Path, default=RESULTS)
+    ap.add_argument("--no-charts", action="store_true")
+    ap.add_argument("--docs", type=Path, help="also refresh the results block of this Markdown file")
+    args = ap.parse_args(argv)
+    path = write_report(args.results, charts=not args.no_charts)
+    print(f"wrote {path}", file=sys.stderr)
+    if args.docs:
+        refresh_docs(args.docs, args.results)
+        print(f"refreshed {args.docs}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""airflow-transfer against the tools users would pick instead, side by side on the emulated WAN.
+
+    python -m benchmarks.run --profile wan50 --datasets small,large --contenders all --reps 3
+    python -m benchmarks.run --profile lan --datasets tiny --files 20 --reps 1 --contenders airflow-transfer,openssh
+
+Needs root (network namespaces). For each link profile: bring up the link
+and an sshd in `dst`; for each dataset, repeat the contenders interleaved
+(A B C A B C ...) so that drift in the machine's load spreads over all of
+them; after each run check the destination against the dataset's manifest
+and empty it. Writes `latest.json` (DESIGN.md section 9, exactly that
+schema), `latest-details.json` (every run, failures, unavailable
+contenders, the load average), `report.md` and charts: see docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from benchmarks.contenders import all_contenders, select
+from benchmarks.contenders.base import Contender, ContenderFailed, clear, landed_bytes, verify_tree
+from benchmarks.contenders.testbed import Testbed
+from benchmarks.datasets import DEFAULT_CACHE, Dataset, ensure, resolve
+from benchmarks.wan.link import PROFILES
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+
+
+def say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# -- provenance ------------------------------------------------------------------
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{platform.node()}: {cpu}, {os.cpu_count()} cores, {mem_gib:.0f} GiB, Linux {platform.release()}"
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+# -- one run -----------------------------------------------------------------------
+def one_run(bed: Testbed, contender: Contender, dataset: Dataset, rep: int, content_check: bool) -> dict:
+    """Moves `dataset` once with `contender`; returns the run's record (ok or not)."""
+    if contender.direction == "upload":
+        local, remote = dataset.path, bed.fresh_remote_dir("upload")
+    else:
+        local, remote = bed.fresh_local_dir("download"), dataset.path
+    landing = contender.landing(local, remote)
+    os.sync()  # the previous run's dirty pages are not written back during this one
+    record = {"link": bed.profile, "dataset": dataset.name, "contender": contender.name,
+              "direction": contender.direction, "rep": rep, "ok": False, "load_avg_1m": os.getloadavg()[0]}
+    server0, emu0 = bed.server_cpu(), bed.emulator_cpu()
+    try:
+        seconds = contender.run(local, remote)
+        record.update(seconds=seconds, mbit=dataset.bytes * 8 / seconds / 1e6)
+        bed.wait_server_idle()
+        record.update(verified=verify_tree(dataset, landing, content=content_check), ok=True)
+    except ContenderFailed as exc:
+        record["error"] = str(exc)
+        if contender.last is not None and contender.last.timed_out:
+            # How far it got, for the report: bytes that had arrived when it was stopped.
+            record["partial_mbit"] = landed_bytes(landing) * 8 / contender.last.seconds / 1e6
+    finally:
+        bed.wait_server_idle()
+        record.update(client_cpu_s=contender.usage.cpu_s, server_cpu_s=bed.server_cpu() - server0,
+                      emulator_cpu_s=bed.emulator_cpu() - emu0, peak_rss_mb=contender.usage.peak_rss_mb)
+        if contender.direction == "upload":
+            clear(remote)
+        else:
+            clear(local)
+    return record
+
+
+# -- aggregation -----------------------------------------------------------------------
+def summarise(runs: list[dict]) -> list[dict]:
+    """One row per (dataset, link, contender) over its successful runs (DESIGN.md section 9)."""
+    groups: dict[tuple[str, str, str], list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["dataset"], r["link"], r["contender"]), []).append(r)
+    rows = []
+    for (dataset, link, contender), rs in groups.items():
+        ok = [r for r in rs if r["ok"]]
+        if not ok:
+            continue
+        mbit = [r["mbit"] for r in ok]
+        rows.append({
+            "dataset": dataset, "link": link, "contender": contender, "repetitions": len(ok),
+            "median_mbit": round(statistics.median(mbit), 2), "min_mbit": round(min(mbit), 2),
+            "max_mbit": round(max(mbit), 2), "link_mbit": PROFILES[link][1],
+            "cpu_s": round(statistics.median(r["client_cpu_s"] + r["server_cpu_s"] for r in ok), 2),
+            "peak_rss_mb": round(max(r["peak_rss_mb"] for r in ok), 1),
+            "verified": all(r["verified"] for r in ok),
+        })
+    return rows
+
+
+def write_results(out: Path, meta: dict, runs: list[dict], details: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    latest = {"date": meta["date"], "machine": meta["machine"], "commit": meta["commit"], "runs": summarise(runs)}
+    for name, doc in (("latest.json", latest), ("latest-details.json", {**details, "runs": runs})):
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(json.dumps(doc, indent=1) + "\n")
+        os.replace(tmp, out / name)
+
+
+# -- the matrix ----------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="wan50", help=f"comma list of {', '.join(PROFILES)} (default wan50)")
+    ap.add_argument("--datasets", default="small,large", help="comma list of tiny, small, mixed, medium, large")
+    ap.add_argument("--contenders", default="all", help="all, or comma list of name prefixes / groups "
+                                                        "(airflow-transfer, rclone, openssh, airflow, sshfs, "
+                                                        "uploads, downloads)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions of each contender (default 3)")
+    ap.add_argument("--files", type=int, help="use only this many files of each dataset (development)")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds before a run is stopped (default 900)")
+    ap.add_argument("--verify", choices=["hash", "size"], default="hash",
+                    help="check destinations by content digest (default) or by names and sizes only")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="results directory (default benchmarks/results)")
+    ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="dataset cache directory")
+    ap.add_argument("--no-charts", action="store_true", help="write report.md without PNG charts")
+    ap.add_argument("--note", default="", help="a sentence for the report (e.g. what else ran on the machine)")
+    ap.add_argument("--list", action="store_true", help="list the contenders and whether they can run, then exit")
+    args = ap.parse_args(argv)
+
+    try:
+        profiles = [p.strip() for p in args.profile.split(",") if p.strip()]
+        for p in profiles:
+            if p not in PROFILES:
+                raise ValueError(f"--profile: unknown profile {p!r}; choose from {', '.join(PROFILES)}")
+        specs = resolve([d.strip() for d in args.datasets.split(",") if d.strip()], args.files)
+        contenders = select(all_contenders(), args.contenders)
+        if args.reps < 1:
+            raise ValueError("--reps must be at least 1")
+    except ValueError as exc:
+        say(f"benchmarks.run: {exc}")
+        return 2
+
+    unavailable: dict[str, str] = {}
+    runnable: list[Contender] = []
+    for c in contenders:
+        avail = c.available()
+        if avail:
+            runnable.append(c)
+        else:
+            unavailable[c.name] = avail.reason
+    if args.list:
+        for c in contenders:
+            state = f"cannot run: {unavailable[c.name]}" if c.name in unavailable else "ok"
+            print(f"{c.name} [{c.direction}] - {state}")
+        return 0
+    for name, reason in unavailable.items():
+        say(f"benchmarks.run: skipping {name}: {reason}")
+    if os.geteuid() != 0:
+        say("benchmarks.run: needs root (network namespaces, TUN devices): run it as root, e.g. "
+            "`sudo benchmarks/bench.sh quick`")
+        return 2
+    for c in runnable:
+        c.timeout = args.timeout
+
+    datasets = [ensure(spec, args.cache) for spec in specs]  # all generated before any link carries load
+    meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": machine(),
+            "commit": commit()}
+    details = {**meta, "note": args.note, "argv": sys.argv[1:] if argv is None else argv,
+               "profiles": {p: {"rtt_ms": PROFILES[p][0], "rate_mbit": PROFILES[p][1]} for p in profiles},
+               "datasets": {d.name: {"files": d.files, "bytes": d.bytes} for d in datasets},
+               "contenders": {c.name: {"direction": c.direction, "description": c.description}
+                              for c in contenders},
+               "unavailable": unavailable, "verify": args.verify, "reps": args.reps,
+               "timeout_s": args.timeout}
+    runs: list[dict] = []
+    total = len(profiles) * len(datasets) * args.reps * len(runnable)
+    done = 0
+    t_start = time.monotonic()
+    for profile in profiles:
+        rtt, rate = PROFILES[profile]
+        say(f"benchmarks.run: {profile}: bringing up the link ({rtt:g} ms, {rate:g} Mbit/s) and sshd")
+        with Testbed(profile) as bed:
+            for c in runnable:
+                c.prepare(bed)
+            for dataset in datasets:
+                for rep in range(1, args.reps + 1):
+                    for c in runnable:
+                        done += 1
+                        prefix = (f"[{done}/{total} {time.monotonic() - t_start:6.0f}s] {profile} {dataset.name} "
+                                  f"rep {rep}/{args.reps} {c.name}")
+                        say(f"{prefix} ...")
+                        rec = one_run(bed, c, dataset, rep, args.verify == "hash")
+                        runs.append(rec)
+                        cpu = f"cpu {rec['client_cpu_s']:.1f}+{rec['server_cpu_s']:.1f} s"
+                        if rec["ok"]:
+                            say(f"{prefix}: {rec['mbit']:.1f} Mbit/s ({rec['mbit'] / rate:.0%} of link) in "
+                                f"{rec['seconds']:.1f} s, {cpu}, rss {rec['peak_rss_mb']:.0f} MB, "
+                                f"{'hash-verified' if rec['verified'] else 'sizes checked'}")
+                        else:
+                            say(f"{prefix}: FAILED: {rec['error']}")
+                        details["finished"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                        write_results(args.out, meta, runs, details)
+    if not runs:
+        say("benchmarks.run: nothing ran")
+        write_results(args.out, meta, runs, details)
+    from benchmarks.report import write_report
+
+    report = write_report(args.out, charts=not args.no_charts)
+    say(f"benchmarks.run: {len(runs)} runs in {time.monotonic() - t_start:.0f} s; results in "
+        f"{args.out / 'latest.json'}, report {report}")
+    return 0 if all(r["ok"] for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
