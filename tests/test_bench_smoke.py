@@ -1,0 +1,74 @@
+"""Smoke test of the benchmark harness (benchmarks/run.py): one tiny round on the emulated lan link.
+
+Two real contenders (airflow-transfer untuned and OpenSSH sftp) upload 10
+files of 64 KiB from `src` to a real sshd in `dst`; the results must follow
+DESIGN.md section 9's schema exactly and the report must name both rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.wan import require_wan
+
+REPO = Path(__file__).resolve().parents[1]
+RUN_KEYS = {"dataset": str, "link": str, "contender": str, "repetitions": int, "median_mbit": float,
+            "min_mbit": float, "max_mbit": float, "link_mbit": float, "cpu_s": float, "peak_rss_mb": float,
+            "verified": bool}
+CONTENDERS = ("airflow-transfer untuned (pp=1 p=1 cc=1)", "OpenSSH sftp -b (put -r)")
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    # Not pytest's tmp_path: that is private to root (0700) and the sshd's unprivileged user must reach it.
+    path = Path(tempfile.mkdtemp(prefix="at-bench-smoke-"))
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_one_tiny_round_writes_the_documented_schema(scratch: Path) -> None:
+    require_wan()
+    tmp_path = scratch
+    out = tmp_path / "results"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AIRFLOW_TRANSFER_BENCH_WORK": str(tmp_path / "work")}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--profile", "lan", "--datasets", "tiny", "--files", "10",
+         "--reps", "1", "--contenders", ",".join(CONTENDERS), "--out", str(out), "--cache", str(tmp_path / "ds"),
+         "--no-charts", "--timeout", "60"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rep 1/1 OpenSSH sftp -b (put -r): " in done.stderr  # a progress line per run
+
+    latest = json.loads((out / "latest.json").read_text())
+    assert set(latest) == {"date", "machine", "commit", "runs"}
+    assert all(isinstance(latest[k], str) and latest[k] for k in ("date", "machine", "commit"))
+    assert sorted(r["contender"] for r in latest["runs"]) == sorted(CONTENDERS)
+    for row in latest["runs"]:
+        assert set(row) == set(RUN_KEYS), row
+        for key, kind in RUN_KEYS.items():
+            assert isinstance(row[key], kind), (key, row[key])
+        assert row["dataset"] == "tiny-n10" and row["link"] == "lan" and row["link_mbit"] == 1000.0
+        assert row["repetitions"] == 1
+        assert 0 < row["min_mbit"] <= row["median_mbit"] <= row["max_mbit"] < row["link_mbit"]
+        assert row["cpu_s"] > 0 and row["peak_rss_mb"] > 1
+        assert row["verified"] is True  # every file's digest was compared
+
+    details = json.loads((out / "latest-details.json").read_text())
+    assert [r["ok"] for r in details["runs"]] == [True, True]
+    assert all(r["server_cpu_s"] >= 0 for r in details["runs"])
+    report = (out / "report.md").read_text()
+    assert all(name in report for name in CONTENDERS)
+    assert latest["commit"][:12] in report
+    # Destinations were emptied after each run; the testbed's scratch space is gone with the link.
+    assert not any((tmp_path / "work").iterdir())
