@@ -96,7 +96,7 @@ class TransferSession:
             dest, src = DestinationDigests(self.verify, None), DestinationDigests(self.verify, self.pool)
         else:
             dest, src = DestinationDigests(self.verify, self.pool if self.direction == "upload" else None), None
-        self.verifier = Verifier(dest, lambda item, ok, err: None, src=src).start()
+        self.verifier = Verifier(dest, lambda item, ok, err: None, src=src, time_left=self.retry.time_left).start()
         return self.verifier
 
     def verify_summary(self) -> dict:

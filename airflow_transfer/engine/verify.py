@@ -210,6 +210,19 @@ class DestinationDigests:
         return item.pieces
 
 
+RECONNECT_ATTEMPTS = 30
+
+
+def _is_channel_error(exc: BaseException) -> bool:
+    """True for a dead connection, False for a problem with one file."""
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
+        return False
+    code = getattr(exc, "code", None)
+    if code in ("ENOENT", "EACCES", "EPERM", "EISDIR", "ENOTREG", "ESHORT", "ENOALGO"):
+        return False
+    return True
+
+
 def _fill_source(items: list[VerifyItem], src: DestinationDigests) -> None:
     """Downloads: the source digest is computed where the source lives, from its disk."""
     probe = [VerifyItem(it.index, it.source_path, [Piece(p.offset, p.length, "") for p in it.pieces])
@@ -230,7 +243,9 @@ class Verifier:
     """A thread that verifies finished files in batches and calls back with the verdict."""
 
     def __init__(self, dest: DestinationDigests, on_verdict: Callable[[VerifyItem, bool, str | None], None],
-                 batch: int = 64, src: DestinationDigests | None = None) -> None:
+                 batch: int = 64, src: DestinationDigests | None = None,
+                 time_left: Callable[[], float] = lambda: float("inf")) -> None:
+        self.time_left = time_left
         self.dest = dest
         self.src = src  # downloads: source digests computed on the source host
         self.on_verdict = on_verdict
@@ -266,6 +281,33 @@ class Verifier:
     def _source_digests(self, items: list[VerifyItem]) -> None:
         _fill_source(items, self.src)
 
+    def _compute(self, items: list[VerifyItem]) -> list:
+        for it in items:
+            it.source_error = None
+        if self.src is not None:
+            self._source_digests(items)
+        for it in items:
+            it.pieces = self.dest.pieces_for_method(it)
+        return self.dest.digests(items)
+
+    def _reconnect(self) -> bool:
+        """The verifier's connection died (the server restarted, the link dropped): reopen it
+        with backoff rather than failing files that may well be intact."""
+        for attempt in range(RECONNECT_ATTEMPTS):
+            wait = min(10.0, 0.5 * 2 ** attempt, self.time_left())
+            if wait <= 0:
+                return False
+            time.sleep(wait)
+            try:
+                for side in (self.dest, self.src):
+                    if side is not None:
+                        side.close()
+                        side.start()
+                return True
+            except Exception:  # noqa: BLE001 - still down: try again
+                continue
+        return False
+
     def _run(self) -> None:
         while True:
             with self._cv:
@@ -275,14 +317,20 @@ class Verifier:
                     return
                 items = [self._q.popleft() for _ in range(min(self.batch, len(self._q)))]
             t0 = time.monotonic()
-            try:
-                if self.src is not None:
-                    self._source_digests(items)
-                for it in items:
-                    it.pieces = self.dest.pieces_for_method(it)
-                results = self.dest.digests(items)
-            except Exception as exc:  # noqa: BLE001 - the channel died: every item fails to verify
-                results = [exc] * len(items)
+            originals = [list(it.pieces) for it in items]
+            while True:
+                try:
+                    results = self._compute(items)
+                except Exception as exc:  # noqa: BLE001 - the channel died
+                    results = [exc] * len(items)
+                errors = [r for r in results if isinstance(r, BaseException)]
+                errors += [it.source_error for it in items if getattr(it, "source_error", None)]
+                if not any(_is_channel_error(e) for e in errors):
+                    break
+                for it, pieces in zip(items, originals):
+                    it.pieces = list(pieces)
+                if not self._reconnect():
+                    break
             self.seconds += time.monotonic() - t0
             for it, res in zip(items, results):
                 if isinstance(res, BaseException) and getattr(it, "source_error", None):
