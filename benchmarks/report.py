@@ -1,7 +1,7 @@
 """Markdown report and charts from benchmark results (benchmarks/run.py writes the inputs).
 
-    python -m benchmarks.report                          # benchmarks/results/report.md + PNG charts
-    python -m benchmarks.report --docs docs/benchmarks.md   # also refresh the table in the docs
+    python -m benchmarks.report                            # benchmarks/results/report.md + PNG charts
+    python -m benchmarks.report --docs docs/benchmarks.md  # only refresh the results table in the docs
 
 Inputs: `latest.json` (DESIGN.md section 9) and, when present,
 `latest-details.json` (every run, failures, unavailable contenders, load).
@@ -200,13 +200,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.splitlines()[0])
     ap.add_argument("--results", type=Path, default=RESULTS)
     ap.add_argument("--no-charts", action="store_true")
-    ap.add_argument("--docs", type=Path, help="also refresh the results block of this Markdown file")
+    ap.add_argument("--docs", type=Path, help="refresh the results block of this Markdown file (and nothing else)")
     args = ap.parse_args(argv)
-    path = write_report(args.results, charts=not args.no_charts)
-    print(f"wrote {path}", file=sys.stderr)
     if args.docs:
         refresh_docs(args.docs, args.results)
         print(f"refreshed {args.docs}", file=sys.stderr)
+        return 0
+    path = write_report(args.results, charts=not args.no_charts)
+    print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

@@ -1,10 +1,9 @@
 """The benchmark testbed: an emulated link, a real OpenSSH sshd in `dst`, measured runs in `src`.
 
-Every contender is a process started inside the `src` namespace (`ip netns
-exec` replaces itself with the command, so the process we wait for is the
-tool itself). Its CPU time and peak RSS come from wait4()'s resource usage,
-which includes every descendant it waited for (the `ssh` that sftp, scp and
-rsync start). The server's CPU is the sshd listener's own and its reaped
+Every contender is a process started inside the `src` namespace by a small
+launcher that forks it and reports wait4()'s resource usage: its CPU time and
+peak RSS, including every descendant it waited for (the `ssh` that sftp, scp
+and rsync start). The server's CPU is the sshd listener's own and its reaped
 children's time from /proc: each SSH session, sftp-server, md5sum or rsync
 run on the server is a descendant that is reaped before the client's run is
 over, so the difference before/after one run is that run's server CPU.
@@ -12,6 +11,7 @@ over, so the difference before/after one run is that run's server CPU.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -58,6 +58,27 @@ class BenchSSHServer(SSHServer):
                          "/usr/libexec/sftp-server") if os.path.exists(p)),
             "internal-sftp",
         )
+
+
+# The measured command is forked from this small interpreter (python -S, a few MB), not from
+# the runner: a child's peak RSS starts at its parent's size at fork (or, with vfork, at exec),
+# so forking the tool from the large runner process would report the runner's size.
+# wait4() gives the tool's CPU and peak RSS, including every descendant it reaped.
+_LAUNCHER = """
+import json, os, sys
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(sys.argv[2], sys.argv[2:])
+    except OSError as exc:
+        print("cannot run %s: %s" % (sys.argv[2], exc), file=sys.stderr)
+        os._exit(127)
+_, status, ru = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    json.dump([ru.ru_utime + ru.ru_stime, ru.ru_maxrss], f)
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
 
 
 @dataclass
@@ -192,14 +213,17 @@ class Testbed:
 
     def run(self, argv: list[str], timeout: float, env: dict[str, str] | None = None,
             cwd: Path | None = None) -> Measured:
-        """Runs `argv` in `src`; kills its whole process group at `timeout` seconds."""
+        """Runs `argv` in `src` under a small launcher; kills its whole process group at `timeout` seconds."""
+        usage_file = Path(tempfile.mkstemp(prefix="usage-", dir=self.work)[1])
         out = tempfile.TemporaryFile(dir=self.work)
         err = tempfile.TemporaryFile(dir=self.work)
         with out, err:
             t0 = time.monotonic()
-            proc = subprocess.Popen(["ip", "netns", "exec", self.link.src_ns, *argv], stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=err, env=env or self.env(), cwd=cwd,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                ["ip", "netns", "exec", self.link.src_ns, sys.executable, "-S", "-c", _LAUNCHER, str(usage_file),
+                 *argv],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env or self.env(), cwd=cwd,
+                start_new_session=True)
             killed = threading.Event()
 
             def kill() -> None:
@@ -212,22 +236,24 @@ class Testbed:
             timer = threading.Timer(timeout, kill)
             timer.start()
             try:
-                # wait4, not Popen.wait: its rusage is what we bill to the contender.
-                _, status, usage = os.wait4(proc.pid, 0)
+                proc.wait()
             finally:
                 timer.cancel()
             seconds = time.monotonic() - t0
-            proc.returncode = os.waitstatus_to_exitcode(status)
             # Left-over children in the group (a stray ssh): end them so nothing runs into the next round.
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            try:
+                cpu_s, rss_kib = json.loads(usage_file.read_text() or "[0, 0]")
+            except (OSError, ValueError):
+                cpu_s, rss_kib = 0.0, 0
+            usage_file.unlink(missing_ok=True)
             out.seek(0)
             err.seek(0)
-            return Measured(proc.returncode, seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024,
-                            out.read().decode(errors="replace"), err.read().decode(errors="replace"),
-                            killed.is_set())
+            return Measured(proc.returncode, seconds, cpu_s, rss_kib / 1024, out.read().decode(errors="replace"),
+                            err.read().decode(errors="replace"), killed.is_set())
 
     def server_cpu(self) -> float:
         """CPU seconds the sshd listener and all its reaped descendants have used so far."""

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# airflow-transfer against rclone, OpenSSH sftp/scp, rsync, Airflow's SFTPHook and
+# fsspec sshfs on the emulated WAN (docs/benchmarks.md). Run as root from any
+# directory of a clean clone; installs what it needs (idempotent).
+#
+#   benchmarks/bench.sh quick [extra benchmarks.run options]   # wan50, small + large, every contender once
+#   benchmarks/bench.sh full  [extra benchmarks.run options]   # every profile x dataset, 3 repetitions
+#
+# Results: benchmarks/results/latest.json (+ latest-details.json, report.md,
+# throughput-*.png); the table in docs/benchmarks.md is refreshed from them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode="${1:-}"
+case "$mode" in
+  quick|full) shift ;;
+  *) echo "usage: benchmarks/bench.sh quick|full [options for python -m benchmarks.run]" >&2; exit 2 ;;
+esac
+if [ "$(id -u)" -ne 0 ]; then
+  echo "bench.sh: needs root (network namespaces, TUN devices, apt): run: sudo benchmarks/bench.sh $mode" >&2
+  exit 1
+fi
+
+# System packages: the contenders' tools, the test sshd and its user, the link emulator's needs.
+need=()
+command -v rclone >/dev/null 2>&1 || need+=(rclone)
+command -v rsync >/dev/null 2>&1 || need+=(rsync)
+command -v sftp >/dev/null 2>&1 && command -v scp >/dev/null 2>&1 || need+=(openssh-client)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "bench.sh: installing ${need[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 \
+    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; }
+fi
+bash scripts/setup-test-deps.sh
+bash scripts/install-wan-deps.sh
+
+# Python: the project's venv, plus the two packages only the benchmark uses.
+bash scripts/bootstrap.sh
+PY=.venv/bin/python
+py_need=()
+"$PY" -c "import matplotlib" 2>/dev/null || py_need+=(matplotlib)
+"$PY" -c "import sshfs" 2>/dev/null || py_need+=(sshfs)
+if [ ${#py_need[@]} -gt 0 ]; then
+  echo "bench.sh: installing ${py_need[*]} into .venv" >&2
+  if command -v uv >/dev/null 2>&1; then
+    uv pip install -q -p "$PY" "${py_need[@]}"
+  else
+    "$PY" -m pip install -q "${py_need[@]}"
+  fi
+fi
+
+load="$(cut -d' ' -f1-3 /proc/loadavg)"
+if [ "$mode" = quick ]; then
+  # One run per contender; a 3-minute limit per run keeps the slowest tools from
+  # dominating (their partial rate is still reported).
+  args=(--profile wan50 --datasets small,large --contenders all --reps 1 --timeout 180
+        --note "Quick run: one repetition per contender (load average ${load} when it started): indicative figures only.")
+else
+  args=(--profile wan50,wan100,lan --datasets tiny,small,mixed,medium,large --contenders all --reps 3 --timeout 900)
+fi
+status=0
+"$PY" -m benchmarks.run "${args[@]}" "$@" || status=$?
+if [ -f benchmarks/results/latest.json ]; then
+  "$PY" -m benchmarks.report --docs docs/benchmarks.md \
+    || echo "bench.sh: could not refresh docs/benchmarks.md (run: $PY -m benchmarks.report --docs docs/benchmarks.md)" >&2
+fi
+exit "$status"
