@@ -35,6 +35,7 @@ class CopyRequest:
     use_store: bool = True
     link: object | None = None  # tuning.models.LinkInfo; None: unknown (auto then adapts by measurement)
     verify: str | None = "sha256"  # checksum algorithm for end-to-end verification; None = off
+    before_verify: Callable[[str], None] | None = None  # fault injection for tests: called with each temp path
 
 
 def list_source(session: TransferSession, src: Endpoint) -> Manifest:
@@ -102,6 +103,7 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store) -> dict:
             raise UsageError(str(exc), "", "use --verify none to turn verification off") from exc
     with TransferSession(req.src, req.dst, stats=stats, skip_existing=req.skip_existing,
                          retry=req.retry, verify=req.verify) as session:
+        session.before_verify = req.before_verify
         manifest = req.manifest or list_source(session, req.src)
         manifest.validate(req.src.display)
         if store is not None:

@@ -75,6 +75,7 @@ class TransferSession:
         self.journal = journal  # a store JournalWriter, or None
         self.verify = verify  # checksum algorithm, None = no verification
         self.verifier: Verifier | None = None
+        self.before_verify: Callable[[str], None] | None = None  # tests inject faults here
         self.skip_existing = skip_existing
         remote = src if src.scheme == "sftp" else dst if dst.scheme == "sftp" else None
         self.remote = remote
@@ -96,7 +97,8 @@ class TransferSession:
             dest, src = DestinationDigests(self.verify, None), DestinationDigests(self.verify, self.pool)
         else:
             dest, src = DestinationDigests(self.verify, self.pool if self.direction == "upload" else None), None
-        self.verifier = Verifier(dest, lambda item, ok, err: None, src=src, time_left=self.retry.time_left).start()
+        self.verifier = Verifier(dest, lambda item, ok, err: None, src=src, time_left=self.retry.time_left,
+                                 before=lambda item: self.before_verify and self.before_verify(item.tmp)).start()
         return self.verifier
 
     def verify_summary(self) -> dict:

@@ -244,8 +244,10 @@ class Verifier:
 
     def __init__(self, dest: DestinationDigests, on_verdict: Callable[[VerifyItem, bool, str | None], None],
                  batch: int = 64, src: DestinationDigests | None = None,
-                 time_left: Callable[[], float] = lambda: float("inf")) -> None:
+                 time_left: Callable[[], float] = lambda: float("inf"),
+                 before: Callable[[VerifyItem], None] | None = None) -> None:
         self.time_left = time_left
+        self.before = before
         self.dest = dest
         self.src = src  # downloads: source digests computed on the source host
         self.on_verdict = on_verdict
@@ -317,6 +319,9 @@ class Verifier:
                     return
                 items = [self._q.popleft() for _ in range(min(self.batch, len(self._q)))]
             t0 = time.monotonic()
+            if self.before is not None:
+                for it in items:
+                    self.before(it)
             originals = [list(it.pieces) for it in items]
             while True:
                 try:

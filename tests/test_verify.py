@@ -1,0 +1,129 @@
+"""End-to-end verification: corruption found and repaired; where digests are computed is reported."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from airflow_transfer.engine.params import TransferParams
+from airflow_transfer.job import CopyRequest, run_copy
+from airflow_transfer.protocols.endpoint import Endpoint
+from airflow_transfer.protocols.ssh import SSHTarget
+from tests.support.data import temp_files, tree_digest, write_random
+from tests.support.sshd import SSHServer, chown_to_user
+
+
+def _target(server) -> SSHTarget:
+    return SSHTarget(host=server.host, port=server.port, username=server.user,
+                     key_filenames=[str(server.client_key)], known_hosts=[str(server.known_hosts)])
+
+
+@pytest.fixture(scope="module")
+def files(test_base):
+    src = test_base / "verify-src"
+    for i in range(200):
+        write_random(src / f"v{i % 5}" / f"f{i:03d}.bin", 40_000 + 997 * i, seed=500 + i)
+    return src
+
+
+def _flip_first_time(victims: set[str]):
+    """Flip one byte of a destination temporary file after it was written, before it is verified."""
+    done: set[str] = set()
+    lock = threading.Lock()
+
+    def hook(tmp: str) -> None:
+        name = os.path.basename(tmp)
+        with lock:
+            if name not in victims or name in done:
+                return
+            done.add(name)
+        with open(tmp, "r+b") as f:
+            f.seek(1234)
+            b = f.read(1)
+            f.seek(1234)
+            f.write(bytes([b[0] ^ 0xFF]))
+
+    return hook, done
+
+
+def test_corrupted_files_are_detected_and_repaired(files, sshd, remote_dir):
+    victims = {".f007.bin.atpart", ".f100.bin.atpart", ".f199.bin.atpart"}
+    hook, done = _flip_first_time(victims)
+    summary = run_copy(CopyRequest(Endpoint("file", str(files)), Endpoint("sftp", str(remote_dir / "v"), _target(sshd)),
+                                   TransferParams(pp=8, cc=4), before_verify=hook, use_store=False))
+    assert done == victims  # the faults were really injected
+    v = summary["verify"]
+    assert v["where"] == "helper" and v["algorithm"] == "sha256"
+    assert (v["mismatched"], v["repaired"]) == (3, 3)
+    assert v["verified"] == 200 and summary["failed"] == []
+    assert tree_digest(remote_dir / "v") == tree_digest(files)
+    assert temp_files(remote_dir) == []
+
+
+def test_persistent_corruption_fails_the_file_with_both_digests(files, sshd, remote_dir):
+    def always(tmp: str) -> None:
+        if tmp.endswith(".f003.bin.atpart"):
+            with open(tmp, "r+b") as f:
+                f.write(b"\0\0\0\0")
+
+    summary = run_copy(CopyRequest(Endpoint("file", str(files)), Endpoint("sftp", str(remote_dir / "p"), _target(sshd)),
+                                   TransferParams(pp=8, cc=2), before_verify=always, use_store=False))
+    failed = {f["path"]: f["error"] for f in summary["failed"]}
+    assert list(failed) == ["v3/f003.bin"]
+    assert "checksum mismatch" in failed["v3/f003.bin"] and "source" in failed["v3/f003.bin"]
+    assert not (remote_dir / "p" / "v3" / "f003.bin").exists()  # never under its final name
+
+
+def test_download_and_local_copies_are_verified(files, sshd, remote_dir, local_dir):
+    up = run_copy(CopyRequest(Endpoint("file", str(files)), Endpoint("sftp", str(remote_dir / "d"), _target(sshd)),
+                              use_store=False))
+    assert up["failed"] == []
+    down = run_copy(CopyRequest(Endpoint("sftp", str(remote_dir / "d"), _target(sshd)),
+                                Endpoint("file", str(local_dir / "down")), TransferParams(pp=4, p=2, cc=2),
+                                use_store=False))
+    assert down["verify"]["where"] == "source helper, destination local" and down["verify"]["verified"] == 200
+    assert tree_digest(local_dir / "down") == tree_digest(files)
+    loc = run_copy(CopyRequest(Endpoint("file", str(files)), Endpoint("file", str(local_dir / "loc")), use_store=False))
+    assert loc["verify"]["where"] == "local" and loc["verify"]["verified"] == 200
+
+
+def _bin_without_python(base: Path) -> Path:
+    """A PATH directory with every system command except python."""
+    out = base / "nopython-bin"
+    out.mkdir(parents=True, exist_ok=True)
+    for d in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for name in os.listdir(d):
+            if name.startswith("python") or (out / name).exists():
+                continue
+            (out / name).symlink_to(os.path.join(d, name))
+    return out
+
+
+@pytest.mark.parametrize("case", ["no-python", "no-exec"])
+def test_fallbacks_are_reported(case, files, test_base):
+    base = test_base / f"sshd-{case}"
+    server = SSHServer(base)
+    server._write_files()
+    if case == "no-python":
+        server.extra_config = f"SetEnv PATH={_bin_without_python(base)}"
+    else:
+        server.extra_config = f"ForceCommand {server._sftp_subsystem()}"
+    server.start()
+    try:
+        dst = base / "dst"
+        dst.mkdir()
+        chown_to_user(dst, server.user)
+        summary = run_copy(CopyRequest(Endpoint("file", str(files)), Endpoint("sftp", str(dst / "x"), _target(server)),
+                                       TransferParams(pp=8, cc=2), use_store=False))
+        v = summary["verify"]
+        assert v["verified"] == 200 and summary["failed"] == []
+        assert v["where"] == ("coreutils" if case == "no-python" else "read-back")
+        assert "helper unavailable" in v["why"]
+        assert tree_digest(dst / "x") == tree_digest(files)
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
