@@ -105,17 +105,23 @@ class DestinationDigests:
         self._conn = self.pool.acquire()
         transport = self._conn.transport
 
+        channels = []
+
         def open_channel(command: str):
             chan = transport.open_session()
-            chan.settimeout(300)
+            # A host that forces another command on exec never answers the hello:
+            # wait briefly for it, then allow long digests of large files.
+            chan.settimeout(HELLO_TIMEOUT)
             chan.exec_command(command)
+            channels.append(chan)
             out = chan.makefile("rb")
             return (chan.sendall, out.readline, chan.shutdown_write)
 
         def run(command: str):
             chan = transport.open_session()
-            chan.settimeout(300)
+            chan.settimeout(DIGEST_TIMEOUT if self.where == "coreutils" else HELLO_TIMEOUT)
             chan.exec_command(command)
+            chan.shutdown_write()  # the commands read no input; a forced command then sees EOF
             out = chan.makefile("rb").read()
             err = chan.makefile_stderr("rb").read()
             return chan.recv_exit_status(), out, err
@@ -123,6 +129,8 @@ class DestinationDigests:
         try:
             helper = ChecksumHelperClient(open_channel, where=self.pool.target.display)
             helper.start()
+            for chan in channels:
+                chan.settimeout(DIGEST_TIMEOUT)
             if self.algorithm in helper.algorithms:
                 self._helper, self.where = helper, "helper"
                 return
@@ -132,12 +140,19 @@ class DestinationDigests:
             self.reason = f"helper unavailable: {exc}"
         try:
             checker = CoreutilsChecksummer(run, where=self.pool.target.display)
-            if checker.probe(self.algorithm):
+            # Where exec is forced to another command (ForceCommand), a probe's exit status
+            # says nothing: first check that our own command really ran.
+            status, out, _ = run("echo airflow-transfer-exec-ok")
+            if status != 0 or out.strip() != b"airflow-transfer-exec-ok":
+                self.reason += "; the host does not run commands over SSH exec"
+            elif checker.probe(self.algorithm):
                 self._coreutils, self.where = checker, "coreutils"
                 return
             self.reason += f"; no coreutils command for {self.algorithm}"
         except Exception as exc:  # noqa: BLE001
             self.reason += f"; coreutils unavailable: {exc}"
+            if self._coreutils is not None:
+                self._coreutils, self.where = None, ""
         self.where = "read-back"
 
     def close(self) -> None:
@@ -211,6 +226,8 @@ class DestinationDigests:
 
 
 RECONNECT_ATTEMPTS = 30
+HELLO_TIMEOUT = 10.0  # the helper answers in well under a second where python3 runs
+DIGEST_TIMEOUT = 300.0
 
 
 def _is_channel_error(exc: BaseException) -> bool:
