@@ -187,8 +187,20 @@ def cmd_list(args) -> int:
     return 0
 
 
+def _quiet_libraries() -> None:
+    """paramiko's transport thread logs tracebacks for dropped connections; the engine
+    reports those failures itself, one line each, so keep library logs off the terminal."""
+    import logging
+
+    for name in ("paramiko", "sqlalchemy"):
+        logger = logging.getLogger(name)
+        logger.addHandler(logging.NullHandler())
+        logger.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _quiet_libraries()
     try:
         if args.command == "copy":
             return cmd_copy(args)

@@ -58,7 +58,7 @@ def describe_oserror(exc: OSError) -> str:
     if isinstance(exc, PermissionError):
         return "permission denied"
     if exc.errno == errno.ENOSPC:
-        return "no space left on device"
+        return "no space left"
     if exc.errno == errno.EDQUOT:
         return "disk quota exceeded"
     if exc.errno == errno.EROFS:

@@ -36,7 +36,7 @@ from .accounting import Stats
 from .params import TransferParams
 from .result import ChunkResult, FileOutcome
 from .retry import RetryPolicy, classify
-from .sftp_jobs import DownloadJob, FileTask, Job, Pipeline, SourceChanged, UploadJob
+from .sftp_jobs import DownloadJob, FileTask, Job, Pipeline, SourceChanged, UploadJob, mtime_changed
 from ..integrity.algorithms import digest_file
 from .verify import DestinationDigests, Piece, SourceHasher, Verifier, VerifyItem
 
@@ -382,13 +382,18 @@ class _Runner:
             th.start()
         for th in threads:
             th.join()
+        # Files still being verified get their verdict first (the verifier gives up at the
+        # deadline too), so every file ends with exactly one outcome.
+        with self.lock:
+            while self.running > 0:
+                self.wake.wait(0.5)
         # Whatever no worker could take (deadline, fatal connection error) fails with the reason.
         reason = self.fatal or (self.worker_errors[-1] if self.worker_errors else RuntimeError("no worker ran"))
         with self.lock:
-            self._promote()
-            self.delayed.clear()
-            left = list(self.queue)
+            left = list(self.queue) + [i for _, i in self.delayed]
             self.queue.clear()
+            self.delayed.clear()
+            left += [i for i in range(len(self.tasks)) if i not in self.outcomes and i not in left]
             self.running += len(left)
         for i in left:
             t = self.tasks[i]
@@ -476,7 +481,13 @@ class _Runner:
             return None
         t = self.tasks[i]
         t.attempts += 1
-        start = self._probe_resume(wire, t)
+        try:
+            start = self._probe_resume(wire, t)
+        except BaseException as exc:
+            # The connection died before this file got a job: hand it back, then let the
+            # worker replace the connection.
+            self._failed(i, ConnectionError(f"connection lost: {exc}"), 0.0, t.dst)
+            raise
         if start:
             t.resumed = True
             self.s.stats.add_bytes(start)
@@ -523,7 +534,7 @@ class _Runner:
             self._finish(i, True, job.seconds, None)
             return
         err = job.error
-        where = t.tmp if self.s.direction == "upload" else t.src
+        where = t.dst if self.s.direction == "upload" else t.src
         self._failed(i, err, job.seconds, where)
 
     def _abandon(self, job: Job, exc: BaseException) -> None:
@@ -560,7 +571,12 @@ class _Runner:
                     self.s.verifier.dest.wire.rename(t.tmp, t.dst)
                 else:
                     os.replace(t.tmp, t.dst)
-            except (OSError, SFTPProtocolError) as exc:
+            except (OSError, SFTPProtocolError, EOFError) as exc:
+                if classify(exc)[0]:
+                    # The reply was lost with the connection: the rename may or may not have
+                    # happened. Say so; the next run's size/mtime check settles it.
+                    exc = ConnectionError(f"connection lost while renaming into place (the file may be "
+                                          f"complete; the next run checks): {exc}")
                 self._failed(i, exc, 0.0, t.dst)
                 return
             if t.mismatches:
@@ -699,7 +715,7 @@ class _Runner:
             try:
                 with open(t.src, "rb") as fin:
                     st = os.fstat(fin.fileno())
-                    if st.st_size != t.size or int(st.st_mtime) != int(t.mtime):
+                    if st.st_size != t.size or mtime_changed(st.st_mtime, t.mtime):
                         raise SourceChanged(f"source changed since it was listed: {t.src}")
                     hasher = SourceHasher(self.alg, 0) if self.alg else None
                     with open(t.tmp, "wb") as fout:
