@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 
-.PHONY: venv demo test test-fast bench-loopback lock clean
+.PHONY: venv demo test bench bench-quick bench-loopback lock clean
 
 venv:
 	@bash scripts/bootstrap.sh
@@ -15,6 +15,13 @@ test: venv
 	@bash scripts/setup-test-deps.sh
 	@if [ -f scripts/install-wan-deps.sh ]; then bash scripts/install-wan-deps.sh; fi
 	@$(PY) -m pytest -q -p no:cacheprovider --timeout=900
+
+# WAN benchmark against rclone, OpenSSH, Airflow's SFTPHook and sshfs (docs/benchmarks.md).
+bench:
+	@bash benchmarks/bench.sh full
+
+bench-quick:
+	@bash benchmarks/bench.sh quick
 
 # Loopback engine benchmark (prints MiB/s; not a test).
 bench-loopback: venv
