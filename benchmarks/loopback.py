@@ -89,7 +89,10 @@ def main() -> int:
         commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                                 capture_output=True, text=True).stdout.strip()
         out = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": f"{platform.node()} {os.cpu_count()} cores",
-               "commit": commit, "link": "loopback (client and OpenSSH 9.2 sshd on the same 2 cores)", "runs": rows}
+               "commit": commit, "link": "loopback (client and OpenSSH 9.2 sshd on the same 2 cores)",
+               "settings": f"verification on (sha256, destination read back by the remote helper), journal on, "
+                           f"p=1, pp={args.pp}",
+               "runs": rows}
         (REPO / "benchmarks" / "results").mkdir(parents=True, exist_ok=True)
         (REPO / "benchmarks" / "results" / "loopback.json").write_text(json.dumps(out, indent=2) + "\n")
         return 0
