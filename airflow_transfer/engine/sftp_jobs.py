@@ -369,6 +369,10 @@ class Pipeline:
             job.fail(w.SFTPProtocolError("server acknowledged the close before every write"))
         job.handle = None
         if job.error is not None:
+            if isinstance(job, UploadJob):
+                # The close went right behind the writes, so a full disk is diagnosed here,
+                # still before the failed temporary file is removed.
+                job.error = self._explain(job)
             self._closed_after_error(job, counted=False)
             return
         if isinstance(job, UploadJob) and job.finalize and not job.defer_rename:
