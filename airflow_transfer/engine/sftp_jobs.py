@@ -95,6 +95,14 @@ class Job:
                 pass
             self.fd = None
 
+    def committed(self, off: int, n: int) -> None:
+        """Bytes [off, off+n) are at the destination: count them and journal the range."""
+        self.acked += n
+        if self.stats is not None:
+            self.stats.add_bytes(n)
+        if self.on_range is not None:
+            self.on_range(self.task.rel, off, n)
+
     # Implemented by subclasses:
     def begin(self, wire: SFTPWire) -> None: ...
     def feed(self, wire: SFTPWire, budget: int) -> int: ...
@@ -173,11 +181,7 @@ class UploadJob(Job):
             except OSError as exc:
                 self.fail(exc)
                 return
-            self.acked += n
-            if self.stats is not None:
-                self.stats.add_bytes(n)
-            if self.on_range is not None:
-                self.on_range(self.task.rel, off, n)
+            self.committed(off, n)
 
         return on_status
 
@@ -250,11 +254,7 @@ class DownloadJob(Job):
             except OSError as exc:
                 self.fail(exc)
                 return
-            self.acked += got
-            if self.stats is not None:
-                self.stats.add_bytes(got)
-            if self.on_range is not None:
-                self.on_range(self.task.rel, off, got)
+            self.committed(off, got)
             if got < n and self.error is None:
                 # Servers may return short reads; ask for the rest.
                 self._read(wire, off + got, n - got)
