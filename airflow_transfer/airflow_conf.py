@@ -2,6 +2,7 @@
 
 [airflow_transfer]
 store_url = postgresql+psycopg://user@db/airflow_transfer   (default: SQLite under $AIRFLOW_HOME)
+staging_dir = /shared/airflow-transfer/manifests   (default: $AIRFLOW_HOME/airflow_transfer/manifests)
 
 The environment form AIRFLOW__AIRFLOW_TRANSFER__STORE_URL works too (Airflow
 maps it onto the same option).
@@ -20,8 +21,28 @@ def store_url() -> str | None:
     return value or None
 
 
+def staging_dir() -> str:
+    """Where staged manifests go; every worker that runs chunks must read it (a shared
+    mount when workers are on several hosts). Next to the default SQLite store otherwise."""
+    import os
+
+    from airflow.configuration import conf
+
+    value = conf.get("airflow_transfer", "staging_dir", fallback=None)
+    if value:
+        return os.path.expanduser(value)
+    home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
+    return os.path.join(home, "airflow_transfer", "manifests")
+
+
 def transfer_key(context) -> str:
     """Stable across retries of one task instance, distinct across runs and map indexes."""
-    ti = context["ti"]
+    return transfer_key_for(context["ti"])
+
+
+def transfer_key_for(ti) -> str:
+    """The same key from anything with dag_id, task_id, run_id (and map_index): a TI or its key."""
     map_index = getattr(ti, "map_index", -1)
+    if map_index is None:
+        map_index = -1
     return f"airflow:{ti.dag_id}/{ti.task_id}/{ti.run_id}/{map_index}"

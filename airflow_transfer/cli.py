@@ -21,7 +21,24 @@ def _endpoint(url: str, args) -> "Endpoint":
     parsed = parse_url(url)
     if parsed.scheme == "file":
         return Endpoint("file", parsed.path)
+    if parsed.scheme == "any":
+        # The host-protocol library picks; the other offered protocols become the fall-back list.
+        from .protocols.hostlib import resolve_any_cached
+
+        urls = resolve_any_cached(url, getattr(args, "store", None), writable=url == getattr(args, "dst", None))
+        if not getattr(args, "alt_protocols", "x"):
+            args.alt_protocols = ",".join(u.split("/", 3)[0] + "//" + u.split("/", 3)[2] for u in urls[1:])
+        return _endpoint(urls[0], args)
+    if parsed.scheme != "sftp":
+        from .protocols.sessions import endpoint_from_url
+
+        return endpoint_from_url(url)
     target = from_ssh_config(parsed.host, parsed.port, parsed.user, args.ssh_config, args.identity, args.known_hosts)
+    stall = getattr(args, "stall_timeout", None)
+    if stall is not None:
+        if not 0 < stall < float("inf"):
+            raise UsageError(f"--stall-timeout must be positive seconds (got {stall})", "", "e.g. --stall-timeout 60")
+        target.idle_timeout = stall
     return Endpoint("sftp", parsed.path, target)
 
 
@@ -38,11 +55,16 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--identity", help="private key file for SSH")
         p.add_argument("--known-hosts", help="known_hosts file to verify host keys against")
         p.add_argument("--ssh-config", help="OpenSSH client config file (default ~/.ssh/config)")
+        p.add_argument("--stall-timeout", type=float, default=None,
+                       help="seconds an SFTP request may go unanswered before the connection is treated "
+                            "as lost and retried (default 120)")
         p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
     cp = sub.add_parser("copy", help="copy SRC to DST (DST is a directory root)")
-    cp.add_argument("src")
-    cp.add_argument("dst")
+    cp.add_argument("src", nargs="?")
+    cp.add_argument("dst", nargs="?")
+    cp.add_argument("--from-list", help="a request list: 'SRC DST' per line, grouped by host pair "
+                                        "(docs/protocols.md)")
     algos = ["fixed", "globus", "pcp", "mc", "adaptive-cc", "auto"]
     cp.add_argument("--algorithm", default="fixed", choices=algos,
                     help="how pp/p/cc are chosen per chunk (fixed: as given; see docs/tuning.md)")
@@ -54,8 +76,16 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--verify", default="sha256",
                     help="checksum every file end to end before its final name: md5, sha1, sha256 (default), "
                          "blake2b, adler32, crc32c, xxh128, blake3, or none")
-    cp.add_argument("--verify-mode", default="file", choices=["file"],
-                    help="file: each file's destination digest overlaps the transfer of the next files")
+    cp.add_argument("--verify-mode", default="file", choices=["sequential", "file", "block"],
+                    help="sequential: all transfers, then all checksums; file (default): each file's "
+                         "destination digest overlaps the transfer of the next files; block: each block is "
+                         "checksummed at both ends while the next is sent, only bad blocks are re-sent "
+                         "(uploads; docs/integrity.md)")
+    cp.add_argument("--verify-block-size", type=int, default=None,
+                    help="block mode: bytes per checksum block (default 8 MiB)")
+    cp.add_argument("--verify-threads", type=int, default=None,
+                    help="block mode: destination checksum threads (default: balanced from measured "
+                         "transfer and checksum time per block)")
     cp.add_argument("--no-skip", action="store_true", help="re-send files already present with same size and mtime")
     cp.add_argument("--progress-interval", type=float, default=None, help="seconds between progress lines")
     cp.add_argument("--store", help="store URL for the journal and history (default: SQLite under "
@@ -65,7 +95,19 @@ def _parser() -> argparse.ArgumentParser:
                     help="continue from the journal of an earlier attempt (the default)")
     cp.add_argument("--restart", dest="restart", action="store_true",
                     help="ignore the journal of earlier attempts (files already complete are still skipped)")
+    cp.add_argument("--measure-link", action=argparse.BooleanOptionalAction, default=None,
+                    help="when the tuning library has nothing for this link, measure it now (light profile + "
+                         "tuner); default: only when an adaptive algorithm would move 1 GiB or more blind")
     cp.add_argument("--retries", type=int, default=5, help="attempts per file for transient errors")
+    cp.add_argument("--replica", action="append", default=[],
+                    help="another URL of the same source tree; files are read from every replica at once, "
+                         "weighted by measured throughput (repeatable; docs/protocols.md)")
+    cp.add_argument("--alt-protocols", default="",
+                    help="fall-back protocols for the remote end, in order, e.g. ftp or ftp://user@host:2121 "
+                         "(docs/protocols.md)")
+    cp.add_argument("--switch-after", type=int, default=3, help="consecutive failures before switching protocol")
+    cp.add_argument("--probe-interval", type=float, default=5.0,
+                    help="seconds between probes of the preferred protocol while on an alternate")
     cp.add_argument("--deadline", type=float, default=3600.0,
                     help="seconds after which transient errors are no longer retried")
     ssh_opts(cp)
@@ -74,6 +116,9 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("src", nargs="?")
     pl.add_argument("--manifest", help="plan this Parquet manifest instead of listing SRC")
     pl.add_argument("--algorithm", default="auto", choices=algos)
+    pl.add_argument("--protocol", default="sftp", choices=["sftp", "paper"],
+                    help="pipelining model: sftp (two control round trips per file, what `copy` uses; default) "
+                         "or paper (paper 000 eq. 4 as written: one)")
     link_opts(pl)
     ssh_opts(pl)
 
@@ -81,6 +126,14 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("src")
     ls.add_argument("--out", required=True, help="manifest file to write (.parquet)")
     ssh_opts(ls)
+
+    from . import cmd_profile
+
+    cmd_profile.add_parser(sub)
+
+    from . import cmd_query
+
+    cmd_query.add_parser(sub)
     return ap
 
 
@@ -103,6 +156,13 @@ def cmd_copy(args) -> int:
     from .manifest import Manifest
 
     params = check_params(args.pp, args.parallelism, args.concurrency)
+    if bool(args.from_list) == bool(args.src and args.dst) or bool(args.src) != bool(args.dst):
+        raise UsageError("give SRC and DST, or --from-list FILE", "",
+                         "e.g. airflow-transfer copy ./data sftp://host/data")
+    if args.from_list:
+        from .cmd_copy_list import run as copy_list
+
+        return copy_list(args, params)
     src, dst = _endpoint(args.src, args), _endpoint(args.dst, args)
     manifest = Manifest.read(args.manifest) if args.manifest else None
     tty = sys.stderr.isatty()
@@ -114,8 +174,16 @@ def cmd_copy(args) -> int:
                       store_url=args.store, transfer_key=args.transfer_key, restart=args.restart,
                       retry=RetryPolicy(max_attempts=args.retries, deadline_s=args.deadline),
                       algorithm=args.algorithm,
+                      alt_protocols=[p for p in args.alt_protocols.split(",") if p.strip()],
+                      replicas=list(args.replica),
+                      switch_after=args.switch_after, probe_interval=args.probe_interval,
+                      make_endpoint=lambda url: _endpoint(url, args),
+                      log=lambda line: (sys.stderr.write(("\n" if tty else "") + line + "\n"), sys.stderr.flush()),
                       verify=None if args.verify == "none" else args.verify,
-                      link=link_from_args(args.rtt_ms, args.bandwidth_mbit, args.bdp))
+                      verify_mode=args.verify_mode, verify_block_size=args.verify_block_size,
+                      verify_threads=args.verify_threads,
+                      link=link_from_args(args.rtt_ms, args.bandwidth_mbit, args.bdp),
+                      measure_link=args.measure_link)
     summary = run_copy(req)
     if tty:
         sys.stderr.write("\n")
@@ -137,7 +205,7 @@ def cmd_copy(args) -> int:
 
 def cmd_plan(args) -> int:
     from .engine.transfer import TransferSession
-    from .job import link_from_args, list_source
+    from .job import link_from_args, list_source, sftp_link
     from .manifest import Manifest
     from .protocols.endpoint import Endpoint
     from .tuning import LinkInfo, get_algorithm
@@ -153,6 +221,8 @@ def cmd_plan(args) -> int:
     manifest.validate()
     ordered = manifest.sorted_by_size()
     link = link_from_args(args.rtt_ms, args.bandwidth_mbit, args.bdp) or LinkInfo.unknown()
+    if args.protocol == "sftp":
+        link = sftp_link(link)
     algorithm = get_algorithm(args.algorithm)
     specs = algorithm.plan(ordered.table, link)
     out = {"algorithm": args.algorithm, "files": ordered.files, "bytes": ordered.bytes,
@@ -208,6 +278,14 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_list(args)
         if args.command == "plan":
             return cmd_plan(args)
+        if args.command == "profile":
+            from . import cmd_profile
+
+            return cmd_profile.run(args)
+        if args.command == "query":
+            from . import cmd_query
+
+            return cmd_query.run(args)
     except TransferError as exc:
         sys.stderr.write(f"airflow-transfer: error: {exc.message}\n")
         return exc.exit_code

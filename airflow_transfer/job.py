@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import posixpath
 import time
@@ -36,11 +37,23 @@ class CopyRequest:
     link: object | None = None  # tuning.models.LinkInfo; None: unknown (auto then adapts by measurement)
     verify: str | None = "sha256"  # checksum algorithm for end-to-end verification; None = off
     before_verify: Callable[[str], None] | None = None  # fault injection for tests: called with each temp path
+    measure_link: bool | None = None  # no library entry: True/False measure or not; None decides (should_measure)
+    verify_mode: str = "file"  # sequential | file | block (docs/integrity.md)
+    verify_block_size: int | None = None  # block mode; None: the engine's default
+    verify_threads: int | None = None  # block mode checksum threads; None: balanced from t and c
+    replicas: list[str] = field(default_factory=list)  # more URLs of the same source tree (read from all)
+    alt_protocols: list[str] = field(default_factory=list)  # fall-back protocols for the remote end, in order
+    switch_after: int = 3  # consecutive failures before switching protocol
+    probe_interval: float = 5.0  # seconds between probes of a preferred protocol while on an alternate
+    make_endpoint: Callable[[str], Endpoint] | None = None  # URL -> Endpoint (the CLI's SSH options)
+    log: Callable[[str], None] | None = None  # one-line notices (protocol switches)
 
 
 def list_source(session: TransferSession, src: Endpoint) -> Manifest:
-    if src.scheme == "sftp":
+    if src.scheme == "sftp" and isinstance(session, TransferSession):
         return list_remote(session.pool, src.path, src.display)
+    if src.scheme != "file" or hasattr(session, "switches"):
+        return session.list_source()  # the backend path or the fall-back controller lists on its protocol
     if not os.path.exists(src.path):
         raise TransferError("source does not exist", src.path, "check the source path")
     return list_local(src.path)
@@ -48,6 +61,18 @@ def list_source(session: TransferSession, src: Endpoint) -> Manifest:
 
 def default_key(src: Endpoint, dst: Endpoint) -> str:
     return "cli:" + hashlib.sha256(f"{src.display}\0{dst.display}".encode()).hexdigest()[:20]
+
+
+VERIFY_MODES = ("sequential", "file", "block")
+
+
+def _resume_blocks(store, transfer_id: int, resume: dict[str, list]) -> dict[str, list]:
+    """Journaled source block digests of the files that resume (block mode verifies them)."""
+    from .store import decode_blocks
+
+    old = store.file_states(transfer_id)
+    return {p: decode_blocks(b) for p, b in zip(old["path"].to_pylist(), old["blocks"].to_pylist())
+            if b and p in resume}
 
 
 def _resume_map(store, transfer_id: int, manifest: Manifest) -> dict[str, list]:
@@ -101,36 +126,62 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store) -> dict:
             algorithm_info(req.verify)
         except ValueError as exc:
             raise UsageError(str(exc), "", "use --verify none to turn verification off") from exc
-    with TransferSession(req.src, req.dst, stats=stats, skip_existing=req.skip_existing,
-                         retry=req.retry, verify=req.verify) as session:
+    if not 0 < req.progress_interval <= 86400:  # a negative or NaN wait would spin; inf overflows the timer
+        raise UsageError(f"progress interval must be 0-86400 seconds (got {req.progress_interval})", "",
+                         "e.g. --progress-interval 5")
+    if req.verify_mode not in VERIFY_MODES:
+        raise UsageError(f"unknown verify mode {req.verify_mode!r}", "", f"use one of {', '.join(VERIFY_MODES)}")
+    if req.verify_block_size is not None and req.verify_block_size < 64 * 1024:
+        raise UsageError(f"verify block size {req.verify_block_size} is below 64 KiB", "",
+                         "give at least 65536 bytes (the default is 8 MiB)")
+    if req.verify_threads is not None and req.verify_threads < 1:
+        raise UsageError("verify threads must be >= 1", "", "omit it to balance them from measured t and c")
+    from .protocols.sessions import open_session
+
+    with open_session(req, stats) as session:
         session.before_verify = req.before_verify
+        if req.link is not None and getattr(req.link, "measured", False):
+            session.bandwidth_bps = req.link.bandwidth_bps
         manifest = req.manifest or list_source(session, req.src)
         manifest.validate(req.src.display)
         if store is not None:
             record = store.begin_transfer(key, req.src.display, req.dst.display, algorithm=req.algorithm,
                                           resume=not req.restart)
             resume = _resume_map(store, record.id, manifest) if record.resumed else {}
+            if resume and req.verify is not None and req.verify_mode == "block":
+                session.resume_blocks = _resume_blocks(store, record.id, resume)
             store.record_listing(record.id, manifest.table)
             journal = store.journal_writer(record.id, max_delay_ms=200)
             session.journal = journal
+            if hasattr(session, "switches"):
+                session.on_switch = lambda rec, tid=record.id: store.record_protocol_switch(tid, rec)
         src_root = req.src.path
         if manifest.root_is_file:
-            src_root = (posixpath if req.src.scheme == "sftp" else os.path).dirname(req.src.path.rstrip("/")) or "/"
+            src_root = (os.path if req.src.scheme == "file" else posixpath).dirname(req.src.path.rstrip("/")) or "/"
         ordered = manifest.sorted_by_size()
         stats.add_total(ordered.files, ordered.bytes)
         session.ensure_dirs(req.dst.path, ordered.empty_dirs)
         modes = ordered.modes.to_pylist() if ordered.modes is not None else None
         emit = req.progress or (lambda s: None)
-        link = req.link or _unknown_link()
+        from .tuning.library import choose
+
+        start = choose(req.src, req.dst, req.link, store, measure=req.measure_link, algorithm=req.algorithm,
+                       total_bytes=ordered.bytes, progress=req.log)
+        link = start.link or _unknown_link()
+        if session.remote is not None:
+            link = sftp_link(link)
         try:
             with Reporter(stats, emit, req.progress_interval):
                 if req.algorithm == "fixed":
-                    chunks = [session.perform(ordered.table, req.params, src_root=src_root, dst_root=req.dst.path,
+                    chunks = [session.perform(ordered.table, start.params(req.params), src_root=src_root, dst_root=req.dst.path,
                                               chunk_id="chunk-0", modes=modes, resume=resume)]
                 else:
                     from .tuning import get_algorithm
 
-                    executor = EngineExecutor(session, src_root, req.dst.path, modes, resume)
+                    # The pipelined engine also runs chunks at once (Multi-Chunk); other sessions one by one.
+                    make = EngineSessionExecutor if isinstance(session, TransferSession) else EngineExecutor
+                    executor = make(session, src_root, req.dst.path, modes, resume)
+                    executor.adjust = start.params  # tuned block size / TCP buffer where a plan leaves 0
                     algorithm = get_algorithm(req.algorithm)
                     chunks = algorithm.run(ordered.table, link, executor)
         finally:
@@ -155,8 +206,8 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store) -> dict:
         "skipped_entries": dict(manifest.skipped),
         "verify": verify_summary,
         "chunks": [c.summary() for c in chunks],
-        "protocol_switches": [],
-        "tuning": _tuning_summary(req, link),
+        "protocol_switches": list(getattr(session, "switches", [])),
+        "tuning": start.summary(),
         "failed": failed,
         "files_resumed": sum(c.resumed for c in chunks),
         "files_retried": sum(c.retried for c in chunks),
@@ -165,6 +216,8 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store) -> dict:
         "transfer_id": record.id if record else None,
         "store": store.masked_url if store is not None else None,
     }
+    if hasattr(session, "summary_extra"):
+        summary.update(session.summary_extra())  # fall-back: per-protocol totals
     if store is not None:
         for c in chunks:
             store.record_chunk(record.id, c)
@@ -179,12 +232,22 @@ class EngineExecutor:
                  modes: list[int] | None, resume: dict | None) -> None:
         self.session, self.src_root, self.dst_root = session, src_root, dst_root
         self.modes, self.resume = modes, resume
+        self.adjust: Callable[[TransferParams], TransferParams] = lambda params: params
 
     def run_chunk(self, manifest_sorted, start: int, stop: int, params: TransferParams, chunk_id: str):
         rows = manifest_sorted.slice(start, stop - start)
         modes = self.modes[start:stop] if self.modes is not None else None
-        return self.session.perform(rows, params, src_root=self.src_root, dst_root=self.dst_root,
+        return self.session.perform(rows, self.adjust(params), src_root=self.src_root, dst_root=self.dst_root,
                                     chunk_id=chunk_id, modes=modes, resume=self.resume)
+
+
+class EngineSessionExecutor(EngineExecutor):
+    """EngineExecutor that also runs several chunks at once, for Multi-Chunk (engine/chunk_session.py)."""
+
+    def open_session(self, manifest_sorted):
+        from .engine.chunk_session import EngineChunkSession
+
+        return EngineChunkSession(self, manifest_sorted)
 
 
 def _unknown_link():
@@ -193,13 +256,13 @@ def _unknown_link():
     return LinkInfo.unknown()
 
 
-def _tuning_summary(req: CopyRequest, link) -> dict:
-    if req.algorithm == "fixed":
-        return {"source": "given", "bdp_bytes": 0, "rtt_ms": 0.0, "bandwidth_mbit": 0.0}
-    return {"source": "given" if link.measured else "unknown (adapting by measurement)",
-            "bdp_bytes": int(link.bdp_bytes) if link.measured else 0,
-            "rtt_ms": round(link.rtt_s * 1000, 3) if link.measured else 0.0,
-            "bandwidth_mbit": round(link.bandwidth_bps / 1e6, 2) if link.measured else 0.0}
+def sftp_link(link):
+    """The link as the SFTP engine sees it: two control round trips per file to pipeline."""
+    import dataclasses
+
+    from .tuning.models import SFTP_FILE_RTTS
+
+    return dataclasses.replace(link, file_rtts=SFTP_FILE_RTTS)
 
 
 def link_from_args(rtt_ms: float | None, bandwidth_mbit: float | None, bdp: int | None):
@@ -214,8 +277,8 @@ def link_from_args(rtt_ms: float | None, bandwidth_mbit: float | None, bdp: int 
         return LinkInfo.from_bdp(bdp, source="given")
     if rtt_ms is None and bandwidth_mbit is None:
         return None
-    if rtt_ms is None or bandwidth_mbit is None or rtt_ms <= 0 or bandwidth_mbit <= 0:
-        raise UsageError("--rtt-ms and --bandwidth-mbit go together, both positive",
+    if rtt_ms is None or bandwidth_mbit is None or not 0 < rtt_ms < math.inf or not 0 < bandwidth_mbit < math.inf:
+        raise UsageError("--rtt-ms and --bandwidth-mbit go together, both positive and finite",
                          "", "e.g. --rtt-ms 50 --bandwidth-mbit 500")
     return LinkInfo(rtt_s=rtt_ms / 1000, bandwidth_bps=bandwidth_mbit * 1e6, source="given")
 

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from . import manifest_schema as ms
 from .errors import TransferError, UsageError
-from .paths import TEMP_SUFFIX, check_relative
+from .paths import TEMP_SUFFIX, check_entry_name, check_relative, check_walk_depth
 
 _LISTER = Path(__file__).parent / "remote" / "lister.py"
 _META_DIRS = b"airflow_transfer.empty_dirs"
@@ -180,28 +180,87 @@ def list_remote(pool, root: str, display: str, allow_exec: bool = True) -> Manif
     return _list_sftp(pool, root, display)
 
 
+LIST_ATTEMPTS = 2  # a listing whose connection is lost (stalled, dropped) is started once more
+
+
 def _list_sftp(pool, root: str, display: str) -> Manifest:
+    from .protocols.sftp_wire import SFTPProtocolError
+
+    last: BaseException | None = None
+    for _ in range(LIST_ATTEMPTS):
+        try:
+            return _walk_sftp(pool, root, display)
+        except (SFTPProtocolError, ConnectionError, TimeoutError, EOFError) as exc:
+            last = exc
+    raise TransferError(f"listing the source over SFTP failed: {last}", display,
+                        "check that the server is up and answering; re-run to try again")
+
+
+def _walk_sftp(pool, root: str, display: str) -> Manifest:
+    from .protocols import sftp_wire as w
+
     conn = pool.acquire()
+    broken = True
     try:
         wire = conn.wire
+        seen: set[str] = set()  # directories by the server's realpath: a loop is listed once
+
+        def ask_realpath(path: str) -> list:
+            box: list = []
+
+            def on_reply(t, r):
+                if t == w.NAME and r.u32() >= 1:
+                    box.append(r.str_())
+
+            # Pipelined ahead of the next request on this channel: it costs no round trip.
+            wire.send(w.REALPATH, wire.p_path(path), on_reply)
+            return box
+
+        top_real = ask_realpath(root)
         try:
             top = wire.stat(root)
         except FileNotFoundError as exc:
             raise TransferError("source does not exist", display, "check the source path") from exc
         except PermissionError as exc:
             raise TransferError("source is not readable (permission denied)", display) from exc
+        except OSError as exc:
+            if isinstance(exc, (ConnectionError, TimeoutError)):
+                raise
+            raise TransferError(f"cannot read source: {exc.strerror or exc}", display,
+                                "check the source path on the server") from exc
+        while wire.outstanding:
+            wire.pump(block=True)
+        seen.update(top_real)
         if not top.is_dir:
             name = root.rstrip("/").rsplit("/", 1)[-1]
+            broken = False
             return _build([(name, top.size or 0, float(top.mtime or 0), (top.mode or 0o644) & 0o7777)],
                           [], display, True, {})
         records, dirs, skipped = [], [], {"symlinks": 0, "other": 0, "unreadable": 0}
+        errors: list[str] = []
         stack = [""]
         while stack:
             rel = stack.pop()
-            entries = wire.listdir_attrs(f"{root.rstrip('/')}/{rel}" if rel else root)
+            path = f"{root.rstrip('/')}/{rel}" if rel else root
+            check_walk_depth(path, rel, display)
+            real = ask_realpath(path) if rel else []
+            try:
+                entries = wire.listdir_attrs(path)
+            except OSError as exc:
+                if isinstance(exc, (ConnectionError, TimeoutError)):
+                    raise
+                skipped["unreadable"] += 1
+                errors.append(f"{rel or '.'}: {exc.strerror or exc}")
+                continue
+            if real:
+                if real[0] in seen:  # the same directory again: a link the server calls a directory
+                    skipped["symlinks"] += 1
+                    continue
+                seen.add(real[0])
             if rel and not entries:
                 dirs.append(rel)
             for name, attrs in entries:
+                check_entry_name(name, f"{display}/{rel}" if rel else display)
                 child = f"{rel}/{name}" if rel else name
                 if attrs.is_link:
                     skipped["symlinks"] += 1
@@ -212,6 +271,14 @@ def _list_sftp(pool, root: str, display: str) -> Manifest:
                         records.append((child, attrs.size or 0, float(attrs.mtime or 0), (attrs.mode or 0) & 0o7777))
                 else:
                     skipped["other"] += 1
+        if errors:
+            shown = "; ".join(errors[:3]) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")
+            raise TransferError(f"{len(errors)} entries could not be listed ({shown})", display,
+                                "fix the permissions or exclude those paths")
+        broken = False
         return _build(records, dirs, display, False, skipped)
+    except TransferError:
+        broken = False
+        raise
     finally:
-        pool.release(conn)
+        pool.release(conn, broken=broken)

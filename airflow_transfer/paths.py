@@ -27,6 +27,31 @@ def check_relative(name: str, where: str = "") -> str:
     return name
 
 
+# Linux's PATH_MAX: no server can open a longer path, so a walk that gets deeper is
+# following a loop (a server reporting symlinks as directories, or a fake endless tree).
+MAX_REMOTE_PATH = 4096
+MAX_DEPTH = 256  # directory levels; real datasets stay far below
+
+
+def check_entry_name(name: str, where: str = "") -> str:
+    """A name from one directory listing: one component, never '/' (a server sending one is
+    pointing somewhere else)."""
+    if "/" in name:
+        raise UnsafePathError(f"file name with '/' in a directory listing: {name!r}", where,
+                              "rename the file at the source or exclude it; nothing outside the "
+                              "destination root is written")
+    return name
+
+
+def check_walk_depth(path: str, rel: str, where: str = "") -> None:
+    """Stop a directory walk that is deeper than any real tree (a loop)."""
+    if len(path.encode("utf-8", "surrogateescape")) > MAX_REMOTE_PATH or rel.count("/") >= MAX_DEPTH:
+        raise UnsafePathError(
+            f"directory tree deeper than {MAX_DEPTH} levels or {MAX_REMOTE_PATH} bytes at {rel[:60]!r}...: "
+            "probably a symlink loop the server reports as directories", where,
+            "exclude that directory or fix the server; nothing was transferred")
+
+
 def join_inside(root: str, name: str, where: str = "") -> str:
     """Join a checked relative name under a POSIX root."""
     check_relative(name, where)

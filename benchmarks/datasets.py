@@ -48,6 +48,17 @@ class DatasetSpec:
     def with_files(self, files: int) -> DatasetSpec:
         return DatasetSpec(f"{self.name}-n{files}", files, self.size, self.sizes, self.seed)
 
+    def scaled(self, factor: float) -> DatasetSpec:
+        """The same shape with `factor` x the bytes: fewer files of a many-file set, smaller
+        files of a few-file set (so a quick run keeps each dataset's character)."""
+        if factor >= 1:
+            return self
+        if self.files >= FILES_PER_DIR:
+            return DatasetSpec(f"{self.name}-x{factor:g}", max(1, round(self.files * factor)), self.size,
+                               self.sizes, self.seed)
+        return DatasetSpec(f"{self.name}-x{factor:g}", self.files, max(KIB, round(self.size * factor / KIB) * KIB),
+                           self.sizes, self.seed)
+
 
 DATASETS: dict[str, DatasetSpec] = {
     "tiny": DatasetSpec("tiny", 2000, 64 * KIB, seed=11),
@@ -206,13 +217,16 @@ def _make_traversable(root: Path) -> None:
             os.chmod(p, mode | 0o005)
 
 
-def resolve(names: list[str], files: int | None = None) -> list[DatasetSpec]:
-    """Dataset names -> specs, optionally cut to `files` files each (for development runs)."""
+def resolve(names: list[str], files: int | None = None, scale: float = 1.0) -> list[DatasetSpec]:
+    """Dataset names -> specs, optionally cut to `files` files each (for development runs)
+    or scaled to `scale` x their bytes (quick runs)."""
+    if not 0 < scale <= 1:
+        raise ValueError(f"--scale must be in (0, 1], got {scale:g}")
     specs = []
     for name in names:
         if name not in DATASETS:
             raise ValueError(f"unknown dataset {name!r}: choose from {', '.join(DATASETS)}")
-        spec = DATASETS[name]
+        spec = DATASETS[name].scaled(scale)
         specs.append(spec.with_files(files) if files and files < spec.files else spec)
     return specs
 

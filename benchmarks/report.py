@@ -85,7 +85,36 @@ def problems_section(details: dict) -> list[str]:
         out += ["Contenders that could not run:", ""]
         out += [f"- {name}: {reason}" for name, reason in details["unavailable"].items()]
         out.append("")
+    out += coverage_section(details)
     return out
+
+
+def coverage_section(details: dict) -> list[str]:
+    """Every cell of the matrix asked for (profile x dataset x contender) that has fewer
+    repetitions than asked, and why: a contender that cannot run here, or runs not yet made
+    (the matrix is run in time-budgeted pieces: `make bench` continues it)."""
+    reps = details.get("reps") or 0
+    counts: dict[tuple[str, str, str], int] = {}
+    for r in details.get("runs", []):
+        key = (r["link"], r["dataset"], r["contender"])
+        counts[key] = counts.get(key, 0) + 1
+    unavailable = details.get("unavailable", {})
+    missing: list[str] = []
+    for link in details.get("profiles", {}):
+        for dataset in details.get("datasets", {}):
+            for name in details.get("contenders", {}):
+                have = counts.get((link, dataset, name), 0)
+                if have >= reps:
+                    continue
+                why = (f"cannot run here: {unavailable[name]}" if name in unavailable
+                       else f"{have} of {reps} repetitions made; the rest not run yet")
+                missing.append(f"- {link} / {dataset} / {name}: {why}")
+    if not missing:
+        return []
+    stopped = details.get("stopped")
+    head = ("Cells of the matrix with fewer runs than asked for"
+            + (f" ({stopped})" if stopped else "") + "; `make bench` (`--resume`) continues the matrix:")
+    return [head, "", *missing, ""]
 
 
 def draw_charts(latest: dict, details: dict, results: Path) -> list[Path]:
@@ -144,6 +173,9 @@ def write_report(results: Path = RESULTS, charts: bool = True) -> Path:
     loads = [r["load_avg_1m"] for r in details.get("runs", []) if "load_avg_1m" in r]
     lines = ["# Benchmark report: airflow-transfer and the alternatives on the emulated WAN", "",
              f"- date: {latest['date']}", f"- machine: {latest['machine']}", f"- commit: `{latest['commit']}`"]
+    commits = sorted({r["commit"][:12] for r in details.get("runs", []) if r.get("commit")})
+    if len(commits) > 1:
+        lines.append(f"- the matrix was measured in pieces, at commits {', '.join(commits)} (each run records its own)")
     for name, p in details.get("profiles", {}).items():
         lines.append(f"- link profile `{name}`: {p['rtt_ms']:g} ms RTT, {p['rate_mbit']:g} Mbit/s "
                      "(userspace emulator, docs/testbed.md; payload ceiling about 96.5 % of the rate)")

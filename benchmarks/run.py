@@ -2,6 +2,7 @@
 
     python -m benchmarks.run --profile wan50 --datasets small,large --contenders all --reps 3
     python -m benchmarks.run --profile lan --datasets tiny --files 20 --reps 1 --contenders airflow-transfer,openssh
+    python -m benchmarks.run --profile wan50,wan100,lan --datasets all --reps 3 --resume --budget-min 45
 
 Needs root (network namespaces). For each link profile: bring up the link
 and an sshd in `dst`; for each dataset, repeat the contenders interleaved
@@ -10,6 +11,13 @@ them; after each run check the destination against the dataset's manifest
 and empty it. Writes `latest.json` (DESIGN.md section 9, exactly that
 schema), `latest-details.json` (every run, failures, unavailable
 contenders, the load average), `report.md` and charts: see docs/benchmarks.md.
+
+The full matrix (3 profiles x 5 datasets x every contender x 3 repetitions)
+needs hours of a quiet machine, more than one sitting: `--resume` keeps the
+runs already in `latest-details.json` and runs only the missing ones, and
+`--budget-min` stops starting new runs after that many minutes, so repeated
+`make bench` calls complete the matrix; the report lists what is still
+missing and each run records the commit it measured.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from pathlib import Path
 from benchmarks.contenders import all_contenders, select
 from benchmarks.contenders.base import Contender, ContenderFailed, clear, landed_bytes, verify_tree
 from benchmarks.contenders.testbed import Testbed
-from benchmarks.datasets import DEFAULT_CACHE, Dataset, ensure, resolve
+from benchmarks.datasets import DATASETS, DEFAULT_CACHE, Dataset, ensure, resolve
 from benchmarks.wan.link import PROFILES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,7 +138,15 @@ def write_results(out: Path, meta: dict, runs: list[dict], details: dict) -> Non
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="wan50", help=f"comma list of {', '.join(PROFILES)} (default wan50)")
-    ap.add_argument("--datasets", default="small,large", help="comma list of tiny, small, mixed, medium, large")
+    ap.add_argument("--datasets", default="small,large",
+                    help="comma list of tiny, small, mixed, medium, large, or all")
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="move this fraction of each dataset's bytes (quick runs; default 1)")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the runs already in the results directory and run only the missing ones")
+    ap.add_argument("--budget-min", type=float, default=0.0,
+                    help="start no new run after this many minutes (0 = no limit; at least one run is made); "
+                         "--resume continues later")
     ap.add_argument("--contenders", default="all", help="all, or comma list of name prefixes / groups "
                                                         "(airflow-transfer, rclone, openssh, airflow, sshfs, "
                                                         "uploads, downloads)")
@@ -151,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         for p in profiles:
             if p not in PROFILES:
                 raise ValueError(f"--profile: unknown profile {p!r}; choose from {', '.join(PROFILES)}")
-        specs = resolve([d.strip() for d in args.datasets.split(",") if d.strip()], args.files)
+        names = [d.strip() for d in args.datasets.split(",") if d.strip()]
+        specs = resolve(list(DATASETS) if names == ["all"] else names, args.files, args.scale)
         contenders = select(all_contenders(), args.contenders)
         if args.reps < 1:
             raise ValueError("--reps must be at least 1")
@@ -192,10 +209,22 @@ def main(argv: list[str] | None = None) -> int:
                "unavailable": unavailable, "verify": args.verify, "reps": args.reps,
                "timeout_s": args.timeout}
     runs: list[dict] = []
-    total = len(profiles) * len(datasets) * args.reps * len(runnable)
+    if args.resume:
+        runs, details = resume(args.out, details)
+        details["unavailable"] = {k: v for k, v in details["unavailable"].items()
+                                  if k not in {c.name for c in runnable}}
+    have = {(r["link"], r["dataset"], r["contender"], r["rep"]) for r in runs}
+    todo = [(p, d, rep, c) for p in profiles for d in datasets for rep in range(1, args.reps + 1) for c in runnable
+            if (p, d.name, c.name, rep) not in have]
+    total = len(todo)
+    if args.resume:
+        say(f"benchmarks.run: resuming: {len(runs)} earlier runs kept, {total} to run")
     done = 0
     t_start = time.monotonic()
+    stopped = ""
     for profile in profiles:
+        if not any(t[0] == profile for t in todo) or stopped:
+            continue
         rtt, rate = PROFILES[profile]
         say(f"benchmarks.run: {profile}: bringing up the link ({rtt:g} ms, {rate:g} Mbit/s) and sshd")
         with Testbed(profile) as bed:
@@ -204,11 +233,20 @@ def main(argv: list[str] | None = None) -> int:
             for dataset in datasets:
                 for rep in range(1, args.reps + 1):
                     for c in runnable:
+                        if (profile, dataset.name, c.name, rep) in have or stopped:
+                            continue
+                        # At least one run per call, so repeated calls always make progress.
+                        if args.budget_min and done and time.monotonic() - t_start > args.budget_min * 60:
+                            stopped = (f"time budget of {args.budget_min:g} min reached after {done} runs; "
+                                       f"{total - done} left for the next `--resume`")
+                            say(f"benchmarks.run: {stopped}")
+                            continue
                         done += 1
                         prefix = (f"[{done}/{total} {time.monotonic() - t_start:6.0f}s] {profile} {dataset.name} "
                                   f"rep {rep}/{args.reps} {c.name}")
                         say(f"{prefix} ...")
                         rec = one_run(bed, c, dataset, rep, args.verify == "hash")
+                        rec.update(commit=meta["commit"], date=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
                         runs.append(rec)
                         cpu = f"cpu {rec['client_cpu_s']:.1f}+{rec['server_cpu_s']:.1f} s"
                         if rec["ok"]:
@@ -219,15 +257,30 @@ def main(argv: list[str] | None = None) -> int:
                             say(f"{prefix}: FAILED: {rec['error']}")
                         details["finished"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
                         write_results(args.out, meta, runs, details)
+    details["stopped"] = stopped
     if not runs:
         say("benchmarks.run: nothing ran")
-        write_results(args.out, meta, runs, details)
+    write_results(args.out, meta, runs, details)
     from benchmarks.report import write_report
 
     report = write_report(args.out, charts=not args.no_charts)
     say(f"benchmarks.run: {len(runs)} runs in {time.monotonic() - t_start:.0f} s; results in "
         f"{args.out / 'latest.json'}, report {report}")
     return 0 if all(r["ok"] for r in runs) else 1
+
+
+def resume(out: Path, details: dict) -> tuple[list[dict], dict]:
+    """Earlier runs from `out` and the details merged with this invocation's (the union of
+    profiles, datasets and contenders, so the report knows the whole matrix asked for)."""
+    try:
+        old = json.loads((out / "latest-details.json").read_text())
+    except (FileNotFoundError, ValueError):
+        return [], details
+    merged = dict(details)
+    for key in ("profiles", "datasets", "contenders", "unavailable"):
+        merged[key] = {**old.get(key, {}), **details.get(key, {})}
+    merged["started"] = old.get("started", old.get("date", details["date"]))
+    return old.get("runs", []), merged
 
 
 if __name__ == "__main__":

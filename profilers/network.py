@@ -285,7 +285,7 @@ class Sink:
             if command in ("SEND", "RECV"):
                 conn.sendall(b"GO\n")  # the client times from here, after any refusal could arrive
             if command == "SEND":
-                self._sink(conn, rest, _int_arg(args, 0))
+                self._sink(conn, rest, _int_arg(args, 0), _float_arg(args, 1))
             elif command == "RECV":
                 seconds = min(MAX_SEND_SECONDS, max(0.0, float(args[0]) if args else 1.0))
                 self._source(conn, seconds, _int_arg(args, 1))
@@ -307,21 +307,14 @@ class Sink:
         with self._lock:
             self.stats[key] += n
 
-    def _sink(self, conn: socket.socket, rest: bytes, buffer: int) -> None:
+    def _sink(self, conn: socket.socket, rest: bytes, buffer: int, omit: float) -> None:
         _set_buffers(conn, buffer)
         conn.settimeout(30.0)
-        buf = bytearray(1024 * 1024)
-        view = memoryview(buf)
-        total = len(rest)
-        start = time.perf_counter()
-        while True:
-            n = conn.recv_into(view)
-            if n == 0:
-                break
-            total += n
-        seconds = time.perf_counter() - start
-        self._count("bytes_received", total)
-        conn.sendall(("OK %d %.6f\n" % (total, seconds)).encode())
+        got = _receive(conn, len(rest), omit)
+        self._count("bytes_received", got["bytes"])
+        conn.sendall(("OK %d %.6f %d %.6f %.6f %.6f\n" % (
+            got["bytes"], got["end"] - got["start"], got["steady_bytes"], got["steady_s"], got["mark"],
+            got["end"])).encode())
 
     def _source(self, conn: socket.socket, seconds: float, buffer: int) -> None:
         _set_buffers(conn, buffer)
@@ -335,6 +328,37 @@ class Sink:
             conn.shutdown(socket.SHUT_WR)
         finally:
             self._count("bytes_sent", sent)
+
+
+def _float_arg(args: list, index: int) -> float:
+    try:
+        return min(MAX_SEND_SECONDS, max(0.0, float(args[index])))
+    except (IndexError, ValueError):
+        return 0.0
+
+
+def _receive(sock: socket.socket, initial: int, omit: float) -> dict:
+    """Read to EOF. Besides the total, count the bytes that arrive after the first
+    `omit` seconds (to the last byte): the rate once TCP has left slow start."""
+    view = memoryview(bytearray(1024 * 1024))
+    start = last = time.perf_counter()
+    mark_at = start + omit
+    total, mark_bytes, mark_time = initial, None, None
+    while True:
+        n = sock.recv_into(view)
+        if n == 0:
+            break
+        now = time.perf_counter()
+        if mark_bytes is None and now >= mark_at:
+            mark_bytes, mark_time = total, now
+        total += n
+        last = now
+    if omit > 0 and mark_bytes is not None and last > mark_time:
+        steady_bytes, steady_s = total - mark_bytes, last - mark_time
+    else:
+        steady_bytes, steady_s = 0, 0.0
+    return {"bytes": total, "start": start, "end": last, "steady_bytes": steady_bytes, "steady_s": steady_s,
+            "mark": mark_time if steady_s else 0.0}
 
 
 def _int_arg(args: list, index: int) -> int:
@@ -361,7 +385,7 @@ def _read_line(conn: socket.socket):
 # -- bandwidth client --------------------------------------------------------
 
 def _stream(host_addr, family, direction: str, seconds: float, buffer: int, token: str, timeout: float,
-            barrier: threading.Barrier, payload: bytes, out: dict) -> None:
+            barrier: threading.Barrier, payload: bytes, out: dict, omit: float = 0.0) -> None:
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         _set_buffers(sock, buffer)  # before connect, so the window scale can cover it
@@ -371,7 +395,7 @@ def _stream(host_addr, family, direction: str, seconds: float, buffer: int, toke
         barrier.wait(timeout)
         tok = token or "-"
         if direction == "send":
-            sock.sendall(("%s %s SEND %d\n" % (MAGIC, tok, buffer)).encode())
+            sock.sendall(("%s %s SEND %d %.3f\n" % (MAGIC, tok, buffer, omit)).encode())
             _expect_go(sock)
             start = time.perf_counter()
             deadline = start + seconds
@@ -384,18 +408,15 @@ def _stream(host_addr, family, direction: str, seconds: float, buffer: int, toke
             if len(parts) < 2 or parts[0] != "OK":
                 raise OSError("sink answered %r instead of a byte count" % reply[:80])
             nbytes = int(parts[1])
+            if len(parts) >= 7:  # the sink's own clock: comparable across the streams it received
+                out.update(steady_bytes=int(parts[3]), steady_s=float(parts[4]), mark=float(parts[5]),
+                           last=float(parts[6]))
         else:
             sock.sendall(("%s %s RECV %.3f %d\n" % (MAGIC, tok, seconds, buffer)).encode())
             rest = _expect_go(sock)
-            start = time.perf_counter()
-            view = memoryview(bytearray(1024 * 1024))
-            nbytes = len(rest)
-            while True:
-                n = sock.recv_into(view)
-                if n == 0:
-                    break
-                nbytes += n
-            end = time.perf_counter()
+            got = _receive(sock, len(rest), omit)
+            start, end, nbytes = got["start"], got["end"], got["bytes"]
+            out.update(steady_bytes=got["steady_bytes"], steady_s=got["steady_s"], mark=got["mark"], last=end)
         out.update(bytes=nbytes, start=start, end=end)
     except threading.BrokenBarrierError:
         out["error"] = "another stream failed to connect"
@@ -418,14 +439,20 @@ def _expect_go(sock: socket.socket) -> bytes:
 
 
 def measure_bandwidth(host: str, port: int, seconds: float = 3.0, streams: int = 4, direction: str = "send",
-                      buffer: int = 0, token: str = "", timeout: float = 10.0) -> dict:
+                      buffer: int = 0, token: str = "", timeout: float = 10.0, omit: Optional[float] = None) -> dict:
     """Timed memory-to-memory transfer against a `--serve` sink.
 
     direction "send": this host -> sink host (the sink counts the bytes and
     reports them once the stream is closed, so data still queued in socket
     buffers is never counted as delivered); "recv": sink host -> this host.
     The aggregate is the sum of bytes over the span from the first stream's
-    start to the last stream's end."""
+    start to the last stream's end.
+
+    omit (default: a third of `seconds`, at most 1 s): the receiving end also
+    counts only what arrives after the first `omit` seconds; `mbit` is then
+    that steady-state rate (all streams over one window), because on a long fat
+    link slow start takes a good part of a short probe (about 0.7 s at
+    100 ms RTT). `mbit_whole` is the rate over the whole span."""
     if direction not in ("send", "recv"):
         raise ValueError("direction must be send or recv (got %r)" % direction)
     if streams < 1 or seconds <= 0:
@@ -436,9 +463,12 @@ def measure_bandwidth(host: str, port: int, seconds: float = 3.0, streams: int =
         return dict(_unavailable("cannot resolve %s: %s" % (host, exc)), direction=direction)
     barrier = threading.Barrier(streams)
     payload = _payload()
+    if omit is None:
+        omit = min(1.0, seconds / 3.0)
+    omit = max(0.0, min(omit, seconds / 2.0))
     results = [{} for _ in range(streams)]
     threads = [threading.Thread(target=_stream, args=(address, family, direction, seconds, buffer, token,
-                                                      max(timeout, seconds + 10.0), barrier, payload, r),
+                                                      max(timeout, seconds + 10.0), barrier, payload, r, omit),
                                 daemon=True) for r in results]
     for t in threads:
         t.start()
@@ -453,13 +483,24 @@ def measure_bandwidth(host: str, port: int, seconds: float = 3.0, streams: int =
         return out
     nbytes = sum(r["bytes"] for r in results)
     span = max(r["end"] for r in results) - min(r["start"] for r in results)
+    whole = round(nbytes * 8 / max(span, 1e-9) / 1e6, 2)
     out.update({
         "available": True,
         "bytes": nbytes,
         "elapsed_s": round(span, 4),
-        "mbit": round(nbytes * 8 / max(span, 1e-9) / 1e6, 2),
+        "mbit": whole,
+        "mbit_whole": whole,
+        "omit_s": omit,
         "per_stream_mbit": [round(r["bytes"] * 8 / max(r["end"] - r["start"], 1e-9) / 1e6, 2) for r in results],
     })
+    if omit > 0 and all(r.get("steady_s", 0) > 0 for r in results):
+        # one window for all streams, on the receiving process's clock
+        window = max(r["last"] for r in results) - min(r["mark"] for r in results)
+        out["mbit"] = round(sum(r["steady_bytes"] for r in results) * 8 / max(window, 1e-9) / 1e6, 2)
+        out["steady_s"] = round(window, 4)
+        out["rate"] = "steady state: bytes after the first %.2f s of each stream, over one window" % omit
+    else:
+        out["rate"] = "whole span (too short to leave out slow start)" if omit > 0 else "whole span"
     return out
 
 

@@ -65,3 +65,31 @@ def airflow_home(tmp_path_factory):
     from tests.support.airflow_env import migrate
 
     return migrate(tmp_path_factory.mktemp("airflow-home"))
+
+
+# Tests that bring up the emulated WAN measure rates and round trips: `make test` runs
+# them after the rest, one at a time, so parallel workers cannot skew what they measure.
+_WAN_MARKS = ("wan_testbed", "require_wan", "EmulatedLink", "Testbed(")
+_wan_modules: dict[str, bool] = {}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    import inspect
+
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is None:
+            continue
+        name = module.__name__
+        if name not in _wan_modules:
+            try:
+                source = inspect.getsource(module)
+            except (OSError, TypeError):
+                source = ""
+            _wan_modules[name] = any(mark in source for mark in _WAN_MARKS)
+        # A module whose checks hold under CPU contention (it measures no rates) may say
+        # WAN_PARALLEL_OK = True and run in the parallel phase, off the serial phase's clock.
+        if getattr(module, "WAN_PARALLEL_OK", False):
+            continue
+        if _wan_modules[name] or "wan_testbed" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.wan)

@@ -72,3 +72,46 @@ def test_one_tiny_round_writes_the_documented_schema(scratch: Path) -> None:
     assert latest["commit"][:12] in report
     # Destinations were emptied after each run; the testbed's scratch space is gone with the link.
     assert not any((tmp_path / "work").iterdir())
+
+
+def test_resume_runs_only_the_missing_cells_and_the_budget_stops_early(scratch: Path) -> None:
+    require_wan()
+    out = scratch / "results"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AIRFLOW_TRANSFER_BENCH_WORK": str(scratch / "work")}
+    one = CONTENDERS[1]
+
+    def bench(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "benchmarks.run", "--profile", "lan", "--datasets", "tiny", "--files", "5",
+             "--contenders", one, "--out", str(out), "--cache", str(scratch / "ds"), "--no-charts",
+             "--timeout", "60", *extra],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+
+    first = bench("--reps", "1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    # A tiny budget still makes one run (so repeated calls progress), then stops.
+    second = bench("--reps", "3", "--resume", "--budget-min", "0.0001")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "1 earlier runs kept, 2 to run" in second.stderr
+    assert "time budget" in second.stderr
+    details = json.loads((out / "latest-details.json").read_text())
+    assert sorted(r["rep"] for r in details["runs"]) == [1, 2]  # rep 1 kept, rep 2 run, rep 3 left
+    assert all(r.get("commit") for r in details["runs"][1:])
+    report = (out / "report.md").read_text()
+    assert "2 of 3 repetitions made" in report and "continues the matrix" in report
+    third = bench("--reps", "3", "--resume")
+    assert third.returncode == 0, third.stderr[-3000:]
+    details = json.loads((out / "latest-details.json").read_text())
+    assert sorted(r["rep"] for r in details["runs"]) == [1, 2, 3]
+    assert json.loads((out / "latest.json").read_text())["runs"][0]["repetitions"] == 3
+    assert "repetitions made" not in (out / "report.md").read_text()
+
+
+def test_scaled_datasets_keep_their_shape() -> None:
+    from benchmarks.datasets import resolve
+
+    small, large = resolve(["small", "large"], scale=0.2)
+    assert (small.files, small.size) == (200, 1 << 20)  # fewer files of the same size
+    assert large.files == 2 and abs(large.size - 0.2 * (512 << 20)) <= 1024  # the same files, smaller
+    with pytest.raises(ValueError):
+        resolve(["small"], scale=0)

@@ -1,4 +1,6 @@
-"""Durable transfers: crash-resume, sshd outage, deadline, source change, ENOSPC, concurrent stores."""
+"""Durable transfers: crash-resume, sshd outage, deadline, source change, ENOSPC.
+
+Twenty CLI transfers sharing one store: tests/test_load_concurrent.py."""
 
 from __future__ import annotations
 
@@ -99,13 +101,17 @@ def test_sshd_down_for_20s_midway_then_completes(store_url, own_sshd, test_base,
     proc = subprocess.Popen(_copy_cmd(own_sshd, src, dst / "d", "--pp", "1", "-c", "1", "--deadline", "120",
                                       "--json", *_with_store(store_url)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    while not ((dst / "d").exists() and len(_final_files(dst / "d")) >= 15):
+    # Count files begun, not files final: verification runs behind the sends, so by the
+    # time 15 names are final a fast machine may already have sent everything.
+    while not ((dst / "d").exists() and sum(len(ns) for _, _, ns in os.walk(dst / "d")) >= 15):
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.02)
     own_sshd.stop()
     t_down = time.monotonic()
     time.sleep(20)
-    assert proc.poll() is None, "the copy gave up during the outage"
+    if proc.poll() is not None:  # say how it ended: the outage was meant to outlast this wait
+        out, err = proc.communicate()
+        pytest.fail(f"the copy ended (exit {proc.returncode}) during the outage: {err[-2000:]} {out[-1500:]}")
     own_sshd.start()
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err[-3000:]
@@ -200,27 +206,3 @@ def test_enospc_fails_at_once_leaves_nothing_partial_and_rerun_completes(store_u
         assert tree_digest(mnt / "d") == tree_digest(src)
     finally:
         subprocess.run(["umount", "-l", str(mnt)])
-
-
-def test_twenty_concurrent_cli_transfers_share_one_store(store_url, sshd, remote_dir, local_dir):  # noqa: F811
-    procs = []
-    for k in range(20):
-        src = local_dir / f"c{k}"
-        for i in range(10):
-            write_random(src / f"f{i}.bin", 20_000 + i, seed=k * 100 + i)
-        procs.append(subprocess.Popen(
-            _copy_cmd(sshd, src, remote_dir / f"c{k}", "--store", store_url, "--transfer-key", f"conc-{k}"),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    for p in procs:
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err[-2000:]
-        assert "locked" not in err
-    store = Store.open(store_url)
-    try:
-        mine = [t for t in store.list_transfers(limit=1000) if t.key.startswith("conc-")]
-        assert len(mine) == 20 and all(t.state == "succeeded" for t in mine)
-        for t in mine:
-            states = store.file_states(t.id)["state"].to_pylist()
-            assert states == ["done"] * 10
-    finally:
-        store.close()

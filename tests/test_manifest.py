@@ -13,7 +13,7 @@ from airflow_transfer.protocols.pool import SFTPPool
 from airflow_transfer.protocols.ssh import SSHTarget
 from tests.support.cli import run_cli, ssh_args
 from tests.support.data import make_tree
-from tests.support.sshd import SSHServer, chown_to_user
+from tests.support.sshd import chown_to_user, restricted_sshd
 
 
 def _target(server) -> SSHTarget:
@@ -59,10 +59,7 @@ def test_remote_exec_listing_matches_local(tree, sshd):
 
 
 def test_listing_falls_back_to_sftp_when_exec_is_forced_away(tree, test_base):
-    server = SSHServer(test_base / "sshd-noexec")
-    server._write_files()
-    server.extra_config = f"ForceCommand {server._sftp_subsystem()}"
-    server.start()
+    server = restricted_sshd(test_base / "sshd-noexec", "no-exec")
     try:
         pool = SFTPPool(_target(server))
         try:

@@ -87,3 +87,22 @@ def test_missing_plus_done_is_the_whole_file_with_no_overlap(ranges: list[list[i
     assert not (done & missing).any()
     assert (done | missing).all()
     assert all(end <= size for _, end in gaps)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(0, 40)).map(lambda t: [t[0], t[0] + t[1]]), max_size=80))
+def test_small_and_array_coalescing_agree_on_either_side_of_the_cutoff(ranges: list[list[int]]) -> None:
+    # coalesce() merges short lists in plain Python and long ones with numpy; both must
+    # give the same answer, or a file's ranges would change meaning as they pile up.
+    from airflow_transfer.store import ranges as rng
+
+    assert rng._coalesce_small(ranges) == rng._coalesce_array(ranges)
+    assert coalesce(ranges) == rng._coalesce_array(ranges)
+    assert np.array_equal(_bitmap(coalesce(ranges), 260), _bitmap(ranges, 260))
+
+
+@pytest.mark.parametrize("count", [1, 32, 33, 500])
+def test_invalid_range_is_rejected_on_both_paths(count: int) -> None:
+    ranges = [[i * 10, i * 10 + 5] for i in range(count - 1)] + [[7, 3]]
+    with pytest.raises(ValueError, match=r"byte range \[7, 3\] is invalid"):
+        coalesce(ranges)

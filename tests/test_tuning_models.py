@@ -154,3 +154,24 @@ def test_chunkspec_validation_is_clear():
     with pytest.raises(ValueError, match="pp must be a whole number >= 1"):
         ChunkSpec.from_dict({"id": "x", "start": 0, "stop": 1, "files": 1, "bytes": 1, "min_size": 1,
                              "max_size": 1, "params": {"pp": 0}})
+
+
+def test_sftp_pipelining_hides_two_round_trips_per_file() -> None:
+    """1 MiB files on a 500 Mbit/s, 50 ms link (BDP about 3 MiB): eq. 4 keeps ceil(BDP/F) = 3
+    files in flight; over SFTP each file also waits for its OPEN and CLOSE replies, so the
+    engine aims at two BDPs: 6 files."""
+    import dataclasses
+
+    from airflow_transfer.tuning.adaptive_cc import AdaptiveCC
+    from airflow_transfer.tuning.models import SFTP_FILE_RTTS, LinkInfo, pp_level, pp_param
+
+    link = LinkInfo(rtt_s=0.05, bandwidth_bps=500e6)
+    sftp = dataclasses.replace(link, file_rtts=SFTP_FILE_RTTS)
+    assert link.pipeline_bytes == link.bdp_bytes and sftp.pipeline_bytes == 2 * link.bdp_bytes
+    mib = 1 << 20
+    assert pp_param(pp_level(link.pipeline_bytes, mib)) == 3
+    assert pp_param(pp_level(sftp.pipeline_bytes, mib)) == 6
+    sizes = np.full(400, mib, dtype=np.int64)
+    paper = {s.params.pp for s in AdaptiveCC().plan(sizes, link)}
+    over_sftp = {s.params.pp for s in AdaptiveCC().plan(sizes, sftp)}
+    assert paper == {3} and over_sftp == {6}

@@ -14,7 +14,7 @@ from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols.endpoint import Endpoint
 from airflow_transfer.protocols.ssh import SSHTarget
 from tests.support.data import temp_files, tree_digest, write_random
-from tests.support.sshd import SSHServer, chown_to_user
+from tests.support.sshd import chown_to_user, restricted_sshd
 
 
 def _target(server) -> SSHTarget:
@@ -91,28 +91,10 @@ def test_download_and_local_copies_are_verified(files, sshd, remote_dir, local_d
     assert loc["verify"]["where"] == "local" and loc["verify"]["verified"] == 200
 
 
-def _bin_without_python(base: Path) -> Path:
-    """A PATH directory with every system command except python."""
-    out = base / "nopython-bin"
-    out.mkdir(parents=True, exist_ok=True)
-    for d in ("/usr/local/bin", "/usr/bin", "/bin"):
-        for name in os.listdir(d):
-            if name.startswith("python") or (out / name).exists():
-                continue
-            (out / name).symlink_to(os.path.join(d, name))
-    return out
-
-
 @pytest.mark.parametrize("case", ["no-python", "no-exec"])
 def test_fallbacks_are_reported(case, files, test_base):
     base = test_base / f"sshd-{case}"
-    server = SSHServer(base)
-    server._write_files()
-    if case == "no-python":
-        server.extra_config = f"SetEnv PATH={_bin_without_python(base)}"
-    else:
-        server.extra_config = f"ForceCommand {server._sftp_subsystem()}"
-    server.start()
+    server = restricted_sshd(base, case)
     try:
         dst = base / "dst"
         dst.mkdir()
@@ -127,3 +109,30 @@ def test_fallbacks_are_reported(case, files, test_base):
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_local_digests_of_a_batch_run_on_threads_in_order_with_per_file_errors(tmp_path: Path) -> None:
+    # A local destination fsyncs and reads back a batch's files on several threads; each
+    # answer must still land on its own file, and a missing file fails alone.
+    import hashlib
+
+    from airflow_transfer.engine import verify
+
+    items, expected = [], []
+    for i in range(3 * verify.LOCAL_THREADS + 1):
+        path = tmp_path / f"f{i}"
+        data = os.urandom(1000 + i)
+        path.write_bytes(data)
+        items.append(verify.VerifyItem(i, str(path), [verify.Piece(0, 500, ""), verify.Piece(500, len(data) - 500, "")]))
+        expected.append([hashlib.sha256(data[:500]).hexdigest(), hashlib.sha256(data[500:]).hexdigest()])
+    items[5].tmp = str(tmp_path / "gone")
+    dest = verify.DestinationDigests("sha256", None)
+    try:
+        out = dest.digests(items)
+        workers = {t.name for t in threading.enumerate() if t.name.startswith("verify-local")}
+    finally:
+        dest.close()
+    assert isinstance(out[5], FileNotFoundError)
+    assert [o for k, o in enumerate(out) if k != 5] == [e for k, e in enumerate(expected) if k != 5]
+    assert workers  # the batch went through the thread pool
+    assert not any(t.name.startswith("verify-local") for t in threading.enumerate())  # close() ends them

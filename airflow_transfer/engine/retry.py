@@ -59,7 +59,7 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise UsageError(f"retries must allow at least one attempt (got {self.max_attempts})")
-        if self.deadline_s is not None and self.deadline_s <= 0:
+        if self.deadline_s is not None and not self.deadline_s > 0:  # NaN too
             raise UsageError(f"deadline must be positive seconds (got {self.deadline_s})")
         self.started = self.started or time.monotonic()
 

@@ -44,6 +44,7 @@ class FileTask:
     resumed: bool = False
     last_error: str | None = None
     mismatches: int = 0  # verification failures so far
+    repair: list | None = None  # block mode: the blocks to send again (block_verify.Block)
 
 
 def mtime_changed(now: float, listed: float) -> bool:
@@ -192,6 +193,13 @@ class DownloadJob(Job):
     def __init__(self, task, start, stop, finalize, stats, local_fd: int) -> None:
         super().__init__(task, start, stop, finalize, stats)
         self.local_fd = local_fd
+        # A whole file also asks for one byte past its listed end and expects EOF: a server
+        # whose sizes lie (or a file that grew) must not pass as a complete, verified copy.
+        # Sent behind the data reads, it costs no round trip.
+        self.probe_end = finalize and stop == task.size
+
+    def wants_data(self) -> bool:
+        return self.handle is not None and self.error is None and (self.next_off < self.stop or self.probe_end)
 
     def begin(self, wire: SFTPWire) -> None:
         self._wire = wire
@@ -225,7 +233,20 @@ class DownloadJob(Job):
             self._read(wire, self.next_off, n)
             self.next_off += n
             sent += n
+        if self.probe_end and self.next_off >= self.stop:
+            self.probe_end = False
+            self.outstanding += 1
+            wire.send(w.READ, wire.p_read(self.handle, self.stop, 1), self._on_probe)
         return sent
+
+    def _on_probe(self, t: int, r) -> None:
+        self.outstanding -= 1
+        if t == w.STATUS:
+            code = r.u32()
+            if code != w.FX_EOF:
+                self.fail(w.status_error(code, r.str_() if r.pos < len(r.buf) else "", self.task.src))
+            return
+        self.fail(SourceChanged(f"source has more bytes than its listed size ({self.task.size}): {self.task.src}"))
 
     def _read(self, wire: SFTPWire, off: int, n: int) -> None:
         self.outstanding += 1
@@ -280,8 +301,10 @@ class Pipeline:
                 if job is None:
                     exhausted = True
                     break
-                job.begin(wire)
+                # In `active` before begin(): a connection that dies inside begin() must
+                # still hand this file back (the engine abandons what `active` holds).
                 active.append(job)
+                job.begin(wire)
             self.max_open_seen = max(self.max_open_seen, len(active))
             if not active:
                 return

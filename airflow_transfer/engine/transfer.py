@@ -56,6 +56,8 @@ def _error_text(exc: BaseException, host: str, path: str) -> str:
         return f"{describe_oserror(exc)} on {host}:{path}"
     if isinstance(exc, TransferError):
         return exc.message
+    if isinstance(exc, ConnectionError) and str(exc):
+        return f"{exc} ({host}:{path})"  # already a sentence; the class name adds nothing
     return f"{exc.__class__.__name__}: {exc} ({host}:{path})"
 
 
@@ -64,7 +66,9 @@ class TransferSession:
 
     def __init__(self, src: Endpoint, dst: Endpoint, *, stats: Stats | None = None,
                  inflight: int = DEFAULT_INFLIGHT, skip_existing: bool = True,
-                 retry: RetryPolicy | None = None, journal=None, verify: str | None = None) -> None:
+                 retry: RetryPolicy | None = None, journal=None, verify: str | None = None,
+                 verify_mode: str = "file", block_size: int | None = None,
+                 verify_threads: int | None = None) -> None:
         if src.scheme == "sftp" and dst.scheme == "sftp":
             raise UsageError("sftp to sftp copies are not supported yet", f"{src.display} -> {dst.display}",
                              "copy to a local staging directory first")
@@ -75,44 +79,96 @@ class TransferSession:
         self.journal = journal  # a store JournalWriter, or None
         self.verify = verify  # checksum algorithm, None = no verification
         self.verifier: Verifier | None = None
+        self.verify_mode, self.verify_why = verify_mode, ""
+        self.block_size, self.verify_threads = block_size, verify_threads
+        self.bandwidth_bps: float | None = None  # the link's, when known: balances block checksum threads
+        self.resume_blocks: dict[str, list] = {}  # path -> journaled block digests (block mode)
         self.before_verify: Callable[[str], None] | None = None  # tests inject faults here
         self.skip_existing = skip_existing
         remote = src if src.scheme == "sftp" else dst if dst.scheme == "sftp" else None
         self.remote = remote
         self.pool: SFTPPool | None = SFTPPool(remote.target) if remote else None
         self.direction = "upload" if dst.scheme == "sftp" else "download" if src.scheme == "sftp" else "local"
+        if verify_mode == "block" and self.direction != "upload":
+            self.verify_mode = "file"
+            self.verify_why = f"block mode verifies uploads; this {self.direction} copy is verified per file"
         self._dirs_made: set[str] = set()
+        self.on_runner: Callable[["_Runner"], None] | None = None  # sees each chunk's runner before it runs
+        self._parent: TransferSession | None = None  # set on a sibling()
+        self._retired: list[Verifier] = []  # stopped verifiers of siblings, for verify_summary
+
+    def sibling(self) -> "TransferSession":
+        """A session over the same endpoints, connection pool, stats and journal with a verifier
+        of its own: a chunk running alongside others (Multi-Chunk) needs one, since a verifier
+        calls back into one chunk's runner. Closing it keeps the pool and hands its verifier's
+        counts to this session's verify_summary."""
+        s = TransferSession(self.src, self.dst, stats=self.stats, inflight=self.inflight,
+                            skip_existing=self.skip_existing, retry=self.retry, journal=self.journal,
+                            verify=self.verify, verify_mode=self.verify_mode, block_size=self.block_size,
+                            verify_threads=self.verify_threads)
+        s.pool, s._dirs_made, s._parent = self.pool, self._dirs_made, self
+        s.bandwidth_bps, s.resume_blocks, s.before_verify = self.bandwidth_bps, self.resume_blocks, self.before_verify
+        return s
 
     def close(self) -> None:
         if self.verifier is not None:
             self.verifier.stop()
+            if self._parent is not None:
+                self._parent._retired.append(self.verifier)
             self.verifier = None
-        if self.pool is not None:
+        if self.pool is not None and self._parent is None:
             self.pool.close()
 
     def _ensure_verifier(self) -> Verifier | None:
         if self.verify is None or self.verifier is not None:
+            return self.verifier
+        if self.verify_mode == "block":
+            from .block_verify import DEFAULT_BLOCK_SIZE, BlockVerifier, choose_threads
+
+            block = self.block_size or DEFAULT_BLOCK_SIZE
+            threads, self.block_t, self.block_c = choose_threads(self.verify, block, self.bandwidth_bps)
+            self.verifier = BlockVerifier(lambda: DestinationDigests(self.verify, self.pool), self.verify, block,
+                                          self.verify_threads or threads, time_left=self.retry.time_left,
+                                          before=lambda item: self.before_verify and self.before_verify(item.tmp),
+                                          max_threads=self.verify_threads or max(1, min(4, os.cpu_count() or 1)))
+            self.verifier.start()
             return self.verifier
         if self.direction == "download":
             dest, src = DestinationDigests(self.verify, None), DestinationDigests(self.verify, self.pool)
         else:
             dest, src = DestinationDigests(self.verify, self.pool if self.direction == "upload" else None), None
         self.verifier = Verifier(dest, lambda item, ok, err: None, src=src, time_left=self.retry.time_left,
-                                 before=lambda item: self.before_verify and self.before_verify(item.tmp)).start()
+                                 max_rounds=self.retry.max_attempts,
+                                 before=lambda item: self.before_verify and self.before_verify(item.tmp))
+        self.verifier.start()
         return self.verifier
 
     def verify_summary(self) -> dict:
         if self.verify is None:
             return {"algorithm": "none", "mode": "none", "where": "none", "verified": 0, "repaired": 0,
                     "mismatched": 0}
-        v = self.verifier
+        every = [x for x in (self.verifier, *self._retired) if x is not None]  # siblings' too (Multi-Chunk)
+        v = every[0] if every else None
         where = v.dest.where if v else "none"
         if v is not None and v.src is not None:
             where = f"source {v.src.where}, destination {v.dest.where}"
-        out = {"algorithm": self.verify, "mode": "file", "where": where,
-               "verified": v.stats.verified if v else 0, "repaired": v.stats.repaired if v else 0,
-               "mismatched": v.stats.mismatched if v else 0}
-        reasons = [d.reason for d in ((v.dest, v.src) if v else ()) if d is not None and d.reason]
+        out = {"algorithm": self.verify, "mode": self.verify_mode, "where": where,
+               "verified": sum(x.stats.verified for x in every), "repaired": sum(x.stats.repaired for x in every),
+               "mismatched": sum(x.stats.mismatched for x in every)}
+        if getattr(v, "block_mode", False):
+            b = _sum_bstats([x.bstats for x in every])
+            out["block_size"], out["threads"] = v.block_size, max(x.threads for x in every)
+            # What the thread count was balanced from (t: 0 when the link's bandwidth is unknown).
+            out["balance"] = {"t_block_s": round(getattr(self, "block_t", 0.0), 6),
+                              "c_block_s": round(getattr(self, "block_c", 0.0), 6)}
+            measured = v.balance()  # t and c per block as measured during the run
+            if measured is not None:
+                out["balance"]["t_block_measured_s"] = round(measured[0], 6)
+                out["balance"]["c_block_measured_s"] = round(measured[1], 6)
+            out["blocks"] = {"verified": b.verified, "mismatched": b.mismatched, "resent": b.resent,
+                             "bytes_resent": b.bytes_resent, "from_journal": b.from_journal}
+        reasons = [self.verify_why] if self.verify_why else []
+        reasons += [d.reason for d in ((v.dest, v.src) if v else ()) if d is not None and d.reason]
         if reasons:
             out["why"] = "; ".join(reasons)
         return out
@@ -244,10 +300,21 @@ class TransferSession:
             outcomes[i] = FileOutcome(t.rel, t.size, ok=True, skipped=True)
             self.stats.file_finished(True, skipped=True)
             self.stats.add_bytes(t.size)
+            # A crash between a rename and its journal mark leaves a complete file the journal
+            # does not call done; the re-run that skips it must say so, as backend_copy does.
+            if self.journal is not None:
+                self.journal.mark_done(t.rel, t.size, t.mtime)
         queue = deque(i for i in range(len(tasks)) if i not in skip)
         runner = _Runner(self, tasks, params, outcomes, queue)
+        if self.on_runner is not None:
+            self.on_runner(runner)
         if queue and self._ensure_verifier() is not None:
             self.verifier.on_verdict = runner.on_verdict
+            self.verifier.deliver = runner.on_verdicts
+            if getattr(self.verifier, "block_mode", False):
+                runner.attach_blocks(self.verifier, resume)
+            elif self.verify_mode == "sequential":
+                self.verifier.gate.clear()  # this chunk's checksums wait for all its transfers
         runner.run()
         result.outcomes = [outcomes[i] for i in range(len(tasks))]
         result.bytes_moved = sum(o.bytes_moved for o in result.outcomes)
@@ -276,6 +343,26 @@ class _Runner:
         self.fatal: BaseException | None = None  # no worker can ever connect (auth, host key)
         self.host = session.remote.host_label if session.remote else "localhost"
         self.alg = session.verify
+        self.blocks = None  # block_verify.BlockVerifier in --verify-mode block
+        self.in_verify: set[int] = set()  # files waiting for a verdict (sequential mode opens the gate)
+        # Worker threads: `wanted` may change while the chunk runs (set_workers); `live` counts them.
+        self.wanted, self.live = params.cc, 0
+        self.threads: list[threading.Thread] = []
+        self.started = self.ended = self.stopped = False
+
+    def attach_blocks(self, verifier, resume: dict | None) -> None:
+        self.blocks = verifier
+        verifier.on_mismatch = self.on_block_mismatch
+        verifier.begin_chunk()
+        for i, t in enumerate(self.tasks):
+            journaled = self.s.resume_blocks.get(t.rel) if t.resumable else None
+            verifier.register(i, t, journaled)
+            if self._is_big(t):  # only blocks with a journaled digest count as already there
+                t.todo_ranges = (verifier.missing(i) or []) if journaled else None
+
+    def _journal_block(self, rel: str, block) -> None:
+        if self.s.journal is not None:
+            self.s.journal.mark_block(rel, block.offset, block.length, f"{self.alg}:{block.digest}")
 
     # -- queue -------------------------------------------------------------
     def _promote(self) -> None:
@@ -296,36 +383,43 @@ class _Runner:
             return self.queue.popleft()
 
     def _wait_for_work(self) -> bool:
-        """Block until a file is ready; False when the chunk has nothing left to do."""
+        """Block until a file is ready (or this worker is one too many); False when the chunk
+        has nothing left to do."""
         with self.lock:
             while True:
                 self._promote()
-                if self.queue:
+                if self.queue or self.live > self.wanted:
                     return True
                 if not self.delayed and self.running == 0:
                     return False
+                if not self.delayed and self.running == len(self.in_verify) and self.s.verifier is not None:
+                    self.s.verifier.gate.set()  # sequential mode: every transfer ended, now the checksums
                 if self.fatal is not None:
                     return False
                 timeout = (self.delayed[0][0] - time.monotonic()) if self.delayed else 0.5
                 self.wake.wait(max(0.01, min(timeout, 0.5)))
 
     def _is_big(self, t: FileTask) -> bool:
-        return self.params.p > 1 and t.size >= 2 * RANGE_MIN
+        return self.params.p > 1 and t.size >= 2 * RANGE_MIN and not t.repair
 
     # -- outcomes ------------------------------------------------------------
     def _finish(self, i: int, ok: bool, seconds: float, error: str | None) -> None:
         t = self.tasks[i]
-        with self.lock:
-            self.outcomes[i] = FileOutcome(t.rel, t.size, t.moved_total, seconds, ok, error)
-            self.running -= 1
-            self.wake.notify_all()
-        self.s.stats.file_finished(ok)
+        # Journal first: once `running` reaches 0 the chunk returns and the caller may close
+        # the journal, and a verdict delivered on the verifier thread would then be lost.
         j = self.s.journal
-        if j is not None:
-            if ok:
-                j.mark_done(t.rel, t.size, t.mtime, attempts=t.attempts)
-            else:
-                j.mark_failed(t.rel, error or "failed", attempts=t.attempts)
+        try:
+            if j is not None:
+                if ok:
+                    j.mark_done(t.rel, t.size, t.mtime, attempts=t.attempts)
+                else:
+                    j.mark_failed(t.rel, error or "failed", attempts=t.attempts)
+        finally:
+            self.s.stats.file_finished(ok)
+            with self.lock:
+                self.outcomes[i] = FileOutcome(t.rel, t.size, t.moved_total, seconds, ok, error)
+                self.running -= 1
+                self.wake.notify_all()
 
     def _failed(self, i: int, exc: BaseException, seconds: float, where: str) -> None:
         """Retry the file later if the error is transient and time allows, else fail it."""
@@ -369,19 +463,64 @@ class _Runner:
             return False
         self.s.stats.add_total(0, size - t.size)
         t.size, t.mtime = size, mtime
-        t.resume_from, t.todo_ranges, t.resumable = 0, None, False
+        t.resume_from, t.todo_ranges, t.resumable, t.repair = 0, None, False, None
         return True
+
+    # -- workers: their number may change while the chunk runs (Multi-Chunk) ----------
+    def set_workers(self, n: int) -> None:
+        """Grow to `n` worker threads now, or shrink: a worker too many leaves once the files it
+        has in flight are done."""
+        with self.lock:
+            self.wanted = n
+            if self.started and not self.ended:
+                self._spawn()
+            self.wake.notify_all()
+
+    def stop(self) -> None:
+        """Every worker leaves at its next file boundary; files not started stay not done."""
+        with self.lock:
+            self.stopped = True
+        self.set_workers(0)
+
+    def _spawn(self) -> None:
+        while self.live < self.wanted:  # lock held
+            th = threading.Thread(target=self._worker, name=f"transfer-cc{len(self.threads)}", daemon=True)
+            self.threads.append(th)
+            self.live += 1
+            th.start()
+
+    def _surplus(self) -> bool:
+        with self.lock:
+            return self.live > self.wanted
+
+    def _retire(self, gone: list[bool]) -> bool:
+        """At a file boundary: leave if the chunk has a worker too many."""
+        with self.lock:
+            if self.live > self.wanted:
+                self.live -= 1
+                gone[0] = True
+                self.wake.notify_all()
+        return gone[0]
 
     # -- run -------------------------------------------------------------------
     def run(self) -> None:
         if not self.queue:
+            self.ended = True
             return
-        n = min(self.params.cc, len(self.queue))
-        threads = [threading.Thread(target=self._worker, name=f"transfer-cc{k}", daemon=True) for k in range(n)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+        with self.lock:
+            self.wanted = min(self.wanted, len(self.queue))
+            self.started = True
+            self._spawn()
+        while True:  # set_workers may add threads while these run
+            with self.lock:
+                alive = [th for th in self.threads if th.is_alive()]
+                if not alive:
+                    self.ended = True
+                    break
+            for th in alive:
+                th.join()
+        if self.stopped and self.s.verifier is not None:
+            self.s.verifier.gate.set()  # sequential mode: no transfer is left to wait for
         # Files still being verified get their verdict first (the verifier gives up at the
         # deadline too), so every file ends with exactly one outcome.
         with self.lock:
@@ -397,6 +536,12 @@ class _Runner:
             self.running += len(left)
         for i in left:
             t = self.tasks[i]
+            if self.stopped:  # not done, not failed: the journal keeps what it had, a re-run sends it
+                with self.lock:
+                    self.outcomes[i] = FileOutcome(t.rel, t.size, t.moved_total, 0.0, False,
+                                                   "not finished: the transfer was stopped")
+                    self.running -= 1
+                continue
             if t.last_error and not self.fatal:
                 msg = f"deadline reached after {t.attempts} attempts; last error: {t.last_error}"
             else:
@@ -404,11 +549,21 @@ class _Runner:
             self._finish(i, False, 0.0, msg)
 
     def _worker(self) -> None:
+        gone = [False]  # set by _retire, which counts this worker out itself
+        try:
+            self._work(gone)
+        finally:
+            with self.lock:
+                if not gone[0]:
+                    self.live -= 1
+                self.wake.notify_all()
+
+    def _work(self, gone: list[bool]) -> None:
         if self.s.direction == "local":
-            self._local_worker()
+            self._local_worker(gone)
             return
         attempt = 0
-        while self._wait_for_work():
+        while self._wait_for_work() and not self._retire(gone):
             try:
                 conn = self.s.pool.acquire()
             except BaseException as exc:  # noqa: BLE001 - classified below
@@ -441,7 +596,7 @@ class _Runner:
     def _drain(self, conn) -> None:
         pipe = Pipeline(conn.wire, self.params.pp, self.s.inflight)
         try:
-            while True:
+            while not self._surplus():
                 i = self._pop(big=True)
                 if i is not None:
                     self._ranged(conn, i)
@@ -476,11 +631,23 @@ class _Runner:
         return max(0, min(size, t.size) - RESUME_OVERLAP)
 
     def _next_job(self, wire) -> Job | None:
+        if self._surplus():
+            return None  # a worker too many: finish the files in flight, then leave
         i = self._pop(big=False)
         if i is None:
             return None
         t = self.tasks[i]
         t.attempts += 1
+        if self.blocks is not None:
+            from .block_verify import make_upload_job
+
+            try:
+                if not t.resumable and not t.repair:
+                    self.blocks.forget(i)
+                return make_upload_job(self.blocks, i, t, wire, self.s.stats, self._on_range, self._journal_block)
+            except BaseException as exc:
+                self._failed(i, ConnectionError(f"connection lost: {exc}"), 0.0, t.dst)
+                raise
         try:
             start = self._probe_resume(wire, t)
         except BaseException as exc:
@@ -527,6 +694,9 @@ class _Runner:
             if job.error is not None and not classify(job.error)[0]:
                 _unlink_quiet(t.tmp)
         if job.error is None:
+            if self.blocks is not None:
+                self.blocks.transfer_done(i)
+                return
             if self.alg:
                 pieces = [job.hasher.piece()] if job.hasher is not None else [Piece(0, t.size, "")]
                 self._submit_verify(i, pieces)
@@ -547,7 +717,8 @@ class _Runner:
                 pass
             job.fd = None
         job.task.resumable = True  # same source version: the next attempt continues
-        self._failed(i, ConnectionError(f"connection lost: {exc}"), time.monotonic() - job.t0, job.task.dst)
+        where = job.task.src if self.s.direction == "download" else job.task.dst  # the remote side
+        self._failed(i, ConnectionError(f"connection lost: {exc}"), time.monotonic() - job.t0, where)
 
     def _finalize_local(self, t: FileTask, rename: bool = True) -> None:
         os.chmod(t.tmp, t.mode & 0o7777)
@@ -560,14 +731,55 @@ class _Runner:
         t = self.tasks[i]
         src = t.src if self.s.direction != "download" else None
         whole = (lambda: digest_file(self.alg, src)) if src else None
+        with self.lock:
+            self.in_verify.add(i)
+            self.wake.notify_all()
         self.s.verifier.submit(VerifyItem(i, t.tmp, pieces, whole_source=whole, source_path=t.src))
 
-    def on_verdict(self, item: VerifyItem, ok: bool, error: str | None) -> None:
-        """Runs on the verifier thread: rename a verified file, or send a mismatching one again."""
+    def on_verdicts(self, verdicts: list) -> None:
+        """Runs on the verifier thread: a batch's renames go out pipelined, so a batch
+        costs one round trip instead of one per file (on a 50 ms link, 300 files
+        renamed one by one spent 15 s waiting)."""
+        wire = self.s.verifier.dest.wire if self.s.direction == "upload" else None
+        renamed: dict[int, BaseException | None] = {}
+        if wire is not None:
+            try:
+                for item, ok, _ in verdicts:
+                    if ok:
+                        t = self.tasks[item.index]
+                        ptype, payload = wire.p_rename(t.tmp, t.dst)
+
+                        def on_reply(rt, r, i=item.index, path=t.dst):
+                            try:
+                                wire.expect_status(rt, r, path)
+                                renamed[i] = None
+                            except (OSError, SFTPProtocolError) as exc:
+                                renamed[i] = exc
+                        wire.send(ptype, payload, on_reply)
+                while wire.outstanding:
+                    wire.pump(block=True)
+            except (OSError, SFTPProtocolError, EOFError) as exc:
+                for item, ok, _ in verdicts:
+                    if ok:
+                        renamed.setdefault(item.index, exc)
+        for item, ok, error in verdicts:
+            self.on_verdict(item, ok, error, renamed.get(item.index) if wire is not None else None,
+                            done=wire is not None)
+
+    def on_verdict(self, item: VerifyItem, ok: bool, error: str | None,
+                   rename_error: BaseException | None = None, done: bool = False) -> None:
+        """Rename a verified file (unless `done` says it was renamed already, with
+        `rename_error` its outcome), or send a mismatching one again."""
         i, t = item.index, self.tasks[item.index]
+        with self.lock:
+            self.in_verify.discard(i)
         if ok:
             try:
-                if self.s.direction == "upload":
+                if rename_error is not None or getattr(item, "rename_error", None) is not None:
+                    raise rename_error or item.rename_error
+                if done or getattr(item, "renamed", False):
+                    pass  # renamed already, pipelined with the rest of its batch
+                elif self.s.direction == "upload":
                     self.s.verifier.dest.wire.rename(t.tmp, t.dst)
                 else:
                     os.replace(t.tmp, t.dst)
@@ -589,6 +801,13 @@ class _Runner:
         t.resumable, t.todo_ranges = False, None  # send the whole file again
         self._failed(i, ChecksumMismatch(error) if mismatch else OSError(errno.EIO, error), 0.0, t.dst)
 
+    def on_block_mismatch(self, i: int, bad: list, error: str) -> None:
+        """Runs on a block verifier thread: send only the mismatching blocks again."""
+        t = self.tasks[i]
+        t.mismatches += 1
+        t.repair = bad
+        self._failed(i, ChecksumMismatch(error), 0.0, t.dst)
+
     # -- p > 1: byte ranges of one file over p connections -----------------------
     def _ranged(self, conn, i: int) -> None:
         t = self.tasks[i]
@@ -604,6 +823,10 @@ class _Runner:
             sub = -(-(hi - lo) // n)
             pieces += [(a, min(a + sub, hi)) for a in range(lo, hi, sub)]
         fresh = t.todo_ranges is None
+        if self.blocks is not None and fresh:
+            self.blocks.forget(i)
+        elif self.blocks is not None:
+            self.blocks.missing(i)  # queues blocks known from before for checking
         if not fresh:
             t.resumed = True
             self.s.stats.add_bytes(t.size - sum(hi - lo for lo, hi in todo))
@@ -635,7 +858,13 @@ class _Runner:
                     t_, r_ = conn.wire.call(w.CLOSE, conn.wire.p_handle(handle))
                     conn.wire.expect_status(t_, r_, t.tmp)
                 jobs = [UploadJob(t, lo, hi, False, self.s.stats, truncate=False) for lo, hi in pieces]
-                if self.alg:
+                if self.blocks is not None:
+                    from .block_verify import attach_range_job
+
+                    for j in jobs:
+                        j.defer_rename = True
+                        attach_range_job(self.blocks, i, t, j, self._on_range, self._journal_block)
+                elif self.alg:
                     for j in jobs:
                         j.hasher = SourceHasher(self.alg, j.start)
             else:
@@ -643,7 +872,8 @@ class _Runner:
                 os.ftruncate(local_fd, t.size)
                 jobs = [DownloadJob(t, lo, hi, False, self.s.stats, local_fd) for lo, hi in pieces]
             for j in jobs:
-                j.on_range = self._on_range
+                if j.on_range is None:
+                    j.on_range = self._on_range
             queue = deque(jobs)
             qlock = threading.Lock()
             errors: list[BaseException] = []
@@ -683,6 +913,9 @@ class _Runner:
                 self.s.pool.release(c, broken=not c.alive)
         t.moved_total += sum(j.acked for j in jobs)
         if error is None:
+            if self.blocks is not None:
+                self.blocks.transfer_done(i)
+                return
             if self.alg:
                 if self.s.direction == "upload" and fresh:
                     vpieces = sorted((j.hasher.piece() for j in jobs), key=lambda p: p.offset)
@@ -697,6 +930,8 @@ class _Runner:
         # Keep what arrived: the next attempt sends only the ranges still missing.
         done = [(j.start, j.start + j.acked) for j in jobs if j.acked]  # acks arrive in order per range
         t.todo_ranges = _subtract(todo if not fresh else [(0, t.size)], done)
+        if self.blocks is not None:
+            t.todo_ranges = self.blocks.missing(i)  # only whole blocks with a digest count as sent
         if lost:
             error = ConnectionError(f"connection lost: {error}")
         self._failed(i, error, time.monotonic() - t0, t.dst)
@@ -704,8 +939,8 @@ class _Runner:
             raise SFTPProtocolError("connection lost during a ranged transfer")
 
     # -- local -> local ------------------------------------------------------------
-    def _local_worker(self) -> None:
-        while self._wait_for_work():
+    def _local_worker(self, gone: list[bool]) -> None:
+        while self._wait_for_work() and not self._retire(gone):
             i = self._pop(big=None)
             if i is None:
                 continue
@@ -736,6 +971,16 @@ class _Runner:
             except OSError as exc:
                 _unlink_quiet(t.tmp)
                 self._failed(i, exc, time.monotonic() - t0, t.dst)
+
+
+def _sum_bstats(all_stats: list) -> object:
+    """Block counts of several verifiers added up (siblings' verifiers under Multi-Chunk)."""
+    if len(all_stats) == 1:
+        return all_stats[0]
+    from dataclasses import fields, replace
+
+    first = all_stats[0]
+    return replace(first, **{f.name: sum(getattr(b, f.name) for b in all_stats) for f in fields(first)})
 
 
 def _subtract(ranges: list[tuple[int, int]], done: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -18,6 +18,7 @@ digest is computed is reported, never silently downgraded:
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -98,6 +99,7 @@ class DestinationDigests:
         self._conn = None
         self._helper: ChecksumHelperClient | None = None
         self._coreutils: CoreutilsChecksummer | None = None
+        self._local_threads = None  # ThreadPoolExecutor for local digests, made on first use
 
     def start(self) -> None:
         if self.pool is None:
@@ -112,7 +114,7 @@ class DestinationDigests:
             # A host that forces another command on exec never answers the hello:
             # wait briefly for it, then allow long digests of large files.
             chan.settimeout(HELLO_TIMEOUT)
-            chan.exec_command(command)
+            _exec(chan, command)
             channels.append(chan)
             out = chan.makefile("rb")
             return (chan.sendall, out.readline, chan.shutdown_write)
@@ -120,14 +122,14 @@ class DestinationDigests:
         def run(command: str):
             chan = transport.open_session()
             chan.settimeout(DIGEST_TIMEOUT if self.where == "coreutils" else HELLO_TIMEOUT)
-            chan.exec_command(command)
+            _exec(chan, command)
             chan.shutdown_write()  # the commands read no input; a forced command then sees EOF
             out = chan.makefile("rb").read()
             err = chan.makefile_stderr("rb").read()
             return chan.recv_exit_status(), out, err
 
         try:
-            helper = ChecksumHelperClient(open_channel, where=self.pool.target.display)
+            helper = ChecksumHelperClient(open_channel, where=self.pool.target.display, window=HELPER_WINDOW)
             helper.start()
             for chan in channels:
                 chan.settimeout(DIGEST_TIMEOUT)
@@ -136,6 +138,10 @@ class DestinationDigests:
                 return
             self.reason = f"the helper on the destination cannot compute {self.algorithm}"
             helper.close()
+        except ExecRefused as exc:
+            self.reason = str(exc)  # coreutils would be refused the same way
+            self.where = "read-back"
+            return
         except Exception as exc:  # noqa: BLE001 - any failure means: try the next method
             self.reason = f"helper unavailable: {exc}"
         try:
@@ -156,6 +162,9 @@ class DestinationDigests:
         self.where = "read-back"
 
     def close(self) -> None:
+        if self._local_threads is not None:
+            self._local_threads.shutdown(wait=True)
+            self._local_threads = None
         if self._helper is not None:
             self._helper.close()
         if self._conn is not None:
@@ -169,8 +178,20 @@ class DestinationDigests:
     def digests(self, items: list[VerifyItem]) -> list[list[str] | BaseException]:
         """Per item: the destination digest of each piece (or the whole file), or an error."""
         if self.where == "local":
-            return [self._each(lambda it: [_local_digest(self.algorithm, it.tmp, p.offset, p.length)
-                                           for p in it.pieces], it) for it in items]
+            def one(it: VerifyItem) -> list[str] | BaseException:
+                return self._each(lambda it: [_local_digest(self.algorithm, it.tmp, p.offset, p.length)
+                                              for p in it.pieces], it)
+
+            if len(items) < 2:
+                return [one(it) for it in items]
+            # Each file's fsync waits for a journal commit; from several threads at once the
+            # file system commits them together (one by one, 100,000 downloaded 1 KiB files
+            # were verified at a fraction of the rate they arrived).
+            if self._local_threads is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._local_threads = ThreadPoolExecutor(LOCAL_THREADS, thread_name_prefix="verify-local")
+            return list(self._local_threads.map(one, items))
         if self.where == "helper":
             reqs, owners = [], []
             for k, it in enumerate(items):
@@ -200,6 +221,8 @@ class DestinationDigests:
         import paramiko
 
         sftp = paramiko.SFTPClient.from_transport(self._conn.transport)
+        # paramiko waits forever by default: a stalled server must fail like the data channel does.
+        sftp.get_channel().settimeout(self.pool.target.idle_timeout)
         try:
             out = []
             with sftp.open(item.tmp, "rb") as f:
@@ -209,7 +232,7 @@ class DestinationDigests:
                     while left:
                         data = f.read(min(left, 1 << 20))
                         if not data:
-                            raise OSError(f"destination copy is shorter than expected: {item.tmp}")
+                            raise OSError(errno.EIO, f"file is shorter than its listed size: {item.tmp}")
                         h.update(data)
                         left -= len(data)
                     out.append(h.hexdigest())
@@ -225,7 +248,25 @@ class DestinationDigests:
         return item.pieces
 
 
+class ExecRefused(Exception):
+    """The server opens no exec channels (an SFTP-only account or server)."""
+
+
+def _exec(chan, command: str) -> None:
+    try:
+        chan.exec_command(command)
+    except Exception as exc:  # noqa: BLE001 - paramiko raises SSHException("Channel closed.")
+        raise ExecRefused("the server runs no commands over SSH exec (SFTP only), so neither the "
+                          f"python3 helper nor coreutils can run there ({exc})") from exc
+
+
 RECONNECT_ATTEMPTS = 30
+BATCH = 64  # files verified per round
+# Digest requests in flight on the helper's channel: a whole batch, so a round costs one
+# round trip, not batch/window of them. With 16, 100,000 small files verified at ~80/s on
+# a busy loopback while the transfer itself ran at ~200/s.
+HELPER_WINDOW = BATCH
+LOCAL_THREADS = 4  # local destination: files fsynced and read back at once
 HELLO_TIMEOUT = 10.0  # the helper answers in well under a second where python3 runs
 DIGEST_TIMEOUT = 300.0
 
@@ -256,14 +297,20 @@ def _fill_source(items: list[VerifyItem], src: DestinationDigests) -> None:
             it.whole_source = (lambda d=res[0]: d)
 
 
+Verdict = tuple[VerifyItem, bool, "str | None"]
+
+
 class Verifier:
     """A thread that verifies finished files in batches and calls back with the verdict."""
 
     def __init__(self, dest: DestinationDigests, on_verdict: Callable[[VerifyItem, bool, str | None], None],
-                 batch: int = 64, src: DestinationDigests | None = None,
+                 batch: int = BATCH, src: DestinationDigests | None = None,
                  time_left: Callable[[], float] = lambda: float("inf"),
-                 before: Callable[[VerifyItem], None] | None = None) -> None:
+                 before: Callable[[VerifyItem], None] | None = None, max_rounds: int = 5) -> None:
         self.time_left = time_left
+        # Reconnect-and-recompute rounds per batch: a server that drops every attempt (it
+        # stalls on reads) must end in a clear error, not in retries until the deadline.
+        self.max_rounds = max(1, max_rounds)
         self.before = before
         self.dest = dest
         self.src = src  # downloads: source digests computed on the source host
@@ -275,6 +322,10 @@ class Verifier:
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="transfer-verify", daemon=True)
         self.seconds = 0.0
+        # Sequential mode (--verify-mode sequential) clears it: nothing is checksummed until the
+        # engine has ended every transfer of the chunk, then everything is.
+        self.gate = threading.Event()
+        self.gate.set()
 
     def start(self) -> "Verifier":
         self.dest.start()
@@ -334,12 +385,18 @@ class Verifier:
                     self._cv.wait()
                 if not self._q and self._stop:
                     return
+            # Checked with work in hand: sequential mode closes the gate between chunks.
+            while not self.gate.wait(0.5):
+                if self._stop:
+                    break
+            with self._cv:
                 items = [self._q.popleft() for _ in range(min(self.batch, len(self._q)))]
             t0 = time.monotonic()
             if self.before is not None:
                 for it in items:
                     self.before(it)
             originals = [list(it.pieces) for it in items]
+            rounds = 0
             while True:
                 try:
                     results = self._compute(items)
@@ -351,21 +408,33 @@ class Verifier:
                     break
                 for it, pieces in zip(items, originals):
                     it.pieces = list(pieces)
-                if not self._reconnect():
+                rounds += 1
+                if rounds >= self.max_rounds or not self._reconnect():
                     break
             self.seconds += time.monotonic() - t0
+            verdicts: list[Verdict] = []
             for it, res in zip(items, results):
-                if isinstance(res, BaseException) and getattr(it, "source_error", None):
-                    res = it.source_error
+                source_error = getattr(it, "source_error", None)
+                if source_error is not None:
+                    # Never compare against a digest that was not computed: that is no mismatch.
+                    verdicts.append((it, False, f"could not compute the source digest: {source_error}"))
+                    continue
                 if isinstance(res, BaseException):
-                    self.on_verdict(it, False, f"could not compute the destination digest: {res}")
+                    verdicts.append((it, False, f"could not compute the destination digest: {res}"))
                     continue
                 expected = [p.digest for p in it.pieces]
                 if res == expected:
                     self.stats.verified += 1
-                    self.on_verdict(it, True, None)
+                    verdicts.append((it, True, None))
                 else:
                     self.stats.mismatched += 1
                     bad = [f"{p.offset}+{p.length}: source {p.digest[:16]}.. destination {d[:16]}.."
                            for p, d in zip(it.pieces, res) if p.digest != d]
-                    self.on_verdict(it, False, "checksum mismatch at " + "; ".join(bad[:3]))
+                    verdicts.append((it, False, "checksum mismatch at " + "; ".join(bad[:3])))
+            self.deliver(verdicts)
+
+    def deliver(self, verdicts: list[Verdict]) -> None:
+        """Hands a batch's verdicts over; a caller that can act on a whole batch at once
+        (pipelined renames: one round trip per batch, not per file) replaces this."""
+        for it, ok, error in verdicts:
+            self.on_verdict(it, ok, error)

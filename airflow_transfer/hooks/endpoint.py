@@ -34,7 +34,14 @@ class TransferEndpointHook(BaseHook):
         self.conn_id = conn_id
 
     def endpoint(self, url: str) -> Endpoint:
+        if not url or not url.strip():  # e.g. a template that rendered empty
+            raise UsageError("empty source or destination", f"connection {self.conn_id!r}" if self.conn_id else "",
+                             "give a path or an sftp:// URL")
         parsed = parse_url(url) if "://" in url or not self.conn_id else None
+        if parsed is not None and parsed.scheme not in ("sftp", "file"):
+            from ..protocols.sessions import endpoint_from_url
+
+            return endpoint_from_url(url)  # ftp, http(s), fsspec, any: their own credentials (netrc, env)
         if self.conn_id is None:
             if parsed.scheme == "sftp":
                 target = SSHTarget(host=parsed.host, port=parsed.port or 22, username=parsed.user,
@@ -48,6 +55,11 @@ class TransferEndpointHook(BaseHook):
                              "drop the conn_id or use an sftp:// URL / a remote path")
         path = parsed.path if parsed is not None else url
         host = (parsed.host if parsed is not None else None) or conn.host
+        if parsed is not None and parsed.host and conn.host and parsed.host.lower() != conn.host.lower():
+            # The connection's password and keys are for its own host: never hand them to another.
+            raise UsageError(f"{parsed.host} is not the host of connection {self.conn_id!r} ({conn.host})", url,
+                             "give a path (the connection's host is used), name its host, "
+                             "or use a connection for that host")
         if not host:
             raise UsageError(f"connection {self.conn_id!r} has no host", url, "set the connection's host")
         key_file = extra.get("key_file")
@@ -64,4 +76,13 @@ class TransferEndpointHook(BaseHook):
             check_host_key=str(extra.get("no_host_key_check", "false")).lower() not in _TRUE,
             look_for_keys=not (key_file or extra.get("private_key") or conn.password),
         )
+        if extra.get("stall_timeout") is not None:
+            # Seconds an SFTP request may go unanswered before the connection counts as lost.
+            try:
+                target.idle_timeout = float(extra["stall_timeout"])
+            except (TypeError, ValueError):
+                target.idle_timeout = -1.0
+            if not 0 < target.idle_timeout < float("inf"):
+                raise UsageError(f"connection {self.conn_id!r}: stall_timeout must be positive seconds "
+                                 f"(got {extra['stall_timeout']!r})", url, "e.g. {\"stall_timeout\": 60}")
         return Endpoint("sftp", path, target)

@@ -8,6 +8,8 @@ from airflow.sdk import BaseOperator
 
 from ..engine.accounting import format_line
 from ..errors import TransferError
+from ..plugins.links import TransferPageLink
+from .arguments import choice, names, number, templated, text, whole
 
 
 def summary_table(summary: dict) -> str:
@@ -32,7 +34,7 @@ ALGORITHMS = ("fixed", "globus", "pcp", "mc", "adaptive-cc", "auto")
 
 
 def _check_algorithm(name: str) -> None:
-    if name not in ALGORITHMS:
+    if not isinstance(name, str) or name not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {name!r}; choose one of: {', '.join(ALGORITHMS)}")
 
 
@@ -42,6 +44,8 @@ class TunedTransferOperator(BaseOperator):
     :param src: source URL or path (``sftp://host/path``, ``file:///path``, a plain path,
         or a remote path when ``src_conn_id`` is given). Templated.
     :param dst: destination directory root, same forms as ``src``. Templated.
+    :param pairs: instead of ``src``/``dst``, a request list of ``[src, dst]`` URL pairs across
+        many hosts, grouped by host pair and planned group by group (docs/protocols.md). Templated.
     :param src_conn_id: Airflow ssh/sftp connection for the source host.
     :param dst_conn_id: Airflow ssh/sftp connection for the destination host.
     :param pp: file operations kept outstanding per connection (pipelining).
@@ -57,20 +61,32 @@ class TunedTransferOperator(BaseOperator):
         Airflow retry of the task resumes where the failed try stopped.
     :param retries_per_file: attempts per file for transient errors (timeouts, dropped connections).
     :param deadline: seconds after which transient errors are no longer retried.
+    :param verify: checksum algorithm for end-to-end verification (``sha256`` by default), or
+        ``None`` / ``"none"`` to turn it off (docs/integrity.md).
+    :param verify_mode: ``file`` (default), ``sequential`` or ``block`` (docs/integrity.md).
+    :param alt_protocols: fall-back protocols for the remote end, in order, e.g. ``["ftp"]`` or
+        ``["ftp://user@host:2121"]``: after ``switch_after`` consecutive failures (or one copy that
+        reported success with the wrong size) the transfer continues on the next one and switches
+        back when the preferred protocol answers again (docs/protocols.md).
+    :param switch_after: consecutive failures before switching protocol.
+    :param probe_interval: seconds between probes of the preferred protocol while on an alternate.
 
     Returns the transfer summary (DESIGN.md section 9) as XCom: counts and
     per-chunk figures only, never the file list. Fails if any file failed,
     after pushing the summary under the key ``summary``.
     """
 
-    template_fields: Sequence[str] = ("src", "dst", "src_conn_id", "dst_conn_id", "transfer_key", "algorithm")
+    template_fields: Sequence[str] = ("src", "dst", "src_conn_id", "dst_conn_id", "transfer_key", "algorithm",
+                                      "pairs")
     ui_color = "#d9ecff"
+    operator_extra_links = (TransferPageLink(),)
 
     def __init__(
         self,
         *,
-        src: str,
-        dst: str,
+        src: str | None = None,
+        dst: str | None = None,
+        pairs: Sequence[Sequence[str]] | str | None = None,
         src_conn_id: str | None = None,
         dst_conn_id: str | None = None,
         pp: int = 8,
@@ -83,25 +99,48 @@ class TunedTransferOperator(BaseOperator):
         deadline: float = 3600.0,
         rtt_ms: float | None = None,
         bandwidth_mbit: float | None = None,
+        verify: str | None = "sha256",
+        verify_mode: str = "file",
+        alt_protocols: Sequence[str] | None = None,
+        switch_after: int = 3,
+        probe_interval: float = 5.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         from ..job import check_params
 
         check_params(pp, parallelism, concurrency)  # fail at DAG parse time, not at run time
-        if "{{" not in algorithm:
+        if not templated(algorithm):
             _check_algorithm(algorithm)
-        self.src, self.dst = src, dst
+        for name, value in (("src", src), ("dst", dst)):
+            text(name, value)
+        if pairs is not None and not isinstance(pairs, (str, list, tuple)):
+            raise ValueError(f"pairs must be a list of [src, dst] pairs (got {pairs!r})")
+        if bool(pairs) == bool(src and dst) or bool(src) != bool(dst):
+            raise ValueError("give src and dst, or pairs=[[src, dst], ...]")
+        if link_given := (rtt_ms is not None or bandwidth_mbit is not None):
+            number("rtt_ms", rtt_ms)  # both positive and finite, like --rtt-ms / --bandwidth-mbit
+            number("bandwidth_mbit", bandwidth_mbit)
+        self.src, self.dst, self.pairs = src, dst, pairs
         self.src_conn_id, self.dst_conn_id = src_conn_id, dst_conn_id
         self.pp, self.parallelism, self.concurrency = pp, parallelism, concurrency
         self.algorithm = algorithm
-        self.progress_interval = progress_interval
-        self.transfer_key = transfer_key
-        self.retries_per_file = retries_per_file
-        self.deadline = deadline
-        self.rtt_ms, self.bandwidth_mbit = rtt_ms, bandwidth_mbit
+        self.progress_interval = number("progress_interval", progress_interval)
+        self.transfer_key = text("transfer_key", transfer_key)
+        self.retries_per_file = whole("retries_per_file", retries_per_file)
+        self.deadline = number("deadline", deadline)
+        self.rtt_ms, self.bandwidth_mbit = (rtt_ms, bandwidth_mbit) if link_given else (None, None)
+        if verify not in (None, "none"):
+            text("verify", verify)
+        self.verify = None if verify in (None, "none") else verify
+        self.verify_mode = choice("verify_mode", verify_mode, ("sequential", "file", "block"))
+        self.alt_protocols = names("alt_protocols", alt_protocols)  # fall-back protocols (docs/protocols.md)
+        self.switch_after = whole("switch_after", switch_after)
+        self.probe_interval = number("probe_interval", probe_interval)
 
     def execute(self, context: Any) -> dict:
+        if self.pairs:
+            return _run_pairs(self)
         from .. import airflow_conf
         from ..engine.retry import RetryPolicy
         from ..hooks.endpoint import TransferEndpointHook
@@ -126,7 +165,10 @@ class TunedTransferOperator(BaseOperator):
                 store_url=airflow_conf.store_url(),
                 transfer_key=self.transfer_key or airflow_conf.transfer_key(context),
                 retry=RetryPolicy(max_attempts=self.retries_per_file, deadline_s=self.deadline),
-                link=link,
+                link=link, verify=self.verify, verify_mode=self.verify_mode,
+                alt_protocols=self.alt_protocols, switch_after=self.switch_after,
+                probe_interval=self.probe_interval, log=self.log.info,
+                make_endpoint=_alternate_maker(self.dst_conn_id if dst.scheme != "file" else self.src_conn_id),
             ))
         except TransferError as exc:
             raise RuntimeError(exc.message) from None
@@ -138,3 +180,52 @@ class TunedTransferOperator(BaseOperator):
             raise RuntimeError(f"{len(summary['failed'])} of {summary['files']} files failed; "
                                "re-run the task to finish (completed files are kept)")
         return summary
+
+
+def _run_pairs(op: TunedTransferOperator) -> dict:
+    """pairs=: one request list, group by group (request_list.run_request_list)."""
+    from .. import airflow_conf
+    from ..engine.retry import RetryPolicy
+    from ..hooks.endpoint import TransferEndpointHook
+    from ..job import CopyRequest, check_params, link_from_args
+    from ..protocols.endpoint import Endpoint
+    from ..request_list import run_request_list
+
+    pairs = op.pairs
+    if isinstance(pairs, str):  # rendered from a template
+        import json
+
+        pairs = json.loads(pairs)
+    try:
+        base = CopyRequest(Endpoint("file", "/"), Endpoint("file", "/"),
+                           check_params(op.pp, op.parallelism, op.concurrency), algorithm=op.algorithm,
+                           store_url=airflow_conf.store_url(),
+                           retry=RetryPolicy(max_attempts=op.retries_per_file, deadline_s=op.deadline),
+                           link=link_from_args(op.rtt_ms, op.bandwidth_mbit, None), verify=op.verify,
+                           alt_protocols=op.alt_protocols, switch_after=op.switch_after,
+                           probe_interval=op.probe_interval, log=op.log.info)
+        summary = run_request_list(base, [(str(a), str(b)) for a, b in pairs],
+                                   lambda url: TransferEndpointHook(None).endpoint(url),
+                                   on_group=lambda g: op.log.info(
+                                       "group %s -> %s: %d pairs, %d files, pp=%d p=%d cc=%d (%s)", g["src_host"],
+                                       g["dst_host"], g["pairs"], g["files"], g["params"]["pp"], g["params"]["p"],
+                                       g["params"]["cc"], g["params_source"]))
+    except TransferError as exc:
+        raise RuntimeError(exc.message) from None
+    if summary["failed"]:
+        raise RuntimeError(f"{len(summary['failed'])} of {summary['files']} files failed; "
+                           "re-run the task to finish (completed files are kept)")
+    return summary
+
+
+def _alternate_maker(conn_id: str | None):
+    """URL -> Endpoint for alt_protocols: sftp alternates use the remote end's connection."""
+    from ..hooks.endpoint import TransferEndpointHook
+    from ..protocols.sessions import endpoint_from_url
+
+    def make(url: str):
+        if url.startswith("sftp://"):
+            return TransferEndpointHook(conn_id).endpoint(url)
+        return endpoint_from_url(url)
+
+    return make

@@ -49,7 +49,7 @@ class SFTPPool:
                 conn.close()
         transport = open_transport(self.target, self.window)
         try:
-            wire = open_sftp(transport, self.window)
+            wire = open_sftp(transport, self.window, self.target.idle_timeout)
         except BaseException:
             transport.close()
             raise

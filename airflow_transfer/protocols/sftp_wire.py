@@ -46,6 +46,10 @@ class SFTPProtocolError(ConnectionError):
     """The server sent something this client cannot parse, or hung up."""
 
 
+class SFTPStallError(SFTPProtocolError):
+    """The server left a request unanswered for longer than the channel's timeout."""
+
+
 def _s(data: bytes) -> bytes:
     return _U32.pack(len(data)) + data
 
@@ -202,7 +206,15 @@ class SFTPWire:
     def _fill(self, block: bool) -> bool:
         if not block and not self.chan.recv_ready():
             return False
-        data = self.chan.recv(self._recv_size)
+        try:
+            data = self.chan.recv(self._recv_size)
+        except TimeoutError:  # socket.timeout: the channel's settimeout() ran out
+            # A stalled server is a lost connection: never reuse it, let the engine retry.
+            self.closed = True
+            waited = self.chan.gettimeout()
+            raise SFTPStallError(
+                f"the SFTP server sent no reply for {waited:g}s (stalled); the connection was dropped "
+                "(raise --stall-timeout if the server is only slow)") from None
         if not data:
             self.closed = True
             raise SFTPProtocolError("SFTP server closed the channel")

@@ -44,7 +44,17 @@ Per-file journal (resume)
 ``ranges.missing_ranges(size, done_ranges) -> [[start, end), ...]``,
 ``ranges.decode(text)``, ``ranges.coalesce(ranges)``.
 
-For later tables (tuning library, host-protocol library, profiles)
+Tuning library (paper 003; docs/profilers.md): plain dicts, datetimes as ISO strings
+---------------------------------------------------------------------------------
+``store.add_profile(host, kind, payload, *, peer="", measured_at=None) -> int``
+``store.latest_profile(host, kind, *, peer="", ok_only=True) -> dict | None``, ``store.profiles(...)``
+``store.save_tuned(tuned.to_dict(), *, measured_at, profile_ids) -> int``
+``store.tuned_for(src_host, dst_host, protocol="sftp") -> dict | None``, ``store.tuned_history(...)``
+``store.tuning_library(*, protocol=None, host=None) -> list[dict]`` (newest per direction + protocol)
+``store.light_due(src, dst, now=None)``, ``store.record_light_result(src, dst, rtt_ms, mbit, *, k, ...)``,
+``store.light_schedule(src, dst)``, ``store.light_schedules()``
+
+For later tables (host-protocol library, ...)
 ------------------------------------------------------------------
 Add the table to schema.py, a frozen migration in migrations/ (see its
 docstring), and query functions taking a Connection; run them with
@@ -53,7 +63,7 @@ docstring), and query functions taking a Connection; run them with
 
 from .config import ENV_VAR, mask_url, resolve_store_url
 from .errors import StoreError, UnknownFileError
-from .journal import FILE_STATES_SCHEMA
+from .journal import FILE_STATES_SCHEMA, decode_blocks
 from .ranges import coalesce, decode, missing_ranges
 from .records import ChunkRecord, TransferRecord
 from .schema import (
@@ -86,6 +96,7 @@ __all__ = [
     "UnknownFileError",
     "coalesce",
     "decode",
+    "decode_blocks",
     "missing_ranges",
     "mask_url",
     "resolve_store_url",

@@ -11,6 +11,7 @@ file never lose each other's ranges.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -43,6 +44,7 @@ FILE_STATES_SCHEMA = pa.schema(
         pa.field("attempts", pa.int32(), nullable=False),
         pa.field("last_error", pa.string()),
         pa.field("checksum", pa.string()),
+        pa.field("blocks", pa.string()),  # JSON [[offset, length, "algo:hex"], ...] or null; see decode_blocks
     ]
 )
 
@@ -64,13 +66,24 @@ class FileDone:
 
 
 @dataclass(frozen=True, slots=True)
+class BlockDone:
+    """Bytes [offset, offset+length) are at the destination; `digest` ("algo:hex") is the
+    source's digest of them, computed while they were read for sending."""
+
+    path: str
+    offset: int
+    length: int
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
 class FileFailed:
     path: str
     error: str
     attempts: int | None
 
 
-Event = RangeDone | FileDone | FileFailed
+Event = RangeDone | FileDone | FileFailed | BlockDone
 
 
 # --- listing ---------------------------------------------------------------
@@ -135,7 +148,8 @@ _COLUMNS = "transfer_id, path, size, mtime, state, ranges, bytes_done, attempts,
 _ON_CONFLICT = f"""
 ON CONFLICT (transfer_id, path) DO UPDATE SET
     size = excluded.size, mtime = excluded.mtime, state = '{PENDING}', ranges = '[]',
-    bytes_done = 0, attempts = 0, last_error = NULL, checksum = NULL, updated_at = excluded.updated_at
+    bytes_done = 0, attempts = 0, last_error = NULL, checksum = NULL, blocks = NULL,
+    updated_at = excluded.updated_at
 WHERE {files.name}.size <> excluded.size OR {files.name}.mtime <> excluded.mtime"""
 _PG_LISTING_SQL = f"""
 INSERT INTO {files.name} ({_COLUMNS})
@@ -173,6 +187,7 @@ def apply_events(conn: Connection, transfer_id: int, events: Sequence[Event]) ->
             "attempts": row["attempts"],
             "last_error": row["last_error"],
             "checksum": row["checksum"],
+            "blocks": encode_blocks(row["blocks"]),
             "updated_at": now,
         }
         for path, row in current.items()
@@ -186,7 +201,8 @@ def apply_events(conn: Connection, transfer_id: int, events: Sequence[Event]) ->
 
 
 def _lock_rows(conn: Connection, transfer_id: int, paths: list[str]) -> dict[str, dict[str, Any]]:
-    columns = [files.c[name] for name in ("path", "size", "mtime", "state", "ranges", "attempts", "last_error", "checksum")]
+    columns = [files.c[name] for name in ("path", "size", "mtime", "state", "ranges", "attempts", "last_error", "checksum",
+                                          "blocks")]
     current: dict[str, dict[str, Any]] = {}
     for start in range(0, len(paths), _LOOKUP_BATCH):
         query = (
@@ -197,7 +213,7 @@ def _lock_rows(conn: Connection, transfer_id: int, paths: list[str]) -> dict[str
         if conn.dialect.name == "postgresql":
             query = query.with_for_update()
         for row in conn.execute(query).mappings():
-            current[row["path"]] = {**row, "ranges": rng.decode(row["ranges"])}
+            current[row["path"]] = {**row, "ranges": rng.decode(row["ranges"]), "blocks": decode_blocks(row["blocks"])}
     return current
 
 
@@ -209,6 +225,12 @@ def _fold(row: dict[str, Any], event: Event) -> None:
         if row["state"] in (PENDING, FILE_FAILED):
             row["state"] = PARTIAL
         return
+    if isinstance(event, BlockDone):
+        # A block sent again replaces whatever earlier digests it overlaps.
+        lo, hi = event.offset, event.offset + event.length
+        row["blocks"] = [b for b in row["blocks"] if b[0] + b[1] <= lo or b[0] >= hi]
+        row["blocks"].append([event.offset, event.length, event.digest])
+        return
     if isinstance(event, FileDone):
         row["size"] = event.size
         if event.mtime is not None:
@@ -216,12 +238,27 @@ def _fold(row: dict[str, Any], event: Event) -> None:
         row["checksum"] = event.checksum
         row["ranges"] = [[0, event.size]] if event.size > 0 else []
         row["state"] = DONE
+        row["blocks"] = []  # verified under its final name: nothing left to resume
         if event.attempts is not None:
             row["attempts"] = event.attempts
         return
     row["state"] = FILE_FAILED
     row["last_error"] = event.error[:MAX_ERROR_CHARS]
     row["attempts"] = event.attempts if event.attempts is not None else row["attempts"] + 1
+
+
+def encode_blocks(blocks: list[list]) -> str | None:
+    """Compact JSON of block digests sorted by offset; None when there are none."""
+    if not blocks:
+        return None
+    return json.dumps(sorted(blocks, key=lambda b: (b[0], b[1])), separators=(",", ":"))
+
+
+def decode_blocks(text: str | None) -> list[list]:
+    """[[offset, length, "algo:hex"], ...] from the journal's text (empty for NULL)."""
+    if not text:
+        return []
+    return [[int(o), int(n), str(d)] for o, n, d in json.loads(text)]
 
 
 # --- queries ---------------------------------------------------------------

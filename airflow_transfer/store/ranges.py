@@ -23,8 +23,39 @@ def _as_array(ranges: Iterable[Sequence[int]]) -> np.ndarray:
     return pairs
 
 
+# Below this many ranges a plain sort-and-merge beats numpy's per-call overhead (~30 us):
+# the journal coalesces every file's few ranges at every flush, 100,000 times for 100,000 files.
+SMALL = 32
+
+
 def coalesce(ranges: Iterable[Sequence[int]]) -> Ranges:
     """Sorted, non-overlapping, non-touching ranges covering exactly the input."""
+    ranges = ranges if isinstance(ranges, (list, tuple)) else list(ranges)
+    if len(ranges) <= SMALL:
+        return _coalesce_small(ranges)
+    return _coalesce_array(ranges)
+
+
+def _coalesce_small(ranges: Sequence[Sequence[int]]) -> Ranges:
+    pairs = []
+    for pair in ranges:
+        start, end = (int(x) for x in pair)
+        if start < 0 or end < start:
+            raise ValueError(f"byte range {[start, end]} is invalid: a range is [start, end) with 0 <= start <= end")
+        if end > start:
+            pairs.append([start, end])
+    pairs.sort()
+    out: Ranges = []
+    for start, end in pairs:
+        if out and start <= out[-1][1]:  # overlapping or touching: extend the run
+            if end > out[-1][1]:
+                out[-1][1] = end
+        else:
+            out.append([start, end])
+    return out
+
+
+def _coalesce_array(ranges: Iterable[Sequence[int]]) -> Ranges:
     pairs = _as_array(ranges)
     pairs = pairs[pairs[:, 1] > pairs[:, 0]]
     if len(pairs) == 0:
@@ -43,8 +74,7 @@ def coalesce(ranges: Iterable[Sequence[int]]) -> Ranges:
 
 def covered_bytes(ranges: Iterable[Sequence[int]]) -> int:
     """Bytes covered by the ranges (overlaps counted once)."""
-    merged = np.asarray(coalesce(ranges), dtype=np.int64).reshape(-1, 2)
-    return int((merged[:, 1] - merged[:, 0]).sum())
+    return sum(end - start for start, end in coalesce(ranges))
 
 
 def missing_ranges(size: int, done_ranges: Iterable[Sequence[int]]) -> Ranges:

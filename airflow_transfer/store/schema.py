@@ -109,6 +109,96 @@ files = Table(
     Column("attempts", Integer, nullable=False),
     Column("last_error", Text, nullable=True),
     Column("checksum", String(200), nullable=True),  # "algo:hexdigest"
+    Column("blocks", Text, nullable=True),  # source block digests [[offset, length, "algo:hex"], ...] (v3)
     Column("updated_at", UTCDateTime, nullable=False),
     Index("ix_at_files_transfer_state", "transfer_id", "state"),
+)
+
+# --- tuning library (paper 003 section 4.3; migration 2) ----------------------
+# Hosts are library keys: "localhost" for the machine that runs the transfer
+# client, "host" or "host:port" (port other than 22) for SSH hosts.
+# A profile of one host has peer ""; a network profile is measured from host to peer.
+PROFILE_KINDS = ("disk", "memory", "kernel", "network", "network-light")
+
+profiles = Table(
+    "at_profiles",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("host", String(255), nullable=False),
+    Column("peer", String(255), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("measured_at", UTCDateTime, nullable=False),
+    Column("ok", Integer, nullable=False),  # 1/0: the profiler's own "ok"
+    Column("payload", JSON, nullable=False),  # the profiler's JSON object, as printed
+    Index("ix_at_profiles_lookup", "host", "peer", "kind", "measured_at"),
+)
+
+# One row per tuner run and direction/protocol: the newest row of a
+# (source_host, dest_host, protocol) is what transfers use; older ones are history.
+tuned_params = Table(
+    "at_tuned_params",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("source_host", String(255), nullable=False),
+    Column("dest_host", String(255), nullable=False),
+    Column("protocol", String(32), nullable=False),
+    Column("measured_at", UTCDateTime, nullable=False),  # when the network profile behind it ran
+    Column("computed_at", UTCDateTime, nullable=False),
+    Column("streams", Integer, nullable=False),
+    Column("tcp_buffer", BigInteger, nullable=False),
+    Column("block_size", BigInteger, nullable=False),
+    Column("bdp_bytes", BigInteger, nullable=False),
+    Column("rtt_ms", Double, nullable=True),
+    Column("bandwidth_mbit", Double, nullable=True),
+    Column("pp_level", Integer, nullable=False),
+    Column("p", Integer, nullable=False),
+    Column("cc", Integer, nullable=False),
+    Column("params", JSON, nullable=False),  # TunedParameters.to_dict(), reasons included
+    Column("profile_ids", JSON, nullable=False),  # at_profiles ids it was computed from
+    Index("ix_at_tuned_params_link", "source_host", "dest_host", "protocol", "computed_at"),
+)
+
+# Back-off state of the light network profiler, per ordered host pair.
+light_schedule = Table(
+    "at_light_schedule",
+    metadata,
+    Column("source_host", String(255), primary_key=True),
+    Column("dest_host", String(255), primary_key=True),
+    Column("interval_s", Double, nullable=False),
+    Column("base_interval_s", Double, nullable=False),
+    Column("max_interval_s", Double, nullable=False),
+    Column("stable_runs", Integer, nullable=False),  # consecutive results within the tolerance
+    Column("last_run_at", UTCDateTime, nullable=True),
+    Column("next_due_at", UTCDateTime, nullable=False),
+    Column("last_rtt_ms", Double, nullable=True),
+    Column("last_bandwidth_mbit", Double, nullable=True),
+    Column("last_change", String(300), nullable=True),  # why the interval last changed
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+# Every protocol switch of a transfer (fall-back and switch-back), in order.
+protocol_switches = Table(
+    "at_protocol_switches",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("transfer_id", Integer, ForeignKey("at_transfers.id", ondelete="CASCADE"), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("from_protocol", String(32), nullable=False),
+    Column("to_protocol", String(32), nullable=False),
+    Column("reason", Text, nullable=False),
+    Index("ix_at_protocol_switches_transfer", "transfer_id", "id"),
+)
+
+# Host-protocol library: which protocols a host offers, by probe, valid until expires_at.
+host_protocols = Table(
+    "at_host_protocols",
+    metadata,
+    Column("host", String(255), primary_key=True),
+    Column("protocol", String(32), primary_key=True),
+    Column("port", Integer, primary_key=True, autoincrement=False),
+    Column("available", Integer, nullable=False),  # 1 = the probe's handshake succeeded
+    Column("checked_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("detail", Text, nullable=True),  # banner or error
+    Column("seconds", Integer, nullable=True),  # probe duration in milliseconds
 )

@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from . import journal, transfers
+from . import tuning_library as tl
 from .config import mask_url, resolve_store_url
 from .connection import DEFAULT_BUSY_TIMEOUT_MS, make_engine, run_transaction
 from .errors import StoreError
@@ -217,6 +218,101 @@ class Store:
     def journal_counts(self, transfer_id: int) -> dict[str, dict[str, int]]:
         """Per state: files, bytes (sizes) and bytes_done — progress and resume summaries."""
         return self.read(lambda conn: journal.state_counts(conn, transfer_id))
+
+    # --- protocol switches and the host-protocol library (docs/protocols.md) ----
+
+    def record_protocol_switch(self, transfer_id: int, rec: Mapping[str, Any]) -> None:
+        """One switch of a transfer: {"at": ISO time, "from": protocol, "to": protocol, "reason": text}."""
+        from . import protocols as hp
+
+        with _transfer_must_exist(transfer_id):
+            self.write(lambda conn: hp.add_switch(conn, transfer_id, dict(rec)))
+
+    def protocol_switches(self, transfer_id: int) -> list[dict[str, Any]]:
+        from . import protocols as hp
+
+        return self.read(lambda conn: hp.list_switches(conn, transfer_id))
+
+    def put_host_protocol(self, host: str, protocol: str, port: int, available: bool, *, detail: str | None = None,
+                          ttl_s: float = 3600.0, probe_ms: int | None = None) -> None:
+        """Record a probe result for (host, protocol, port), valid for ttl_s seconds."""
+        from . import protocols as hp
+
+        self.write(lambda conn: hp.put_host_protocol(conn, host, protocol, port, available, detail, ttl_s, probe_ms))
+
+    def host_protocols(self, host: str | None = None, *, fresh_only: bool = False) -> list[dict[str, Any]]:
+        """The host-protocol library (plain dicts), optionally one host, optionally only unexpired entries."""
+        from . import protocols as hp
+
+        return self.read(lambda conn: hp.host_protocols(conn, host, fresh_only))
+
+    # --- tuning library (paper 003; docs/profilers.md "The tuning library") ----
+
+    def add_profile(self, host: str, kind: str, payload: Mapping[str, Any], *, peer: str = "",
+                    measured_at: datetime | None = None) -> int:
+        """Store one profiler result (its JSON object) for ``host`` (and ``peer`` for network); returns its id.
+
+        kind: disk, memory, kernel (the network profiler's /proc limits), network or network-light.
+        """
+        return self.write(lambda conn: tl.add_profile(conn, host, kind, payload, peer, measured_at))
+
+    def latest_profile(self, host: str, kind: str | tuple[str, ...], *, peer: str = "",
+                       ok_only: bool = True) -> dict[str, Any] | None:
+        """The newest profile of that kind (or kinds), as a dict with its payload; None when there is none."""
+        return self.read(lambda conn: tl.latest_profile(conn, host, kind, peer, ok_only))
+
+    def profiles(self, *, host: str | None = None, kind: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Raw profiles, newest first."""
+        return self.read(lambda conn: tl.list_profiles(conn, host, kind, limit))
+
+    def save_tuned(self, params: Mapping[str, Any], *, measured_at: datetime,
+                   profile_ids: Sequence[int] = ()) -> int:
+        """Store a tuner result (TunedParameters.to_dict()) for its source -> destination and protocol."""
+        return self.write(lambda conn: tl.save_tuned(conn, params, measured_at, list(profile_ids)))
+
+    def tuned_for(self, source_host: str, dest_host: str, protocol: str = "sftp") -> dict[str, Any] | None:
+        """The newest tuned parameters of one direction and protocol, or None."""
+        return self.read(lambda conn: tl.tuned_for(conn, source_host, dest_host, protocol))
+
+    def tuned_history(self, source_host: str, dest_host: str, protocol: str = "sftp", *,
+                      limit: int = 100) -> list[dict[str, Any]]:
+        """Every tuner result of one direction and protocol, newest first."""
+        return self.read(lambda conn: tl.tuned_history(conn, source_host, dest_host, protocol, limit))
+
+    def tuning_library(self, *, protocol: str | None = None, host: str | None = None) -> list[dict[str, Any]]:
+        """The library as plain dicts: the newest tuned row per (source, destination, protocol)."""
+        return self.read(lambda conn: tl.library(conn, protocol, host))
+
+    def light_schedule(self, source_host: str, dest_host: str) -> dict[str, Any] | None:
+        """Back-off state of the light network profiler for one ordered pair (None before its first run)."""
+        return self.read(lambda conn: tl.get_schedule(conn, source_host, dest_host))
+
+    def light_schedules(self) -> list[dict[str, Any]]:
+        return self.read(tl.list_schedules)
+
+    def light_due(self, source_host: str, dest_host: str, now: datetime | None = None) -> bool:
+        """Whether the light profiler should run for this pair now (never run, or its interval has passed)."""
+        from .coltypes import utcnow
+
+        return self.read(lambda conn: tl.is_due(conn, source_host, dest_host, now or utcnow()))
+
+    def record_light_result(
+        self,
+        source_host: str,
+        dest_host: str,
+        rtt_ms: float | None,
+        bandwidth_mbit: float | None,
+        *,
+        k: int = tl.DEFAULT_STABLE_RUNS,
+        tolerance: float = tl.DEFAULT_TOLERANCE,
+        base_interval_s: float = tl.DEFAULT_BASE_INTERVAL_S,
+        max_interval_s: float = tl.DEFAULT_MAX_INTERVAL_S,
+        now: datetime | None = None,
+    ) -> dict[str, Any]:
+        """Apply the back-off rule to a light result; returns the new state plus ``moved`` and ``doubled``."""
+        return self.write(lambda conn: tl.record_light(
+            conn, source_host, dest_host, rtt_ms, bandwidth_mbit, k=k, tolerance=tolerance,
+            base_interval_s=base_interval_s, max_interval_s=max_interval_s, now=now))
 
     def _write_one(self, transfer_id: int, add: Callable[[JournalWriter], None]) -> None:
         # max_events=1: the event is written (or its error raised) inside add()

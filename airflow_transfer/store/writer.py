@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from .errors import StoreError, UnknownFileError
-from .journal import Event, FileDone, FileFailed, RangeDone
+from .journal import BlockDone, Event, FileDone, FileFailed, RangeDone
 
 if TYPE_CHECKING:
     from .store import Store
@@ -70,6 +70,13 @@ class JournalWriter:
             raise ValueError(f"range offset={offset} length={length} of {path!r} is invalid: both must be >= 0")
         if length:
             self._add(RangeDone(path, offset, offset + length))
+
+    def mark_block(self, path: str, offset: int, length: int, digest: str) -> None:
+        """Block [offset, offset+length) of ``path`` is at the destination; ``digest`` ("algo:hex")
+        is the source's digest of it. A resume verifies the block against it instead of re-sending."""
+        if offset < 0 or length < 0:
+            raise ValueError(f"block offset={offset} length={length} of {path!r} is invalid: both must be >= 0")
+        self._add(BlockDone(path, offset, length, digest))
 
     def mark_done(
         self,

@@ -1,8 +1,8 @@
 """Pure tuning decisions: models, chunk planners, algorithms, a link simulator.
 
-Imports nothing from Airflow and touches no sockets. Entry points:
+Imports nothing from Airflow and touches no sockets. Entry points, all
+importable from this package (`get_algorithm`, `LinkInfo`, `sort_manifest`):
 
-    from airflow_transfer.tuning import get_algorithm, LinkInfo, sort_manifest
     algo = get_algorithm("auto")
     specs = algo.plan(sort_manifest(table), LinkInfo(rtt_s=0.05, bandwidth_bps=1e9))
     results = algo.run(sorted_table, link, executor)   # executor: see tuning/executor.py

@@ -70,7 +70,7 @@ class AdaptiveCC(Algorithm):
             return self.opts["pp"]
         if not link.measured:
             return pp_param(min(GRIDFTP_DEFAULT_LEVEL, self.opts["max_pp"]))
-        return pp_param(pp_level(link.bdp_bytes, sizes.mean(start, stop), self.opts["max_pp"]))
+        return pp_param(pp_level(link.pipeline_bytes, sizes.mean(start, stop), self.opts["max_pp"]))
 
     def _bounds(self, sizes: SortedSizes, link: LinkInfo) -> np.ndarray:
         n = len(sizes)

@@ -101,7 +101,7 @@ class Auto(Algorithm):
                 out.append(0.0)
                 continue
             mean = sizes.mean(lo, hi)
-            pp = pp_param(level if level else pp_level(bdp, mean, self.opts["max_pp"]))
+            pp = pp_param(level if level else pp_level(link.pipeline_bytes, mean, self.opts["max_pp"]))
             rate = channel_rate_bps(mean, pp, 1, link)
             out.append(sizes.bytes(lo, hi) * 8 / rate if rate > 0 else (hi - lo) * link.rtt_s)
         return out[0], out[1]

@@ -43,6 +43,7 @@ DEFAULT_MAX_PP = 32  # pipelining level cap (paper 000 Alg. 1 max_pp)
 DEFAULT_MAX_P = 16
 DEFAULT_MAX_CC = 32
 UNKNOWN_SOURCE = "unknown"
+SFTP_FILE_RTTS = 2  # control round trips per file over SFTP: see LinkInfo.file_rtts
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,11 @@ class LinkInfo:
     loss_rate: packet loss probability, 0 when unknown or lossless.
     source: where the figures came from ("profiler", "library", "cli", ...);
         "unknown" marks guessed figures, which `auto` will not build models on.
+    file_rtts: control round trips each file costs one connection that
+        pipelining has to hide. Paper 000's model has one (a command and its
+        reply: eq. 4 as written). SFTP has two (OPEN must return a handle before
+        the first WRITE; the CLOSE's status frees the slot), so the protocol's
+        engine sets SFTP_FILE_RTTS and pipelining aims at that many BDPs in flight.
     """
 
     rtt_s: float
@@ -66,6 +72,7 @@ class LinkInfo:
     max_window_bytes: int = 0
     loss_rate: float = 0.0
     source: str = "cli"
+    file_rtts: int = 1
 
     def __post_init__(self) -> None:
         for name in ("rtt_s", "bandwidth_bps"):
@@ -100,6 +107,12 @@ class LinkInfo:
     @property
     def bdp_bytes(self) -> int:
         return bdp(self.bandwidth_bps, self.rtt_s)
+
+    @property
+    def pipeline_bytes(self) -> int:
+        """Bytes pipelining keeps in flight on one connection: one BDP per control round trip
+        a file costs (eq. 4 of paper 000 with its BDP scaled by `file_rtts`)."""
+        return self.bdp_bytes * max(1, self.file_rtts)
 
     @property
     def window_bytes(self) -> int:

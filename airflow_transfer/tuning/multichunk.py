@@ -95,7 +95,7 @@ class MultiChunk(Algorithm):
 
     def chunk_params(self, name: str, mean: float, link: LinkInfo, channels: int) -> TransferParams:
         bdp = link.bdp_bytes
-        pp = pp_param(pp_level(bdp, mean, self.opts["max_pp"]))
+        pp = pp_param(pp_level(link.pipeline_bytes, mean, self.opts["max_pp"]))
         p = 1
         if name in ("large", "huge"):
             p = min(math.ceil(mean / bdp), math.ceil(bdp / effective_window(link)))

@@ -78,7 +78,7 @@ class PCP(Algorithm):
         bdp = link.bdp_bytes
         min_chunk = self.opts["min_chunk_bytes"] or default_min_chunk_bytes(link)
         set1_stop = sizes.index_at_least(bdp)
-        pieces = recursive_chunk_division(sizes, 0, set1_stop, bdp, min_chunk, self.opts["max_pp"])
+        pieces = recursive_chunk_division(sizes, 0, set1_stop, link.pipeline_bytes, min_chunk, self.opts["max_pp"])
         pieces = divide_largest(sizes, pieces, self.opts["min_chunks"])
         return PCPPlan(set1_stop, pieces, min_chunk)
 

@@ -4,6 +4,12 @@ Rows: untuned (pp=1, p=1, cc=1: one connection, one file operation at a
 time), a fixed hand-picked setting, one row per `--algorithm` the installed
 CLI accepts (read from `copy --help` at run time, so algorithms added later
 are benchmarked by name with the CLI's defaults), and a download row.
+
+The algorithm rows run as they are meant to be deployed: the profiling DAG
+has measured the link into the tuning library (docs/profilers.md), so before
+the first of them on a link, `airflow-transfer profile --quick` runs once
+against the testbed's sshd and every copy reads the library
+(`tuning.source` = "library (measured ...)"). The fixed rows use no library.
 """
 
 from __future__ import annotations
@@ -58,6 +64,34 @@ class AirflowTransfer(Contender):
         _, error = _help()
         return missing(error) if error else AVAILABLE
 
+    @property
+    def uses_library(self) -> bool:
+        return "--algorithm" in self.flags and self.flags[self.flags.index("--algorithm") + 1] != "fixed"
+
+    def prepare(self, bed) -> None:
+        super().prepare(bed)
+        if self.uses_library and not getattr(bed, "at_library", None):
+            bed.at_library = self._profile_link(bed)
+
+    def _profile_link(self, bed) -> str:
+        """Fills the tuning library for this link once (the profiling DAG's job); the copies
+        then read it from the same default store (the testbed's HOME)."""
+        argv = [*cli_argv(), "profile", self._url(bed.fresh_remote_dir("profile")), "--quick", "--json",
+                "--identity", str(bed.key), "--known-hosts", str(bed.known_hosts), "--ssh-config", str(bed.ssh_config)]
+        done = bed.run(argv, timeout=600)
+        if done.returncode != 0:
+            # The rows still run (their summaries then say tuning.source "unknown"): a benchmark
+            # of the no-library path beats no benchmark.
+            print(f"benchmarks: `airflow-transfer profile` failed; algorithm rows run without the tuning "
+                  f"library: {done.tail()}", file=sys.stderr)
+            return "failed"
+        print(f"benchmarks: tuning library filled by `airflow-transfer profile --quick` in {done.seconds:.0f} s",
+              file=sys.stderr)
+        return done.stdout
+
+    def _flags(self) -> list[str]:
+        return self.flags if self.uses_library else [*self.flags, "--store", f"sqlite:///{self._bed().work}/fixed.db"]
+
     def _url(self, path: Path) -> str:
         bed = self._bed()
         return f"sftp://{bed.user}@{bed.host}:{bed.port}{path}"
@@ -69,7 +103,7 @@ class AirflowTransfer(Contender):
         else:
             src, dst = self._url(remote_dir), str(dataset_dir)
         # A fresh journal key per run: each run is a first attempt, never a resume of the last one.
-        return [*cli_argv(), "copy", src, dst, *self.flags, "--json", "--no-skip", "--restart",
+        return [*cli_argv(), "copy", src, dst, *self._flags(), "--json", "--no-skip", "--restart",
                 "--transfer-key", f"bench-{uuid.uuid4().hex}", "--progress-interval", "3600",
                 "--identity", str(bed.key), "--known-hosts", str(bed.known_hosts),
                 "--ssh-config", str(bed.ssh_config)]

@@ -25,9 +25,11 @@ from airflow.models.taskinstance import TaskInstance
 from airflow.models.xcom import XComModel
 from airflow.utils.session import create_session
 with create_session() as s:
-    xcoms = {f"{x.task_id}.{x.key}": x.value for x in
+    # mapped task instances get "[map_index]" after the task id
+    mi = lambda m: f"[{m}]" if m is not None and m >= 0 else ""
+    xcoms = {f"{x.task_id}{mi(x.map_index)}.{x.key}": x.value for x in
              s.query(XComModel).filter(XComModel.dag_id == dr.dag_id, XComModel.run_id == dr.run_id)}
-    states = {ti.task_id: str(ti.state) for ti in
+    states = {f"{ti.task_id}{mi(ti.map_index)}": str(ti.state) for ti in
               s.query(TaskInstance).filter(TaskInstance.dag_id == dr.dag_id, TaskInstance.run_id == dr.run_id)}
 print("@@RESULT@@" + json.dumps({"state": str(dr.state), "xcom": xcoms, "tasks": states}, default=str))
 '''
@@ -63,6 +65,45 @@ def run_dag(env: dict, dag_file: Path, dag_id: str, conf: dict, extra_env: dict 
         if line.startswith("@@RESULT@@"):
             return json.loads(line[len("@@RESULT@@"):]), log
     raise AssertionError(f"dag.test() gave no result (exit {proc.returncode}):\n{log[-6000:]}")
+
+
+class RunningDag:
+    """A dag.test() run in the background whose output can be waited on while it runs."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        import threading
+
+        self.proc, self.lines = proc, []
+        self._cond = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+
+    def wait_for(self, text: str, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: any(text in line for line in self.lines) or self.proc.poll() is not None,
+                                       timeout) and any(text in line for line in self.lines)
+
+    def result(self, timeout: float = 600) -> tuple[dict, str]:
+        self.proc.wait(timeout)
+        self._reader.join(10)
+        log = "".join(self.lines)
+        for line in self.lines:
+            if line.startswith("@@RESULT@@"):
+                return json.loads(line[len("@@RESULT@@"):]), log
+        raise AssertionError(f"dag.test() gave no result (exit {self.proc.returncode}):\n{log[-6000:]}")
+
+
+def start_dag(env: dict, dag_file: Path, dag_id: str, conf: dict, extra_env: dict | None = None) -> RunningDag:
+    proc = subprocess.Popen([sys.executable, "-c", _RUNNER, str(dag_file), dag_id, json.dumps(conf)],
+                            env={**env, **(extra_env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    return RunningDag(proc)
 
 
 def sftp_conn_env(name: str, sshd) -> dict:

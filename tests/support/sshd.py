@@ -90,6 +90,7 @@ class SSHServer:
     port: int = 0
     netns: str | None = None  # run inside this network namespace
     extra_config: str = ""
+    password_auth: bool = False  # also accept the login user's password (tests/test_secrets.py)
     user: str = field(default_factory=login_user)
     proc: subprocess.Popen | None = None
 
@@ -130,7 +131,7 @@ class SSHServer:
                     f"PidFile {self.pid_file}",
                     f"AuthorizedKeysFile {self.authorized_keys}",
                     "StrictModes no",
-                    "PasswordAuthentication no",
+                    f"PasswordAuthentication {'yes' if self.password_auth else 'no'}",
                     "KbdInteractiveAuthentication no",
                     "PubkeyAuthentication yes",
                     "PermitRootLogin prohibit-password",
@@ -265,12 +266,12 @@ class SSHServer:
         except FileNotFoundError:
             return 0
 
-    def sftp_events(self, since: int = 0) -> list[tuple[int, str, str]]:
+    def sftp_events(self, since: int = 0, until: int | None = None) -> list[tuple[int, str, str]]:
         """(sftp-server pid, operation, path) for each session open/close and
-        file open/close/rename logged since `since`, in the order they happened."""
+        file open/close/rename logged since `since` (up to the mark `until`), in the order they happened."""
         with open(self.sftp_log, "rb") as f:
             f.seek(since)
-            text = f.read().decode(errors="replace")
+            text = f.read(-1 if until is None else max(0, until - since)).decode(errors="replace")
         events = []
         for line in text.splitlines():
             m = re.match(r"(\d+) (open|close|rename|session opened|session closed)\b(.*)", line)
@@ -292,3 +293,29 @@ class SSHServer:
             "key_filename": str(self.client_key),
             "known_hosts": str(self.known_hosts),
         }
+
+
+def bin_without_python(base: Path) -> Path:
+    """A PATH directory with every system command except python."""
+    out = base / "nopython-bin"
+    out.mkdir(parents=True, exist_ok=True)
+    for d in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for name in os.listdir(d):
+            if name.startswith("python") or (out / name).exists():
+                continue
+            (out / name).symlink_to(os.path.join(d, name))
+    return out
+
+
+def restricted_sshd(base: Path, case: str) -> SSHServer:
+    """A started sshd whose sessions find no python ("no-python": coreutils fall-backs) or
+    may run nothing but SFTP ("no-exec": read-back and SFTP listing fall-backs)."""
+    if case not in ("no-python", "no-exec"):
+        raise ValueError(f"unknown restriction {case!r}")
+    server = SSHServer(base)
+    server._write_files()
+    if case == "no-python":
+        server.extra_config = f"SetEnv PATH={bin_without_python(base)}"
+    else:
+        server.extra_config = f"ForceCommand {server._sftp_subsystem()}"
+    return server.start()

@@ -34,7 +34,7 @@ from sqlalchemy.schema import CreateColumn
 from ..coltypes import UTCDateTime, utcnow
 from ..connection import lock_key, run_transaction
 from ..errors import StoreError
-from . import v0001_transfers_journal
+from . import v0001_transfers_journal, v0002_tuning_library, v0003_block_digests, v0004_protocols
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,12 @@ def _step(module: ModuleType) -> Migration:
     return Migration(module.VERSION, module.NAME, module.upgrade)
 
 
-STEPS: tuple[Migration, ...] = (_step(v0001_transfers_journal),)
+STEPS: tuple[Migration, ...] = (
+    _step(v0001_transfers_journal),
+    _step(v0002_tuning_library),
+    _step(v0003_block_digests),
+    _step(v0004_protocols),
+)
 
 # The runner's own bookkeeping table never changes shape.
 _meta = MetaData()

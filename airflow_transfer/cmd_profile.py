@@ -1,0 +1,95 @@
+"""`airflow-transfer profile HOST [HOST2] [--json]`: profilers + tuner -> the tuning library.
+
+One HOST: that host's disk, memory and kernel limits; when it is an SSH host,
+also this machine's and the link both ways between them (the link every
+transfer from here to there takes). Two HOSTs: both hosts and the link both
+ways between them. Progress goes to stderr; --json prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from .errors import UsageError
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("profile", help="profile hosts and the link between them; store the tuned parameters")
+    p.add_argument("host", help="localhost, a local directory, or sftp://[user@]host[:port][/dir] "
+                                "(the directory is where the disk profiler writes)")
+    p.add_argument("host2", nargs="?", help="second host; default: this machine when HOST is an SSH host")
+    p.add_argument("--protocol", action="append", dest="protocols",
+                   help="tune for this protocol (repeatable; default sftp)")
+    p.add_argument("--via", choices=("direct", "ssh"), default="direct",
+                   help="reach the remote bandwidth sink by direct TCP (default: the raw link) or through SSH")
+    p.add_argument("--light", action="store_true",
+                   help="only the light network profile and the tuner (reuses stored host profiles)")
+    p.add_argument("--quick", action="store_true", help="small budgets: a few seconds per profiler")
+    p.add_argument("--store", help="store URL (default: as for copy)")
+    p.add_argument("--identity", help="private key file for SSH")
+    p.add_argument("--known-hosts", help="known_hosts file to verify host keys against")
+    p.add_argument("--ssh-config", help="OpenSSH client config file (default ~/.ssh/config)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def run(args) -> int:
+    from .profiling.hosts import LOCALHOST, ProfileHost, parse_host
+    from .profiling.library import light_run, profile_host, profile_link, tune_link
+    from .profiling.remote import HostRunner
+    from .store import Store, StoreError
+    from .errors import TransferError
+
+    ssh = (args.ssh_config, args.identity, args.known_hosts)
+    first = parse_host(args.host, *ssh)
+    if args.host2:
+        second = parse_host(args.host2, *ssh)
+    elif first.is_local:
+        second = None
+    else:
+        second = ProfileHost(LOCALHOST)
+    if second is not None and second.key == first.key:
+        raise UsageError(f"both hosts are {first.key}", "", "name two different hosts")
+    protocols = tuple(args.protocols or ("sftp",))
+
+    def progress(line: str) -> None:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    try:
+        store = Store.open(args.store)
+    except StoreError as exc:
+        raise TransferError(f"cannot open the store: {exc}", "", "check --store / [airflow_transfer] store_url") from exc
+    runners = [HostRunner(h) for h in (first, second) if h is not None]
+    result: dict[str, Any] = {"hosts": {}, "links": [], "tuned": [], "store": store.masked_url}
+    try:
+        if not args.light:
+            for runner in runners:
+                result["hosts"][runner.host.key] = profile_host(store, runner, quick=args.quick, progress=progress)
+        if len(runners) == 2:
+            client = LOCALHOST if any(r.host.is_local for r in runners) else None
+            for src, dst in (runners, runners[::-1]):
+                if args.light:
+                    step = light_run(store, src, dst, protocols=protocols, via=args.via, quick=args.quick,
+                                     progress=progress)
+                    result["links"].append({**step["profile"], "source": src.host.key,
+                                            "destination": dst.host.key, "schedule": step["schedule"]})
+                    result["tuned"].extend(step["tuned"])
+                    continue
+                link = profile_link(store, src, dst, via=args.via, quick=args.quick, progress=progress)
+                result["links"].append({**link, "source": src.host.key, "destination": dst.host.key})
+                result["tuned"].extend(tune_link(store, src.host.key, dst.host.key, protocols=protocols,
+                                                 client=client))
+        elif args.light:
+            raise UsageError("--light profiles a link: give an SSH host", "", "airflow-transfer profile sftp://host --light")
+    finally:
+        for runner in runners:
+            runner.close()
+        store.close()
+    for t in result["tuned"]:
+        progress(f"tuned {t['source']} -> {t['destination']} ({t['protocol']}): streams {t['streams']}, "
+                 f"TCP buffer {t['tcp_buffer']} B, block {t['block_size']} B, BDP {t['bdp_bytes']} B")
+    if args.json:
+        sys.stdout.write(json.dumps(result, default=str) + "\n")
+    return 0

@@ -1,0 +1,120 @@
+"""ProtocolAvailableSensor: wait until a host offers a protocol (or all of several)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Sequence
+
+from airflow.sdk import BaseSensorOperator
+
+MODES = ("any", "all")
+
+
+def probe_round(host: str, protocols: list[str], ports: dict[str, int], mode: str) -> tuple[bool, list[dict]]:
+    """One probe of every protocol (refreshing the host-protocol library); (condition met, results)."""
+    from .. import airflow_conf
+    from ..protocols.hostlib import HostProtocolLibrary
+
+    store = None
+    try:
+        from ..store import Store
+
+        store = Store.open(airflow_conf.store_url())
+    except Exception:  # noqa: BLE001 - no store: probe anyway, cache nothing
+        store = None
+    try:
+        results = HostProtocolLibrary(store).offered(host, protocols, ports, refresh=True)
+    finally:
+        if store is not None:
+            store.close()
+    ok = [r.available for r in results]
+    return (all(ok) if mode == "all" else any(ok)), [r.as_dict() for r in results]
+
+
+class ProtocolAvailableSensor(BaseSensorOperator):
+    """Succeed once `host` (or the host of `conn_id`) offers `protocols`: any of them, or all.
+
+    A probe is a TCP connect plus the protocol's handshake (SSH key exchange, FTP greeting,
+    HTTP status line), never a login. Every probe refreshes the host-protocol library in
+    the store, so the next ``any://`` transfer to that host reuses what the sensor saw.
+
+    :param conn_id: Airflow connection whose host (and port, for its own protocol) to probe. Templated.
+    :param host: host to probe when no connection is given. Templated.
+    :param protocols: protocol names in preference order: sftp, ftp, https, http.
+    :param ports: non-default ports, e.g. ``{"sftp": 2222}``.
+    :param mode: ``"any"`` (default) or ``"all"``.
+    :param deferrable: wait in the triggerer (ProtocolAvailableTrigger) without a worker slot. Default True.
+
+    Returns (XCom) ``{"host", "available": [protocols up], "results": [per-protocol probes]}``.
+    """
+
+    template_fields: Sequence[str] = ("conn_id", "host")
+    ui_color = "#eef3e0"
+
+    def __init__(self, *, protocols: Sequence[str], conn_id: str | None = None, host: str | None = None,
+                 ports: dict[str, int] | None = None, mode: str = "any", deferrable: bool = True,
+                 **kwargs: Any) -> None:
+        kwargs.setdefault("poke_interval", 30.0)
+        super().__init__(**kwargs)
+        from ..protocols.hostlib import DEFAULT_PORTS
+
+        if bool(conn_id) == bool(host):
+            raise ValueError("give exactly one of conn_id or host")
+        if not isinstance(mode, str) or mode not in MODES:
+            raise ValueError(f"mode must be 'any' or 'all' (got {mode!r})")
+        if isinstance(protocols, str) or not isinstance(protocols, (list, tuple)) or not protocols \
+                or any(not isinstance(p, str) or p not in DEFAULT_PORTS for p in protocols):
+            raise ValueError(f"protocols must be a list of some of {', '.join(DEFAULT_PORTS)} (got {protocols!r})")
+        if ports is not None and (not isinstance(ports, dict) or any(
+                k not in DEFAULT_PORTS or isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= 65535
+                for k, v in ports.items())):
+            raise ValueError(f"ports must map protocol names to port numbers 1-65535 (got {ports!r})")
+        for name, value in (("conn_id", conn_id), ("host", host)):
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"{name} must be a string (got {value!r})")
+        self.protocols, self.conn_id, self.host = list(protocols), conn_id, host
+        self.ports, self.mode, self.deferrable = dict(ports or {}), mode, deferrable
+
+    def _target(self) -> tuple[str, dict[str, int]]:
+        if not self.conn_id:
+            return self.host, self.ports
+        from airflow.sdk import BaseHook
+
+        conn = BaseHook.get_connection(self.conn_id)
+        if not conn.host:
+            raise ValueError(f"connection {self.conn_id!r} has no host")
+        ports = dict(self.ports)
+        kind = {"ssh": "sftp", "sftp": "sftp", "ftp": "ftp", "http": "http", "https": "https"}.get(conn.conn_type)
+        if kind and conn.port and kind not in ports:
+            ports[kind] = int(conn.port)
+        return conn.host, ports
+
+    def execute(self, context: Any) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        from ..triggers.protocols import ProtocolAvailableTrigger
+
+        host, ports = self._target()
+        self.defer(
+            trigger=ProtocolAvailableTrigger(host=host, protocols=self.protocols, ports=ports, mode=self.mode,
+                                             poll_interval=float(self.poke_interval)),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=float(self.timeout)) if self.timeout else None,
+        )
+
+    def execute_complete(self, context: Any, event: dict | None = None) -> dict:
+        if not event or event.get("status") != "available":
+            raise RuntimeError((event or {}).get("message", "the protocol trigger ended without an event"))
+        self.log.info("%s offers %s (after %d probe rounds)", event["host"], ", ".join(event["available"]),
+                      event.get("rounds", 0))
+        return {k: event[k] for k in ("host", "available", "results")}
+
+    def poke(self, context: Any):
+        from airflow.sdk import PokeReturnValue
+
+        host, ports = self._target()
+        done, results = probe_round(host, self.protocols, ports, self.mode)
+        self.log.info("%s: %s", host, "; ".join(
+            f"{r['protocol']}:{r['port']} {'up' if r['available'] else r['detail']}" for r in results))
+        value = {"host": host, "available": [r["protocol"] for r in results if r["available"]], "results": results}
+        return PokeReturnValue(is_done=done, xcom_value=value if done else None)

@@ -1,0 +1,315 @@
+"""Multi-Chunk on the real engine: chunks at once over one pool of channels (engine/chunk_session.py).
+
+Link given as 1 ms / 1 Gbit/s (BDP 125 kB), so the mixed tree below falls into all four MC
+classes: small < 12.5 kB, middle < 125 kB, large < 2.5 MB, huge >= 2.5 MB; 8 channels, 2 each.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from airflow_transfer.engine.chunk_session import EngineChunkSession
+from airflow_transfer.engine.params import TransferParams
+from airflow_transfer.engine.transfer import TransferSession
+from airflow_transfer.job import CopyRequest, EngineSessionExecutor, run_copy
+from airflow_transfer.manifest import list_local
+from airflow_transfer.paths import TEMP_SUFFIX
+from airflow_transfer.protocols.endpoint import Endpoint
+from airflow_transfer.protocols.ssh import SSHTarget
+from airflow_transfer.tuning import LinkInfo
+from airflow_transfer.tuning.chunks import make_spec
+from airflow_transfer.tuning.dataset import SortedSizes
+from airflow_transfer.tuning.multichunk import MultiChunk
+from tests.support.cli import run_cli, ssh_args
+from tests.support.data import temp_files, tree_digest, write_random
+
+MIB = 1024 * 1024
+LINK = ["--rtt-ms", "1", "--bandwidth-mbit", "1000"]
+CLASSES = ("small", "middle", "large", "huge")
+
+
+def _target(server) -> SSHTarget:
+    return SSHTarget(host=server.host, port=server.port, username=server.user,
+                     key_filenames=[str(server.client_key)], known_hosts=[str(server.known_hosts)])
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("mc") / "mixed"
+    for i in range(60):
+        write_random(root / "small" / f"s{i:03d}.dat", 1000 + 150 * i, seed=i)
+    for i in range(30):
+        write_random(root / "middle" / f"m{i:02d}.dat", 20_000 + 2500 * i, seed=100 + i)
+    for i in range(6):
+        write_random(root / "large" / f"l{i}.bin", 600_000 + 200_000 * i, seed=200 + i)
+    for i in range(20):
+        write_random(root / "huge" / f"h{i:02d}.bin", 3 * MIB + 1000 * i, seed=300 + i)
+    return root
+
+
+def _chunk_of(path: str) -> str | None:
+    """The MC class of a destination path of the mixed tree (its top directory)."""
+    for name in CLASSES:
+        if f"/{name}/" in path:
+            return name
+    return None
+
+
+def _writers_at_once(events, keep) -> int:
+    """Most sftp sessions (pids) with a temporary file open at the same time, among files `keep` accepts."""
+    open_: dict[str, int] = {}
+    best = 0
+    for pid, op, path in events:
+        if not path.endswith(TEMP_SUFFIX) or not keep(path):
+            continue
+        if op == "open":
+            open_[path] = pid
+        elif op == "close":
+            open_.pop(path, None)
+        best = max(best, len(set(open_.values())))
+    return best
+
+
+def _classes_at_once(events) -> int:
+    """Most MC classes with a temporary file open at the same time (server side)."""
+    open_: dict[str, str] = {}
+    best = 0
+    for _pid, op, path in events:
+        cls = _chunk_of(path)
+        if not path.endswith(TEMP_SUFFIX) or cls is None:
+            continue
+        if op == "open":
+            open_[path] = cls
+        elif op == "close":
+            open_.pop(path, None)
+        best = max(best, len(set(open_.values())))
+    return best
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Records what the real MC scheduler did: its moves and the events it received."""
+    seen: dict = {"moves": [], "events": []}
+    run, wait_any = MultiChunk.run, EngineChunkSession.wait_any
+
+    def run_spy(self, *args, **kwargs):
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            seen["moves"] = list(self.last_moves)
+
+    def wait_spy(self):
+        event = wait_any(self)
+        seen["events"].append(event)
+        return event
+
+    monkeypatch.setattr(MultiChunk, "run", run_spy)
+    monkeypatch.setattr(EngineChunkSession, "wait_any", wait_spy)
+    return seen
+
+
+def test_mc_runs_chunks_at_once_and_moves_channels(mixed, sshd, remote_dir, spy):
+    mark = sshd.log_mark()
+    dst = remote_dir / "mc"
+    summary = run_copy(CopyRequest(Endpoint("file", str(mixed)), Endpoint("sftp", str(dst), _target(sshd)),
+                                   algorithm="mc", link=LinkInfo(rtt_s=0.001, bandwidth_bps=1e9, source="given"),
+                                   use_store=False))
+    assert summary["failed"] == [] and summary["verify"]["verified"] == 116
+    assert tree_digest(dst) == tree_digest(mixed) and temp_files(dst) == []
+    assert sorted(c["id"] for c in summary["chunks"]) == [f"mc.{n}" for n in sorted(CLASSES)]
+
+    done = {e.chunk_id: e for e in spy["events"] if e.done}
+    assert len(done) == 4 and sum(1 for e in spy["events"] if e.done) == 4  # one done event per chunk
+    spans = {cid: (e.at - e.result.seconds, e.at) for cid, e in done.items()}
+    huge = spans["mc.huge"]
+    overlapping = [cid for cid, (lo, hi) in spans.items() if cid != "mc.huge" and lo < huge[1] and huge[0] < hi]
+    assert overlapping, spans  # the other chunks ran while the huge one did, not after it
+
+    events = sshd.sftp_events(mark)
+    assert _classes_at_once(events) >= 2  # the server saw files of two chunks open at the same time
+
+    # Channels moved: a chunk's channels went to a running one when it finished, and the
+    # engine really ran that chunk with more connections than it started with.
+    initial = {cid: n for at, cid, n in spy["moves"] if at == 0.0}
+    grown = [(at, cid, n) for at, cid, n in spy["moves"] if at > 0 and n > initial.get(cid, 0)]
+    assert initial == {f"mc.{n}": 2 for n in CLASSES} and grown, spy["moves"]
+    cid = grown[0][1]
+    final = {c["id"]: c["cc"] for c in summary["chunks"]}
+    assert final[cid] == max(n for _, c, n in spy["moves"] if c == cid) > 2
+    name = cid.split(".")[1]
+    assert _writers_at_once(events, lambda p: _chunk_of(p) == name) > 2, (cid, spy["moves"])
+    progress = [e for e in spy["events"] if not e.done]
+    assert progress and all(0 <= e.bytes_done <= 63104560 for e in progress)
+
+
+def test_set_channels_grows_and_shrinks_a_running_chunk(sshd, remote_dir, local_dir):
+    src = local_dir / "many"
+    for i in range(400):
+        write_random(src / f"f{i:03d}.bin", 64 * 1024, seed=1000 + i)
+    table = list_local(str(src)).sorted_by_size().table
+    dst = remote_dir / "many"
+    with TransferSession(Endpoint("file", str(src)), Endpoint("sftp", str(dst), _target(sshd)), verify=None) as s:
+        ex = EngineSessionExecutor(s, str(src), str(dst), None, None)
+        cs = ex.open_session(table)
+        spec = make_spec(SortedSizes.of(table), "c", 0, table.num_rows, TransferParams(pp=1, p=1, cc=1))
+        cs.start(spec, 1)
+        chunk = cs._chunks["c"]
+
+        def until(cond, what):
+            deadline = time.monotonic() + 60
+            while not cond():
+                assert time.monotonic() < deadline, what
+                time.sleep(0.01)
+
+        until(lambda: chunk.runner is not None and chunk.stats.files_done >= 20, "first files")
+        grow_mark = sshd.log_mark()
+        cs.set_channels("c", 4)
+        until(lambda: chunk.runner.live == 4 and chunk.stats.files_done >= 120, "growth")
+        cs.set_channels("c", 1)
+        until(lambda: chunk.runner.live == 1, "shrink")
+        shrink_mark = sshd.log_mark()
+        events = []
+        while True:
+            e = cs.wait_any()
+            events.append(e)
+            if e.done:
+                break
+        with pytest.raises(RuntimeError, match="no chunk running"):
+            cs.wait_any()
+        cs.close()
+    result = events[-1].result
+    assert result.params.cc == 1 and result.failed == [] and len(result.outcomes) == 400
+    assert all(not e.done for e in events[:-1])
+    assert _writers_at_once(sshd.sftp_events(grow_mark, shrink_mark), lambda p: True) >= 3  # more connections at once after growing
+    # And one again after shrinking: one session opened the files from then on. A retired worker's
+    # last file (pp=1) may still show up when the server's log lines land after the mark.
+    opens = Counter(pid for pid, op, p in sshd.sftp_events(shrink_mark) if op == "open" and p.endswith(TEMP_SUFFIX))
+    (_, most), *others = opens.most_common()
+    assert most >= 10 and all(n <= 1 for _, n in others), opens
+    assert tree_digest(dst) == tree_digest(src)
+
+
+@pytest.mark.parametrize("verify", [None, "sequential"])
+def test_close_stops_running_chunks_at_a_file_boundary(verify, sshd, remote_dir, local_dir):
+    src = local_dir / "stop"
+    for i in range(300):
+        write_random(src / f"f{i:03d}.bin", 64 * 1024, seed=2000 + i)
+    table = list_local(str(src)).sorted_by_size().table
+    dst = remote_dir / "stop"
+    # sequential: checksums wait for every transfer of the chunk; a stop must still let them run.
+    options = {"verify": "sha256", "verify_mode": "sequential"} if verify else {}
+    with TransferSession(Endpoint("file", str(src)), Endpoint("sftp", str(dst), _target(sshd)), **options) as s:
+        cs = EngineSessionExecutor(s, str(src), str(dst), None, None).open_session(table)
+        sizes = SortedSizes.of(table)
+        cs.start(make_spec(sizes, "a", 0, 150, TransferParams(pp=1, cc=1)), 1)
+        cs.start(make_spec(sizes, "b", 150, 300, TransferParams(pp=1, cc=1)), 1)
+        deadline = time.monotonic() + 60
+        while s.stats.files_done < 20 and not verify:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        if verify:
+            assert s.stats.files_done == 0  # nothing verified yet: the gate waits for the transfers
+            while s.stats.bytes_done < 20 * 64 * 1024:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        closing = threading.Thread(target=cs.close, daemon=True)
+        closing.start()
+        closing.join(60)
+        assert not closing.is_alive(), "close() hung"
+        assert all(not c.thread.is_alive() for c in cs._chunks.values())
+        assert 20 <= s.stats.files_done < 300
+    got = tree_digest(dst)
+    want = tree_digest(src)
+    assert got and all(want[rel] == digest for rel, digest in got.items())  # whatever is there is whole
+    assert temp_files(dst) == []  # files in flight were finished, none was cut
+
+
+@pytest.mark.parametrize("mode", ["block"])  # file mode: test_mc_runs_chunks_at_once_and_moves_channels
+def test_mc_cli_verified_byte_identical(mode, mixed, sshd, remote_dir):
+    dst = remote_dir / f"cli-{mode}"
+    res = run_cli("copy", str(mixed), sshd.url(str(dst)), "--algorithm", "mc", *LINK, "--verify-mode", mode,
+                  "--verify-block-size", str(1 * MIB), "--json", *ssh_args(sshd), timeout=300)
+    assert res.code == 0, res.err
+    s = res.summary
+    assert s["failed"] == [] and s["files"] == 116 and len(s["chunks"]) == 4
+    v = s["verify"]
+    assert v["mode"] == mode and v["verified"] == 116 and v["mismatched"] == 0
+    if mode == "block":
+        assert v["blocks"]["verified"] >= 20 * 3  # each huge file is 4 blocks of 1 MiB (the last short)
+    assert tree_digest(dst) == tree_digest(mixed) and temp_files(dst) == []
+
+
+def test_mc_resumes_after_sigkill(mixed, sshd, remote_dir, tmp_path):
+    dst = remote_dir / "killed"
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    cmd = [sys.executable, "-m", "airflow_transfer.cli", "copy", str(mixed), sshd.url(str(dst)), "--algorithm", "mc",
+           *LINK, "--verify-mode", "block", "--verify-block-size", str(1 * MIB), "--store", store, *ssh_args(sshd)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    huge = dst / "huge"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if huge.exists() and len(list(huge.glob("h*.bin"))) >= 3:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the copy finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert len(list(huge.glob("h*.bin"))) < 20
+    res = run_cli("copy", str(mixed), sshd.url(str(dst)), "--algorithm", "mc", *LINK, "--verify-mode", "block",
+                  "--verify-block-size", str(1 * MIB), "--store", store, "--json", *ssh_args(sshd), timeout=300)
+    assert res.code == 0, res.err
+    assert res.summary["failed"] == [] and res.summary["files_skipped"] >= 3
+    assert tree_digest(dst) == tree_digest(mixed) and temp_files(dst) == []
+
+
+def test_a_failing_file_in_one_chunk_does_not_stop_the_others(mixed, sshd, remote_dir, tmp_path):
+    src = tmp_path / "src"
+    subprocess.run(["cp", "-a", str(mixed), str(src)], check=True)
+    manifest = tmp_path / "m.parquet"
+    assert run_cli("list", str(src), "--out", str(manifest)).code == 0
+    (src / "small" / "s007.dat").unlink()  # listed, then gone: that file fails, nothing else
+    dst = remote_dir / "partial"
+    res = run_cli("copy", str(src), sshd.url(str(dst)), "--manifest", str(manifest), "--algorithm", "mc", *LINK,
+                  "--json", *ssh_args(sshd), timeout=120)
+    assert res.code != 0 and "Traceback" not in res.err
+    s = res.summary
+    assert [f["path"] for f in s["failed"]] == ["small/s007.dat"]
+    assert len(s["chunks"]) == 4
+    want = tree_digest(src)
+    assert tree_digest(dst) == want and temp_files(dst) == []
+
+
+def test_a_chunk_that_cannot_start_fails_the_copy_without_hanging(mixed, sshd, remote_dir):
+    dst = remote_dir / "blocked"
+    dst.mkdir()
+    (dst / "huge").write_bytes(b"not a directory")  # the huge chunk cannot create its directory
+    res = run_cli("copy", str(mixed), sshd.url(str(dst)), "--algorithm", "mc", *LINK, *ssh_args(sshd), timeout=120)
+    assert res.code != 0 and "Traceback" not in res.err
+    assert "cannot create destination directory" in res.err and "huge" in res.err
+    assert temp_files(dst) == []
+
+
+@pytest.mark.parametrize("direction", ["download", "local"])
+def test_mc_other_directions_run_chunks_at_once(direction, mixed, sshd, remote_dir, local_dir, spy):
+    link = LinkInfo(rtt_s=0.001, bandwidth_bps=1e9, source="given")
+    if direction == "download":
+        subprocess.run(["cp", "-a", str(mixed), str(remote_dir / "src")], check=True)
+        src = Endpoint("sftp", str(remote_dir / "src"), _target(sshd))
+    else:
+        src = Endpoint("file", str(mixed))
+    dst = local_dir / direction
+    summary = run_copy(CopyRequest(src, Endpoint("file", str(dst)), algorithm="mc", link=link, use_store=False))
+    assert summary["failed"] == [] and summary["verify"]["verified"] == 116 and len(summary["chunks"]) == 4
+    assert tree_digest(dst) == tree_digest(mixed) and temp_files(dst) == []
+    done = [e for e in spy["events"] if e.done]
+    assert len(done) == 4 and all(e.result.params.cc >= 2 for e in done)
