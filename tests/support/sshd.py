@@ -81,6 +81,41 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
+def _server_socket_inodes(port: int) -> set[str]:
+    """Inodes of TCP sockets whose local port is `port` (listening or connected), IPv4 and IPv6."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            if local_port == port and fields[9] != "0":  # inode 0: TIME_WAIT, owned by nobody
+                inodes.add(fields[9])
+    return inodes
+
+
+def _pids_holding(inodes: set[str]) -> set[int]:
+    wanted = {f"socket:[{i}]" for i in inodes}
+    pids: set[int] = set()
+    for pid_dir in Path("/proc").iterdir():
+        if not pid_dir.name.isdigit() or int(pid_dir.name) == os.getpid():
+            continue
+        try:
+            for fd in (pid_dir / "fd").iterdir():
+                try:
+                    if os.readlink(fd) in wanted:
+                        pids.add(int(pid_dir.name))
+                        break
+                except OSError:
+                    continue
+        except OSError:
+            continue
+    return pids
+
+
 @dataclass
 class SSHServer:
     """One sshd process. `start()` returns when it accepts connections."""
@@ -209,29 +244,47 @@ class SSHServer:
             return False
 
     def stop(self) -> None:
-        """Stop the listener and every session child (they share its process group)."""
+        """Stop the listener and every session it served: afterwards nothing answers on the port."""
         if self.proc is None:
             return
-        # Session processes re-exec as "sshd: user@notty" in their own process
-        # groups: find them by parentage before the listener goes.
-        tree = _descendants(self.proc.pid)
-        for pid in tree:
+        # Freeze the listener first: a connection accepted while we collect its
+        # children would otherwise fork a session nobody kills (session children
+        # setsid and rewrite their argv, so neither killpg nor the marker finds it).
+        try:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            pass
+        for pid in _descendants(self.proc.pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        # Session children detach into their own process groups; end them too.
+        self.proc.wait()
         self._kill_children()
+        if self.netns is None:
+            self._kill_port_holders()
         self.proc = None
+
+    def _kill_port_holders(self, timeout: float = 5.0) -> None:
+        """SIGKILL whatever still holds a server-side socket on our port, until none does."""
+        deadline = time.monotonic() + timeout
+        while True:
+            inodes = _server_socket_inodes(self.port)
+            holders = _pids_holding(inodes) if inodes else set()
+            if not holders:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"sshd on port {self.port}: processes {sorted(holders)} survive SIGKILL")
+            for pid in holders:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
 
     def _kill_children(self) -> None:
         marker = str(self.config_file)
