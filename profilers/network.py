@@ -438,6 +438,13 @@ def _expect_go(sock: socket.socket) -> bytes:
     raise OSError("no answer from the sink (got %r); is it this profiler's --serve?" % reply[:40])
 
 
+def _stream_timeout(timeout: float, seconds: float) -> float:
+    # The sink's byte count comes back only after everything queued in socket
+    # buffers (and in an SSH tunnel, when the probe runs through one) has drained;
+    # on a busy host that drain can take several times the probe itself.
+    return max(timeout, 3.0 * seconds + 30.0)
+
+
 def measure_bandwidth(host: str, port: int, seconds: float = 3.0, streams: int = 4, direction: str = "send",
                       buffer: int = 0, token: str = "", timeout: float = 10.0, omit: Optional[float] = None) -> dict:
     """Timed memory-to-memory transfer against a `--serve` sink.
@@ -468,7 +475,7 @@ def measure_bandwidth(host: str, port: int, seconds: float = 3.0, streams: int =
     omit = max(0.0, min(omit, seconds / 2.0))
     results = [{} for _ in range(streams)]
     threads = [threading.Thread(target=_stream, args=(address, family, direction, seconds, buffer, token,
-                                                      max(timeout, seconds + 10.0), barrier, payload, r, omit),
+                                                      _stream_timeout(timeout, seconds), barrier, payload, r, omit),
                                 daemon=True) for r in results]
     for t in threads:
         t.start()
