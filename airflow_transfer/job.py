@@ -205,7 +205,7 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store) -> dict:
         "bytes_moved": moved,
         "skipped_entries": dict(manifest.skipped),
         "verify": verify_summary,
-        "chunks": [c.summary() for c in chunks],
+        "chunks": [c.summary(origin=t0) for c in chunks],
         "protocol_switches": list(getattr(session, "switches", [])),
         "tuning": start.summary(),
         "failed": failed,

@@ -80,7 +80,7 @@ class RateSchedule(threading.Thread):
 
 
 def chart(path: Path, trace: list[tuple[float, float]], changes: list[tuple[float, float]], end: float,
-          chunks: list[dict], title: str) -> None:
+          chunks: list[dict], title: str, job_seconds: float = 0.0) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -93,14 +93,20 @@ def chart(path: Path, trace: list[tuple[float, float]], changes: list[tuple[floa
     steps_t = [t for t, _ in changes] + [end]
     steps_r = [r for _, r in changes] + [changes[-1][1]]
     ax.step(steps_t, steps_r, where="post", color="#cc5500", linestyle="--", linewidth=1, label="link rate")
-    # Chunk boundaries from the summary (chunks run one after another; times are cumulative).
-    t = 0.0
+    # One lane per chunk at the bottom: Multi-Chunk runs chunks at once. The summary's
+    # start_s counts from the job's start, which is `job_seconds` before the process ended.
     top = max(r for _, r in changes) * 1.08
-    for c in chunks:
-        t_end = t + c["seconds"]
-        ax.axvspan(t, t_end, ymin=0.0, ymax=0.04, color="#bbbbbb" if chunks.index(c) % 2 else "#888888")
-        ax.text((t + t_end) / 2, top * 0.06, f"cc{c['cc']}", ha="center", fontsize=6, rotation=90)
-        t = t_end
+    offset = end - job_seconds if job_seconds else 0.0
+    lane = 0.035
+    t_seq = 0.0
+    for i, c in enumerate(chunks):
+        start = offset + c["start_s"] if c.get("start_s") is not None else t_seq  # older summaries: in turn
+        t_end = start + c["seconds"]
+        t_seq = t_end
+        ymin = i * lane
+        ax.axvspan(start, t_end, ymin=ymin, ymax=ymin + lane * 0.85, color="#888888" if i % 2 else "#555555")
+        ax.text(start + 0.3, top * (ymin + lane * 0.15), f"{c['id']} pp{c['pp']} p{c['p']} cc{c['cc']}",
+                fontsize=6, color="white", va="bottom")
     ax.set_xlim(0, end)
     ax.set_ylim(0, top)
     ax.set_xlabel("seconds since the copy started")
@@ -154,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     fraction = ds.bytes / offered if offered else 0.0
     trace = [(t1, (b1 - b0) * 8 / (t1 - t0) / 1e6) for (t0, b0), (t1, b1) in zip(sched.samples, sched.samples[1:])
              if t1 > t0]
-    chunks = [{k: c.get(k) for k in ("id", "files", "bytes", "pp", "p", "cc", "seconds", "throughput_mbit")}
+    chunks = [{k: c.get(k) for k in ("id", "files", "bytes", "pp", "p", "cc", "start_s", "seconds",
+                                     "throughput_mbit")}
               for c in summary.get("chunks", [])]
     result = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(), "commit": commit(),
               "profile": args.profile, "dataset": ds.name, "files": ds.files, "bytes": ds.bytes,
@@ -162,14 +169,16 @@ def main(argv: list[str] | None = None) -> int:
                                                     "for_s": args.drop_for},
               "seconds": round(seconds, 2), "offered_payload_bytes": int(offered),
               "fraction_of_available": round(fraction, 3), "verified": verified,
-              "tuning": summary.get("tuning"), "chunks": chunks, "rate_changes": sched.changes,
+              "tuning": summary.get("tuning"), "job_seconds": summary.get("seconds"), "chunks": chunks,
+              "rate_changes": sched.changes,
               "trace_mbit": [(round(t, 2), round(m, 1)) for t, m in trace]}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "adaptivity.json").write_text(json.dumps(result, indent=1) + "\n")
     title = (f"{args.algorithm} on {ds.name} over {args.profile}: rate drop to {args.drop_to:g} Mbit/s for "
              f"{args.drop_for:g} s; {fraction:.0%} of the available rate")
     try:
-        chart(args.out / "adaptivity.png", trace, sched.changes, seconds, chunks, title)
+        chart(args.out / "adaptivity.png", trace, sched.changes, seconds, chunks, title,
+              job_seconds=summary.get("seconds") or 0.0)
     except ImportError:
         say("adaptivity: no chart: matplotlib is not installed (benchmarks/bench.sh installs it)")
     lines = ["# Adaptivity: a rate drop in the middle of a transfer", "",

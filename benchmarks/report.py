@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -58,18 +59,27 @@ def results_table(latest: dict, details: dict | None = None) -> str:
             rows = sorted((r for r in runs if r["link"] == link and r["dataset"] == dataset),
                           key=lambda r: -r["median_mbit"])
             out += [f"**{link_desc}, {_dataset_label(dataset, details)}**", "",
-                    "| contender | median Mbit/s | min - max | of link | CPU s (client+server) | "
-                    "peak RSS MB | verified | runs |",
-                    "|---|---:|---:|---:|---:|---:|---|---:|"]
+                    "| contender | median Mbit/s | min - max | of link | CPU s (client+server) | emulator CPU s "
+                    "| machine busy (cores) | peak RSS MB | verified | runs |",
+                    "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
             for r in rows:
+                emu, busy = _median_of(details, r, "emulator_cpu_s"), _median_of(details, r, "machine_busy_cores")
                 out.append(f"| {r['contender']} | {r['median_mbit']:.1f} | {r['min_mbit']:.1f} - {r['max_mbit']:.1f} "
-                           f"| {r['median_mbit'] / r['link_mbit']:.0%} | {r['cpu_s']:.1f} | {r['peak_rss_mb']:.0f} "
-                           f"| {'content' if r['verified'] else 'sizes'} | {r['repetitions']} |")
+                           f"| {r['median_mbit'] / r['link_mbit']:.0%} | {r['cpu_s']:.1f} "
+                           f"| {'-' if emu is None else f'{emu:.1f}'} | {'-' if busy is None else f'{busy:.2f}'} "
+                           f"| {r['peak_rss_mb']:.0f} | {'content' if r['verified'] else 'sizes'} | {r['repetitions']} |")
             out.append("")
     problems = problems_section(details)
     if problems:
         out += problems
     return "\n".join(out)
+
+
+def _median_of(details: dict, row: dict, field: str) -> float | None:
+    """Median of `field` over a cell's successful runs; None when no run recorded it (older runs)."""
+    values = [r[field] for r in details.get("runs", []) if r.get("ok") and field in r
+              and (r["link"], r["dataset"], r["contender"]) == (row["link"], row["dataset"], row["contender"])]
+    return statistics.median(values) if values else None
 
 
 def problems_section(details: dict) -> list[str]:
@@ -189,7 +199,9 @@ def write_report(results: Path = RESULTS, charts: bool = True) -> Path:
                      f"on {_cores(latest['machine'])} cores")
     if details.get("note"):
         lines += ["", f"> {details['note']}"]
-    lines += ["", "CPU is client + server seconds (the link emulator's own CPU is not included); RSS is the "
+    lines += ["", "CPU is client + server seconds; the link emulator's own CPU is its own column. Machine busy "
+              "is the average number of cores busy during the run (/proc/stat, so kernel work for the TUN "
+              "devices and TCP stacks counts too): near the core count, the run was CPU-bound. RSS is the "
               "client's peak. `verified`: `content` = every file's digest matched, `sizes` = names and sizes "
               "only. What each contender is and how it is configured: docs/benchmarks.md.", ""]
     lines.append(results_table(latest, details))

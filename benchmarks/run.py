@@ -82,8 +82,13 @@ def one_run(bed: Testbed, contender: Contender, dataset: Dataset, rep: int, cont
               "direction": contender.direction, "rep": rep, "ok": False, "load_avg_1m": os.getloadavg()[0]}
     server0, emu0 = bed.server_cpu(), bed.emulator_cpu()
     try:
+        busy0 = machine_cpu()
         seconds = contender.run(local, remote)
-        record.update(seconds=seconds, mbit=dataset.bytes * 8 / seconds / 1e6)
+        record.update(seconds=seconds, mbit=dataset.bytes * 8 / seconds / 1e6,
+                      machine_busy_cores=busy_cores(busy0, machine_cpu()))
+        summary = getattr(contender, "last_summary", None)
+        if summary:  # what the tuning chose, chunk by chunk: the report's explanation of a rate
+            record.update(job_seconds=summary.get("seconds"), chunks=summary.get("chunks"))
         bed.wait_server_idle()
         record.update(verified=verify_tree(dataset, landing, content=content_check), ok=True)
     except ContenderFailed as exc:
@@ -100,6 +105,21 @@ def one_run(bed: Testbed, contender: Contender, dataset: Dataset, rep: int, cont
         else:
             clear(local)
     return record
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) jiffies of all CPUs from /proc/stat: kernel work for the TUN devices and
+    TCP stacks runs in softirq context, charged to no process the run accounts for."""
+    fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already inside user
+    return total - idle, total
+
+
+def busy_cores(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """How many of the machine's cores were busy on average between two machine_cpu() readings."""
+    span = after[1] - before[1]
+    return round((after[0] - before[0]) / span * (os.cpu_count() or 1), 2) if span > 0 else 0.0
 
 
 # -- aggregation -----------------------------------------------------------------------

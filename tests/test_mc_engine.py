@@ -134,6 +134,11 @@ def test_mc_runs_chunks_at_once_and_moves_channels(mixed, sshd, remote_dir, spy)
     huge = spans["mc.huge"]
     overlapping = [cid for cid, (lo, hi) in spans.items() if cid != "mc.huge" and lo < huge[1] and huge[0] < hi]
     assert overlapping, spans  # the other chunks ran while the huge one did, not after it
+    # The summary places chunks on one timeline too (reports draw them from it).
+    told = {c["id"]: (c["start_s"], c["start_s"] + c["seconds"]) for c in summary["chunks"]}
+    assert all(0 <= lo <= hi <= summary["seconds"] + 0.01 for lo, hi in told.values()), told
+    assert any(lo < told["mc.huge"][1] and told["mc.huge"][0] < hi for cid, (lo, hi) in told.items()
+               if cid != "mc.huge"), told
 
     events = sshd.sftp_events(mark)
     assert _classes_at_once(events) >= 2  # the server saw files of two chunks open at the same time

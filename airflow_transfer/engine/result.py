@@ -30,6 +30,9 @@ class ChunkResult:
     resumed: int = 0  # files continued from bytes already at the destination
     retried: int = 0  # files that needed more than one attempt
     bytes_resent: int = 0  # bytes sent again because an attempt failed
+    # time.monotonic() when the chunk began: Multi-Chunk runs chunks at once, so a
+    # report cannot place them on a timeline by adding up their durations.
+    started: float = 0.0
 
     @property
     def throughput_mbit(self) -> float:
@@ -42,8 +45,9 @@ class ChunkResult:
     def failed(self) -> list[FileOutcome]:
         return [o for o in self.outcomes if not o.ok]
 
-    def summary(self) -> dict:
-        return {
+    def summary(self, origin: float | None = None) -> dict:
+        """Plain values for JSON; with `origin` (a monotonic time), also `start_s`: when the chunk began after it."""
+        out = {
             "id": self.chunk_id,
             "files": self.files,
             "bytes": self.bytes,
@@ -53,3 +57,6 @@ class ChunkResult:
             "seconds": round(self.seconds, 3),
             "throughput_mbit": round(self.throughput_mbit, 2),
         }
+        if origin is not None and self.started:
+            out["start_s"] = round(self.started - origin, 3)
+        return out

@@ -109,11 +109,13 @@ class AirflowTransfer(Contender):
                 "--ssh-config", str(bed.ssh_config)]
 
     def run(self, dataset_dir: Path, remote_dir: Path) -> float:
+        self.last_summary: dict | None = None
         done = self.measure(self.command(dataset_dir, remote_dir))
         try:
             summary = json.loads(done.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
             raise ContenderFailed(f"printed no JSON summary: {done.tail()}") from None
+        self.last_summary = summary
         if summary.get("failed"):
             raise ContenderFailed(f"{len(summary['failed'])} files failed, e.g. {summary['failed'][0]}")
         return done.seconds
