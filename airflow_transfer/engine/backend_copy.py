@@ -235,8 +235,7 @@ class BackendSession:
             tasks.append(_Task(rel, int(sizes[i]), float(mtimes[i]), modes[i] if modes else 0o644,
                                _join(src_root, rel), dst, tmp, resumable=resume is not None and rel in resume))
         used = TransferParams(pp=1, p=1, cc=params.cc)
-        result = ChunkResult(chunk_id, used, files=len(tasks), bytes=sum(t.size for t in tasks))
-        result.started = t0
+        result = ChunkResult(chunk_id, used, files=len(tasks), bytes=sum(t.size for t in tasks), started=t0)
         self.stats.params = {"pp": 1, "p": 1, "cc": params.cc}
         dirs = sorted({posixpath.dirname(t.rel) for t in tasks} - {""})
         if tasks:

@@ -289,8 +289,7 @@ class TransferSession:
                 done = resume[t.rel]
                 if done and params.p > 1 and t.size >= 2 * RANGE_MIN:
                     t.todo_ranges = _subtract([(0, t.size)], [tuple(r) for r in done]) or None
-        result = ChunkResult(chunk_id, params, files=len(tasks), bytes=sum(t.size for t in tasks))
-        result.started = t0
+        result = ChunkResult(chunk_id, params, files=len(tasks), bytes=sum(t.size for t in tasks), started=t0)
         self.stats.params = {"pp": params.pp, "p": params.p, "cc": params.cc}
         dirs = sorted({posixpath.dirname(t.rel) for t in tasks} - {""})
         self.ensure_dirs(dst_root, dirs)

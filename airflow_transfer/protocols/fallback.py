@@ -363,8 +363,7 @@ class FallbackSession:
         n = files.num_rows
         sizes = files["size"].to_pylist()
         paths = files["path"].to_pylist()
-        result = ChunkResult(chunk_id, params, files=n, bytes=sum(sizes))
-        result.started = t0
+        result = ChunkResult(chunk_id, params, files=n, bytes=sum(sizes), started=t0)
         outcomes: dict[int, FileOutcome] = {}
         moved = [0] * n
         full_sends = [0] * n
