@@ -257,12 +257,15 @@ def _unknown_link():
 
 
 def sftp_link(link):
-    """The link as the SFTP engine sees it: two control round trips per file to pipeline."""
+    """The link as the SFTP engine sees it: two control round trips per file to pipeline, and
+    the SSH channel window on every connection (the receiving sshd's: OpenSSH's 2 MiB for
+    uploads; for downloads our own window is larger, so 2 MiB is the conservative figure)."""
     import dataclasses
 
-    from .tuning.models import SFTP_FILE_RTTS
+    from .tuning.models import OPENSSH_CHANNEL_WINDOW, SFTP_FILE_RTTS
 
-    return dataclasses.replace(link, file_rtts=SFTP_FILE_RTTS)
+    return dataclasses.replace(link, file_rtts=SFTP_FILE_RTTS,
+                               channel_window_bytes=link.channel_window_bytes or OPENSSH_CHANNEL_WINDOW)
 
 
 def link_from_args(rtt_ms: float | None, bandwidth_mbit: float | None, bdp: int | None):

@@ -160,6 +160,65 @@ def test_pcp_set2_ramps_parallelism_before_concurrency():
     assert all(r.bytes >= min_chunk * r.params.cc and r.files > r.params.cc for r in probes)
 
 
+# -- SSH channel window: ramps start where one connection is known to be window-bound -----------
+
+WAN50_SSH = LinkInfo(rtt_s=0.05, bandwidth_bps=500e6, channel_window_bytes=2 * MB, file_rtts=2, source="profiler")
+
+
+def test_ramps_start_at_the_connections_the_ssh_window_needs():
+    """wan50 over SFTP: a 3.1 MB BDP over OpenSSH's 2 MiB channel window needs 2 connections,
+    so the cc ramp (Set 1) and the p ramp (Set 2) start at 2, not at the paper's 1."""
+    from airflow_transfer.tuning.models import streams_for_channel_window
+
+    assert streams_for_channel_window(WAN50_SSH, 32) == 2
+    assert streams_for_channel_window(WAN50_SSH, 1) == 1  # never above the cap
+    wan100 = LinkInfo(rtt_s=0.1, bandwidth_bps=500e6, channel_window_bytes=2 * MB, source="profiler")
+    assert streams_for_channel_window(wan100, 32) == 3  # 6.25 MB / 2 MiB
+    small = table(np.full(1000, MB))
+    sim = LinkSimulator(WAN50_SSH)
+    ramp = [r for r in get_algorithm("pcp").run(small, WAN50_SSH, sim) if "rest" not in r.chunk_id]
+    assert [r.params.cc for r in ramp][:2] == [2, 4]
+    assert [s.params.cc for s in get_algorithm("pcp").plan(small, WAN50_SSH)][:3] == [2, 4, 8]
+    big = table(np.full(20, 50 * MB))
+    probes = [r for r in get_algorithm("pcp").run(big, WAN50_SSH, LinkSimulator(WAN50_SSH)) if "rest" not in r.chunk_id]
+    assert probes[0].params.p == 2 and probes[0].params.cc == 1
+    assert get_algorithm("pcp").plan(big, WAN50_SSH)[0].params.p == 2
+    accs = get_algorithm("adaptive-cc").run(small, WAN50_SSH, LinkSimulator(WAN50_SSH))
+    assert accs[0].params.cc == 2
+    assert get_algorithm("adaptive-cc").plan(small, WAN50_SSH)[0].params.cc == 2
+
+
+def test_two_large_files_are_not_spent_on_one_window_bound_connection():
+    """`large` (2 x 512 MiB) is too few files for a Set-2 probe to leave a rest, so its one
+    chunk is the whole dataset: it gets the window's 2 connections (it used to run at p=1)."""
+    results = get_algorithm("pcp").run(table(np.full(2, 512 * MB)), WAN50_SSH, LinkSimulator(WAN50_SSH))
+    assert len(results) == 1 and results[0].params.p * results[0].params.cc >= 2
+
+
+def test_without_a_protocol_window_or_a_measured_link_the_ramps_start_at_one():
+    from airflow_transfer.tuning.models import streams_for_channel_window
+
+    tcp_only = LinkInfo(rtt_s=0.05, bandwidth_bps=500e6, source="profiler")  # GridFTP-like: TCP grows
+    assert streams_for_channel_window(tcp_only, 32) == 1
+    unmeasured = LinkInfo(rtt_s=0.05, bandwidth_bps=1e9, channel_window_bytes=2 * MB, source="unknown")
+    assert streams_for_channel_window(unmeasured, 32) == 1  # a placeholder BDP is not acted on
+    sim = LinkSimulator(unmeasured)
+    assert get_algorithm("adaptive-cc").run(table(np.full(1000, MB)), unmeasured, sim)[0].params.cc == 1
+
+
+def test_sftp_link_adds_the_openssh_channel_window():
+    from airflow_transfer.job import sftp_link
+    from airflow_transfer.tuning.models import OPENSSH_CHANNEL_WINDOW, effective_window
+
+    link = sftp_link(LinkInfo(rtt_s=0.05, bandwidth_bps=500e6, source="profiler"))
+    assert link.channel_window_bytes == OPENSSH_CHANNEL_WINDOW and link.file_rtts == 2
+    assert effective_window(link) == OPENSSH_CHANNEL_WINDOW  # below Linux's 4 MiB default
+    given = sftp_link(LinkInfo(rtt_s=0.05, bandwidth_bps=500e6, channel_window_bytes=8 * MB, source="cli"))
+    assert given.channel_window_bytes == 8 * MB  # a known window is kept
+    with pytest.raises(ValueError, match="channel_window_bytes"):
+        LinkInfo(rtt_s=0.05, bandwidth_bps=500e6, channel_window_bytes=-1)
+
+
 # -- Multi-Chunk ---------------------------------------------------------------------------------
 
 def test_mc_runs_chunks_together_and_moves_channels_to_the_longest_eta():

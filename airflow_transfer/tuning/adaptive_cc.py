@@ -1,7 +1,9 @@
 """`adaptive-cc`: the Adaptive Concurrency algorithm of paper 001.
 
 Paper 001 (001_f8d7d2e175ffc04d.txt) section 4.1: cut the file list into
-chunks of a fixed number of files; move the first with concurrency 1; for each
+chunks of a fixed number of files; move the first with concurrency 1 (here: the
+connections the SSH channel window needs on a measured link,
+`streams_for_channel_window`, see pcp.py); for each
 next chunk raise concurrency while the measured throughput is higher than the
 previous chunk's, lower it when it falls. It needs no model of the link, which
 is why `auto` picks it when the link was not measured. Near the optimum it
@@ -27,7 +29,7 @@ from ..engine.result import ChunkResult
 from .base import Algorithm, RunContext, check_fraction, check_int, check_link, default_min_chunk_bytes
 from .chunks import ChunkSpec, make_spec
 from .dataset import ManifestLike, SortedSizes
-from .models import DEFAULT_MAX_CC, DEFAULT_MAX_PP, LinkInfo, pp_level, pp_param
+from .models import DEFAULT_MAX_CC, DEFAULT_MAX_PP, LinkInfo, pp_level, pp_param, streams_for_channel_window
 
 GRIDFTP_DEFAULT_LEVEL = 20  # paper 000 section 1: GridFTP's static default
 TARGET_CHUNKS = 8  # enough steps for the ramp to find its peak
@@ -84,9 +86,10 @@ class AdaptiveCC(Algorithm):
             return []
         bounds = self._bounds(sizes, link)
         specs = []
+        first = streams_for_channel_window(link, self.opts["max_cc"])
         for i, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
             params = TransferParams(pp=self._pp(sizes, link, lo, hi), p=self.opts["p"],
-                                    cc=min(i + 1, self.opts["max_cc"]), tcp_buffer=link.tcp_buffer_bytes)
+                                    cc=min(first + i, self.opts["max_cc"]), tcp_buffer=link.tcp_buffer_bytes)
             specs.append(make_spec(sizes, f"acc.{i + 1:04d}", lo, hi, params))
         return specs
 
@@ -95,7 +98,7 @@ class AdaptiveCC(Algorithm):
         if len(ctx.sizes) == 0:
             return []
         bounds = self._bounds(ctx.sizes, link)
-        cc, prev = 1, None
+        cc, prev = streams_for_channel_window(link, self.opts["max_cc"]), None
         for i, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
             params = TransferParams(pp=self._pp(ctx.sizes, link, lo, hi), p=self.opts["p"],
                                     cc=min(cc, hi - lo), tcp_buffer=link.tcp_buffer_bytes)

@@ -44,6 +44,10 @@ DEFAULT_MAX_P = 16
 DEFAULT_MAX_CC = 32
 UNKNOWN_SOURCE = "unknown"
 SFTP_FILE_RTTS = 2  # control round trips per file over SFTP: see LinkInfo.file_rtts
+# OpenSSH's session channel window (CHAN_SES_WINDOW_DEFAULT, 64 x 32 KiB). The receiving
+# sshd advertises it and never grows it, so one SFTP upload connection keeps at most this
+# much in flight whatever TCP could: 2 MiB / 50 ms = 335 Mbit/s before overheads.
+OPENSSH_CHANNEL_WINDOW = 2 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,11 @@ class LinkInfo:
         reply: eq. 4 as written). SFTP has two (OPEN must return a handle before
         the first WRITE; the CLOSE's status frees the slot), so the protocol's
         engine sets SFTP_FILE_RTTS and pipelining aims at that many BDPs in flight.
+    channel_window_bytes: a flow-control window the protocol itself puts on each
+        connection above TCP (SSH's channel window), 0 when there is none. Unlike
+        TCP's, it does not grow with the path, so it is known before the first byte
+        and the ramps start from the connections it takes to cover the BDP
+        (`streams_for_channel_window`).
     """
 
     rtt_s: float
@@ -73,6 +82,7 @@ class LinkInfo:
     loss_rate: float = 0.0
     source: str = "cli"
     file_rtts: int = 1
+    channel_window_bytes: int = 0
 
     def __post_init__(self) -> None:
         for name in ("rtt_s", "bandwidth_bps"):
@@ -81,7 +91,7 @@ class LinkInfo:
                     or not math.isfinite(value):
                 raise ValueError(f"LinkInfo.{name} must be a finite number > 0 (got {value!r}); "
                                  "measure the link or pass --rtt-ms/--bandwidth-mbit")
-        for name in ("tcp_buffer_bytes", "max_window_bytes"):
+        for name in ("tcp_buffer_bytes", "max_window_bytes", "channel_window_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"LinkInfo.{name} must be a whole number of bytes >= 0 (got {value!r})")
@@ -130,10 +140,16 @@ def bdp(bandwidth_bps: float, rtt_s: float) -> int:
     return max(1, int(round(bandwidth_bps / 8 * rtt_s)))
 
 
-def effective_window(link: LinkInfo) -> int:
-    """The per-connection window: the smaller of the known limits, else Linux's default."""
+def tcp_window(link: LinkInfo) -> int:
+    """TCP's per-connection window: the smaller of the known limits, else Linux's default."""
     limits = [w for w in (link.tcp_buffer_bytes, link.max_window_bytes) if w > 0]
     return min(limits) if limits else DEFAULT_MAX_WINDOW
+
+
+def effective_window(link: LinkInfo) -> int:
+    """The per-connection window: TCP's, or the protocol's channel window when that is smaller."""
+    window = tcp_window(link)
+    return min(window, link.channel_window_bytes) if link.channel_window_bytes > 0 else window
 
 
 def pp_level(bdp_bytes: float, mean_size: float, max_pp: int = DEFAULT_MAX_PP) -> int:
@@ -194,6 +210,21 @@ def streams_to_fill(link: LinkInfo, max_streams: int = DEFAULT_MAX_P) -> int:
     """Connections needed before the link, not the window, is the limit (paper 000
     section 2.2: parallelism pays when the buffer is small compared with the BDP)."""
     return int(min(max(math.ceil(link.bandwidth_bps / stream_bps(link)), 1), max_streams))
+
+
+def streams_for_channel_window(link: LinkInfo, cap: int) -> int:
+    """Where a concurrency or parallelism ramp starts: the connections a protocol window
+    needs to cover the BDP, ceil(BDP / channel window), clamped to [1, cap]; 1 when the
+    protocol has no window of its own.
+
+    Paper 000 Alg. 2 ramps from one connection because a GridFTP stream's only window
+    is TCP's, which autotuning grows to the BDP. An SSH channel's window stays at its
+    size, so on a path whose BDP exceeds it every probe below this count is known in
+    advance to be window-bound (wan50: 3.1 MB BDP over a 2 MiB window gives 2; the cc=1
+    probe ran at 165 Mbit/s, benchmarks/results/tuning-diagnosis.md)."""
+    if link.channel_window_bytes <= 0 or not link.measured:
+        return 1  # no protocol window, or a placeholder BDP not worth acting on
+    return int(min(max(math.ceil(link.bdp_bytes / link.channel_window_bytes), 1), max(cap, 1)))
 
 
 def channel_rate_bps(mean_size: float, params_pp: int, p: int, link: LinkInfo,

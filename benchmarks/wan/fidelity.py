@@ -28,9 +28,9 @@ def _cpu_seconds(pid: int) -> float:
 def measure(profile: str, seconds: int) -> dict:
     rtt_ms, rate_mbit = PROFILES[profile]
     with EmulatedLink(rtt_ms=rtt_ms, rate_mbit=rate_mbit) as link:
-        lo, avg, hi = ping_ms(link, count=20)
+        lo, med, hi = ping_ms(link, count=20)
         row = {"profile": profile, "rtt_ms": rtt_ms, "rate_mbit": rate_mbit,
-               "ping_min_ms": lo, "ping_avg_ms": avg, "ping_max_ms": hi}
+               "ping_min_ms": lo, "ping_median_ms": med, "ping_max_ms": hi}
         for streams in (1, 4, 8):
             row[f"w256k_p{streams}_mbit"] = round(
                 iperf_mbit(link, "-w", "256K", "-P", str(streams), seconds=seconds, omit=1), 1)
