@@ -148,11 +148,14 @@ def test_mc_runs_chunks_at_once_and_moves_channels(mixed, sshd, remote_dir, spy)
     initial = {cid: n for at, cid, n in spy["moves"] if at == 0.0}
     grown = [(at, cid, n) for at, cid, n in spy["moves"] if at > 0 and n > initial.get(cid, 0)]
     assert initial == {f"mc.{n}": 2 for n in CLASSES} and grown, spy["moves"]
-    cid = grown[0][1]
     final = {c["id"]: c["cc"] for c in summary["chunks"]}
-    assert final[cid] == max(n for _, c, n in spy["moves"] if c == cid) > 2
-    name = cid.split(".")[1]
-    assert _writers_at_once(events, lambda p: _chunk_of(p) == name) > 2, (cid, spy["moves"])
+    for cid in {c for _, c, _ in grown}:
+        assert final[cid] == max(n for _, c, n in spy["moves"] if c == cid) > 2
+    # A chunk can receive channels when only its last two files are left, so not every grown
+    # chunk shows more writers; at least one must (usually `huge`, which finishes last).
+    wider = {cid: _writers_at_once(events, lambda p, name=cid.split(".")[1]: _chunk_of(p) == name)
+             for cid in {c for _, c, _ in grown}}
+    assert max(wider.values()) > 2, (wider, spy["moves"])
     progress = [e for e in spy["events"] if not e.done]
     assert progress and all(0 <= e.bytes_done <= 63104560 for e in progress)
 
