@@ -39,6 +39,7 @@ def _endpoint(url: str, args) -> "Endpoint":
         if not 0 < stall < float("inf"):
             raise UsageError(f"--stall-timeout must be positive seconds (got {stall})", "", "e.g. --stall-timeout 60")
         target.idle_timeout = stall
+    target.client = getattr(args, "ssh_client", None) or target.client
     return Endpoint("sftp", parsed.path, target)
 
 
@@ -58,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--stall-timeout", type=float, default=None,
                        help="seconds an SFTP request may go unanswered before the connection is treated "
                             "as lost and retried (default 120)")
+        p.add_argument("--ssh-client", choices=["auto", "openssh", "paramiko"], default=None,
+                       help="what carries SFTP data connections: OpenSSH's ssh client (less CPU per byte), "
+                            "paramiko, or auto (OpenSSH when the key and host key allow it; docs/transfers.md)")
         p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
     cp = sub.add_parser("copy", help="copy SRC to DST (DST is a directory root)")

@@ -207,6 +207,7 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store) -> dict:
         "verify": verify_summary,
         "chunks": [c.summary(origin=t0) for c in chunks],
         "protocol_switches": list(getattr(session, "switches", [])),
+        "ssh_client": getattr(getattr(session, "pool", None), "client", None),
         "tuning": start.summary(),
         "failed": failed,
         "files_resumed": sum(c.resumed for c in chunks),

@@ -182,7 +182,11 @@ def test_set_channels_grows_and_shrinks_a_running_chunk(sshd, remote_dir, local_
         until(lambda: chunk.runner is not None and chunk.stats.files_done >= 20, "first files")
         grow_mark = sshd.log_mark()
         cs.set_channels("c", 4)
-        until(lambda: chunk.runner.live == 4 and chunk.stats.files_done >= 120, "growth")
+        # New connections take a connect and a handshake (about 0.2 s over OpenSSH on loopback):
+        # wait until they are open, then until they have carried files.
+        until(lambda: chunk.runner.live == 4 and s.pool.opened >= 4, "growth")
+        grown_at = chunk.stats.files_done
+        until(lambda: chunk.stats.files_done >= min(grown_at + 60, 330), "files after growth")
         cs.set_channels("c", 1)
         until(lambda: chunk.runner.live == 1, "shrink")
         shrink_mark = sshd.log_mark()

@@ -2,34 +2,61 @@
 
 One `Conn` is one TCP connection + SSH transport + one SFTP channel: DESIGN.md
 section 3 requires separate TCP connections for p and cc, since channels inside
-one SSH connection share one TCP window.
+one SSH connection share one TCP window. The SSH layer is OpenSSH's `ssh` client
+where it can carry the target (openssh.py: less CPU per byte), else paramiko.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 
+from ..errors import UsageError
+from . import openssh
+from .sftp_wire import SFTPProtocolError, SFTPWire
 from .ssh import DEFAULT_WINDOW, SSHTarget, open_sftp, open_transport
-from .sftp_wire import SFTPWire
+
+log = logging.getLogger(__name__)
+
+CLIENTS = ("auto", "openssh", "paramiko")
 
 
 @dataclass
 class Conn:
-    transport: object
+    carrier: object  # paramiko.Transport, or openssh.OpenSSHProcess
     wire: SFTPWire
+    target: SSHTarget | None = None
     home: str = ""
+    _control: object | None = None
+
+    @property
+    def client(self) -> str:
+        return "openssh" if isinstance(self.carrier, openssh.OpenSSHProcess) else "paramiko"
+
+    @property
+    def transport(self):
+        """A paramiko Transport for exec channels and paramiko's SFTPClient (verify.py, helpers).
+
+        Over OpenSSH one is opened on first use and closed with the connection."""
+        if not isinstance(self.carrier, openssh.OpenSSHProcess):
+            return self.carrier
+        if self._control is None or not self._control.is_active():
+            self._control = open_transport(self.target)
+        return self._control
 
     @property
     def alive(self) -> bool:
-        return not self.wire.closed and self.transport.is_active()
+        return not self.wire.closed and self.carrier.is_active()
 
     def close(self) -> None:
         self.wire.close()
-        try:
-            self.transport.close()
-        except Exception:  # noqa: BLE001 - already gone
-            pass
+        for part in (self.carrier, self._control):
+            try:
+                if part is not None:
+                    part.close()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
 
 
 @dataclass
@@ -39,6 +66,8 @@ class SFTPPool:
     _idle: list[Conn] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     opened: int = 0  # connections opened over the pool's life (for reports and tests)
+    clients: dict[str, int] = field(default_factory=dict)  # connections opened, per SSH client
+    _openssh: bool = True  # False once OpenSSH failed where paramiko then worked
 
     def acquire(self) -> Conn:
         with self._lock:
@@ -47,15 +76,61 @@ class SFTPPool:
                 if conn.alive and conn.wire.outstanding == 0:
                     return conn
                 conn.close()
+        conn = self._open()
+        with self._lock:
+            self.opened += 1
+            self.clients[conn.client] = self.clients.get(conn.client, 0) + 1
+        return conn
+
+    @property
+    def client(self) -> str | None:
+        """What carried this pool's connections: "openssh", "paramiko", both joined by "+", or None."""
+        return "+".join(sorted(self.clients)) or None
+
+    def _open(self) -> Conn:
+        client = self.target.client
+        if client not in CLIENTS:
+            raise UsageError(f"unknown SSH client {client!r}", self.target.display,
+                             f"choose one of: {', '.join(CLIENTS)}")
+        why = openssh.usable(self.target) if self._openssh else "OpenSSH failed where paramiko worked"
+        if client == "openssh" and why:
+            raise UsageError(f"cannot carry SFTP over OpenSSH's client: {why}", self.target.display,
+                             "use --ssh-client auto (falls back to paramiko) or fix the reason")
+        failed = None
+        if not why:
+            try:
+                return self._open_openssh()
+            except (OSError, SFTPProtocolError) as exc:
+                failed = exc
+        # paramiko gives the precise error (host key, auth, refused) when both fail, and
+        # OpenSSH stays in use then: the cause was the host or the network, not the client.
         transport = open_transport(self.target, self.window)
         try:
             wire = open_sftp(transport, self.window, self.target.idle_timeout)
         except BaseException:
             transport.close()
             raise
-        with self._lock:
-            self.opened += 1
-        return Conn(transport, wire)
+        if failed is not None:
+            if client == "openssh":
+                transport.close()
+                raise failed
+            self._openssh = False
+            log.warning("OpenSSH's client could not open SFTP to %s (%s); using paramiko for this transfer",
+                        self.target.display, failed)
+        return Conn(transport, wire, self.target)
+
+    def _open_openssh(self) -> Conn:
+        proc = openssh.OpenSSHProcess(self.target)
+        try:
+            # The handshake waits for connect + auth: bound it by the connect timeout, not the idle one.
+            chan = openssh.PipeChannel(proc, timeout=max(self.target.timeout, 1.0) * 2)
+            wire = SFTPWire(chan)
+            chan.settimeout(self.target.idle_timeout)
+        except BaseException:
+            proc.close()
+            raise
+        proc.forget_files()
+        return Conn(proc, wire, self.target)
 
     def release(self, conn: Conn, broken: bool = False) -> None:
         if broken or not conn.alive or conn.wire.outstanding:

@@ -50,6 +50,9 @@ class SSHTarget:
     timeout: float = CONNECT_TIMEOUT
     tcp_buffer: int = 0
     idle_timeout: float = IDLE_TIMEOUT  # seconds an SFTP request may go unanswered
+    # What carries the SFTP data connections: "openssh" (the `ssh` client, one process per
+    # connection; openssh.py), "paramiko", or "auto" (OpenSSH where usable, else paramiko).
+    client: str = "auto"
 
     @property
     def display(self) -> str:

@@ -1,0 +1,238 @@
+"""SFTP data connections carried by OpenSSH's `ssh` client, one process per connection.
+
+Why: on the emulated wan50 link the engine is CPU-bound, and paramiko's cipher and
+framing cost more per byte than OpenSSH's C client. Raw streams reached 403 Mbit/s with
+4 `ssh` processes against 325 with 4 paramiko connections in one process
+(`python -m benchmarks.ssh_ceiling`, benchmarks/results/ssh-ceiling.md). Each `ssh`
+process encrypts on its own CPU time, outside the engine's GIL. The engine still speaks
+SFTP itself (sftp_wire.py) over the process's stdin and stdout, so pipelining, block
+checksums and error mapping do not change.
+
+It is used only where it weakens nothing: keys come from files (or the connection's key
+text, written 0600 into a private directory for the life of the process), the host key is
+checked against the same known_hosts files or the pinned key, and BatchMode stops it from
+ever prompting; the key text is removed as soon as the SFTP handshake has succeeded.
+Passwords, passphrases and agents stay on paramiko (`usable()`).
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import os
+import select
+import shutil
+import struct
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .ssh import CONNECT_TIMEOUT, PREFERRED_CIPHERS, SSHTarget
+
+# Pipes default to 64 KiB; SFTP writes are up to 255 KiB, so a larger pipe halves the
+# wake-ups between the engine and its `ssh`. Linux allows up to pipe-max-size (1 MiB).
+PIPE_BYTES = 1 << 20
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+# Replies read while a write waits for room are kept here; past this much the write
+# stops reading, which only happens when the engine has stopped consuming replies.
+_EARLY_LIMIT = 64 << 20
+
+
+def ssh_binary() -> str | None:
+    return shutil.which("ssh")
+
+
+def usable(target: SSHTarget) -> str:
+    """Why OpenSSH cannot carry this target ("" when it can). A list of early returns."""
+    if target.client == "paramiko":
+        return "the connection asks for paramiko"
+    if ssh_binary() is None:
+        return "no `ssh` client on PATH"
+    if target.password:
+        return "password authentication needs paramiko (BatchMode never prompts)"
+    if target.passphrase:
+        return "an encrypted key's passphrase needs paramiko"
+    if target.allow_agent:
+        return "agent authentication stays on paramiko"
+    if not (target.key_filenames or target.private_key):
+        return "no key file to give `ssh`"
+    return ""
+
+
+def _key_type(blob_b64: str) -> str:
+    """The key type named inside an SSH public key blob (RFC 4253 section 6.6)."""
+    raw = base64.b64decode(blob_b64)
+    (n,) = struct.unpack_from(">I", raw, 0)
+    return raw[4 : 4 + n].decode("ascii")
+
+
+class OpenSSHProcess:
+    """One `ssh -s host sftp` process: what paramiko's Transport is to a paramiko channel."""
+
+    def __init__(self, target: SSHTarget) -> None:
+        self.target = target
+        self._private = Path(tempfile.mkdtemp(prefix="at-ssh-"))  # mkdtemp makes it 0700
+        try:
+            argv = self._argv()
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, close_fds=True, start_new_session=True)
+        except BaseException:
+            shutil.rmtree(self._private, ignore_errors=True)
+            raise
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                fcntl.fcntl(f.fileno(), _F_SETPIPE_SZ, PIPE_BYTES)
+            except OSError:  # above pipe-max-size for an unprivileged user: keep the default
+                pass
+
+    def _argv(self) -> list[str]:
+        t = self.target
+        opts = {
+            "BatchMode": "yes", "Compression": "no", "ForwardX11": "no", "ForwardAgent": "no",
+            "ClearAllForwardings": "yes", "ControlMaster": "no", "ControlPath": "none",
+            "IdentityAgent": "none", "IdentitiesOnly": "yes", "PasswordAuthentication": "no",
+            "KbdInteractiveAuthentication": "no", "ConnectTimeout": str(int(t.timeout or CONNECT_TIMEOUT)),
+            "LogLevel": "ERROR", "GlobalKnownHostsFile": "/dev/null",
+            # '^' moves these to the front of OpenSSH's own list; servers without them still connect.
+            "Ciphers": "^" + ",".join(PREFERRED_CIPHERS),
+        }
+        if not t.check_host_key:
+            opts |= {"StrictHostKeyChecking": "no", "UserKnownHostsFile": "/dev/null"}
+        elif t.host_key:
+            parts = t.host_key.split()
+            line = t.host_key if len(parts) > 1 else f"{_key_type(parts[0])} {parts[0]}"
+            pinned = self._private / "known_hosts"
+            pinned.write_text(f"{t.known_hosts_name} {line}\n")
+            opts |= {"StrictHostKeyChecking": "yes", "UserKnownHostsFile": str(pinned)}
+        else:
+            files = [p for p in t.known_hosts if p and os.path.exists(p)]
+            opts |= {"StrictHostKeyChecking": "yes",
+                     "UserKnownHostsFile": " ".join(f'"{p}"' for p in files) or "/dev/null"}
+        keys = list(t.key_filenames)
+        if t.private_key:
+            key = self._private / "id"
+            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(t.private_key if t.private_key.endswith("\n") else t.private_key + "\n")
+            keys.append(str(key))
+        argv = [ssh_binary() or "ssh", "-F", "/dev/null", "-T", "-x", "-a", "-p", str(t.port)]
+        if t.username:
+            argv += ["-l", t.username]
+        for k in keys:
+            argv += ["-i", k]
+        for name, value in opts.items():
+            argv += ["-o", f"{name}={value}"]
+        # "--" ends options: a host name can never be read as one.
+        return [*argv, "-s", "--", t.host, "sftp"]
+
+    def forget_files(self) -> None:
+        """Remove the key text and pinned host key: `ssh` has read both once it is authenticated."""
+        shutil.rmtree(self._private, ignore_errors=True)
+
+    def is_active(self) -> bool:
+        return self.proc.poll() is None
+
+    def stderr_tail(self) -> str:
+        """What `ssh` said before it exited (host key or auth failures), for error messages."""
+        if self.proc.poll() is None or self.proc.stderr is None:
+            return ""
+        try:
+            return self.proc.stderr.read(4096).decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            return ""
+
+    def close(self) -> None:
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+        shutil.rmtree(self._private, ignore_errors=True)
+
+
+class PipeChannel:
+    """The part of paramiko's Channel that SFTPWire uses, over an `ssh` process's pipes.
+
+    A write that waits for room in the pipe also reads whatever `ssh` has for us, so a
+    server blocked on sending replies can never deadlock against a client blocked on
+    sending requests (downloads send many small READs and receive large DATA)."""
+
+    def __init__(self, proc: OpenSSHProcess, timeout: float | None = None) -> None:
+        self._proc = proc
+        self._w = proc.proc.stdin.fileno()
+        self._r = proc.proc.stdout.fileno()
+        os.set_blocking(self._w, False)
+        os.set_blocking(self._r, False)
+        self._early = bytearray()
+        self._timeout = timeout
+        self.closed = False
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._timeout = timeout
+
+    def gettimeout(self) -> float | None:
+        return self._timeout
+
+    def _gone(self, exc: BaseException | None = None) -> ConnectionError:
+        from .sftp_wire import SFTPProtocolError
+
+        said = self._proc.stderr_tail()
+        return SFTPProtocolError("the ssh client exited" + (f": {said}" if said else "")) if exc is None else \
+            SFTPProtocolError(f"the ssh client's pipe broke ({exc})" + (f": {said}" if said else ""))
+
+    def _read_some(self, n: int) -> bytes | None:
+        """Up to n bytes, b"" at end of file, None when nothing is there yet."""
+        try:
+            return os.read(self._r, n)
+        except BlockingIOError:
+            return None
+        except (ValueError, OSError) as exc:  # the pipe was closed under us
+            raise self._gone(exc) from None
+
+    def sendall(self, data) -> None:
+        view = memoryview(data).cast("B")
+        while view:
+            try:
+                sent = os.write(self._w, view[:PIPE_BYTES])
+                view = view[sent:]
+                continue
+            except BlockingIOError:
+                pass
+            except (BrokenPipeError, ValueError, OSError) as exc:
+                raise self._gone(exc) from None
+            readers = [self._r] if len(self._early) < _EARLY_LIMIT else []
+            r, w, _ = select.select(readers, [self._w], [], self._timeout)
+            if not r and not w:
+                raise TimeoutError(f"no room in the ssh client's pipe for {self._timeout}s")
+            if r:
+                got = self._read_some(1 << 20)
+                if got == b"":
+                    raise self._gone()
+                if got:
+                    self._early += got
+
+    def recv_ready(self) -> bool:
+        return bool(self._early) or bool(select.select([self._r], [], [], 0)[0])
+
+    def recv(self, n: int) -> bytes:
+        if self._early:
+            out = bytes(self._early[:n])
+            del self._early[:n]
+            return out
+        while True:
+            got = self._read_some(n)
+            if got is not None:
+                return got  # b"" at end of file: the wire reports the closed channel
+            if not select.select([self._r], [], [], self._timeout)[0]:
+                raise TimeoutError(f"no data from the ssh client for {self._timeout}s")
+
+    def close(self) -> None:
+        self.closed = True
+        self._proc.close()
