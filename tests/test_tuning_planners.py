@@ -32,6 +32,9 @@ def link_with_bdp(bdp_bytes: int, rtt_s: float = 0.1, **kw) -> LinkInfo:
     return LinkInfo(rtt_s=rtt_s, bandwidth_bps=bdp_bytes * 8 / rtt_s, source="profiler", **kw)
 
 
+WAN50 = LinkInfo(rtt_s=0.05, bandwidth_bps=500e6, source="profiler")
+
+
 def fig17_sizes(seed: int = 7) -> np.ndarray:
     """Paper 000 Fig. 17: two populations with means 1.5 MB and 7.5 MB, all below the 8 MB BDP.
 
@@ -229,6 +232,12 @@ def test_rule_chunks_as_large_as_possible():
     ("mixed small and large", mixed_sizes(), link_with_bdp(8 * MB), "mc"),
     ("homogeneous small", np.full(20000, MB), link_with_bdp(8 * MB), "pcp"),
     ("homogeneous large", np.full(500, 256 * MB), link_with_bdp(8 * MB), "pcp"),
+    # The wan50 benchmark's datasets take 17-18 s at 500 Mbit/s: five 5 s probes would be more
+    # than half of that, so the static plan; ten times `small` (172 s) is worth probing.
+    ("wan50 small, 1 GiB: probes would not pay back", np.full(1000, MB), WAN50, "mc"),
+    ("wan50 medium, 1 GiB", np.full(20, 50 * MB), WAN50, "mc"),
+    ("wan50 large, 2 x 512 MiB", np.full(2, 512 * MB), WAN50, "mc"),
+    ("wan50, 10 GiB of 1 MiB files", np.full(10000, MB), WAN50, "pcp"),
 ])
 def test_auto_decision(scenario, sizes, link, expected):
     auto = get_algorithm("auto")

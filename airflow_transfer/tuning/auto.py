@@ -5,9 +5,12 @@ The decision (`Auto.decide`) is a list of early returns, each with its reason:
 1. no files                             -> fixed        nothing to move
 2. link figures not measured            -> adaptive-cc  no trustworthy BDP, so no model;
                                                         paper 001's model-free ramp
-3. too little data to probe             -> mc           total < min_chunks x min_chunk_bytes:
-                                                        probes would be most of the transfer, so
-                                                        set pp/p per size class from the models
+3. too little data to probe             -> mc           total < min_chunks x min_chunk_bytes, or
+                                                        the whole dataset takes less than
+                                                        min_chunks x probe_seconds / probe_share
+                                                        at the link's rate: probes would be most of
+                                                        the transfer, so set pp/p per size class
+                                                        from the models
 4. mixed dataset                        -> mc           Set 1 (< BDP) and Set 2 (>= BDP) would each
                                                         take >= mixed_share of the transfer time
                                                         (model estimate on one channel, so both
@@ -41,6 +44,15 @@ from .multichunk import DEFAULT_CHANNELS, MultiChunk
 from .pcp import DEFAULT_MIN_CHUNKS, PCP
 
 
+# A probe chunk shows its setting only after connection setup and the window's ramp: on
+# wan50 the first PCP probe of `small` (cc 2) ran 6.2 s at 170 Mbit/s, overshoot probes 6-10 s
+# (benchmarks/results/tuning-diagnosis). Probing pays back only when the probes are a minor
+# part of the transfer; on the 1-2 GiB datasets of the wan50 benchmark MC's static plan beat
+# adaptive PCP by 18 % (small) and 31 % (medium) in one run (docs/tuning.md, "The wan50 targets").
+DEFAULT_PROBE_SECONDS = 5.0
+DEFAULT_PROBE_SHARE = 0.5
+
+
 @dataclass(frozen=True)
 class Decision:
     algorithm: str
@@ -53,6 +65,7 @@ class Auto(Algorithm):
     def __init__(self, *, min_chunk_bytes: int | None = None, min_chunks: int = DEFAULT_MIN_CHUNKS,
                  max_pp: int = DEFAULT_MAX_PP, max_p: int = DEFAULT_MAX_P, max_cc: int = DEFAULT_MAX_CC,
                  channels: int = DEFAULT_CHANNELS, mixed_share: float = 0.1, drift: float = 0.25,
+                 probe_seconds: float = DEFAULT_PROBE_SECONDS, probe_share: float = DEFAULT_PROBE_SHARE,
                  adapt: bool = True) -> None:
         if min_chunk_bytes is not None:
             check_int(self.name, "min_chunk_bytes", min_chunk_bytes)
@@ -65,6 +78,8 @@ class Auto(Algorithm):
             "channels": check_int(self.name, "channels", channels),
             "mixed_share": check_fraction(self.name, "mixed_share", mixed_share, 0.0, 0.5),
             "drift": check_fraction(self.name, "drift", drift, 0.0, 10.0),
+            "probe_seconds": check_fraction(self.name, "probe_seconds", probe_seconds, 0.0, 3600.0),
+            "probe_share": check_fraction(self.name, "probe_share", probe_share, 0.01, 1.0),
             "adapt": bool(adapt),
         }
         self.last_decision: Decision | None = None
@@ -83,6 +98,12 @@ class Auto(Algorithm):
         if total < self.opts["min_chunks"] * min_chunk:
             return Decision("mc", f"{total} bytes is less than {self.opts['min_chunks']} probe chunks of "
                                   f"{min_chunk} bytes: static per-class parameters from the models")
+        link_s = total * 8 / link.bandwidth_bps
+        probing_s = self.opts["min_chunks"] * self.opts["probe_seconds"]
+        if link_s < probing_s / self.opts["probe_share"]:
+            return Decision("mc", f"the dataset takes {link_s:.0f} s at the link's rate, and {self.opts['min_chunks']} "
+                                  f"probes of {self.opts['probe_seconds']:g} s would be more than "
+                                  f"{self.opts['probe_share']:.0%} of it: static per-class parameters from the models")
         set1 = sizes.index_at_least(link.bdp_bytes)
         share = self.opts["mixed_share"]
         t1, t2 = self._estimated_seconds(sizes, set1, link)
