@@ -88,7 +88,8 @@ def one_run(bed: Testbed, contender: Contender, dataset: Dataset, rep: int, cont
                       machine_busy_cores=busy_cores(busy0, machine_cpu()))
         summary = getattr(contender, "last_summary", None)
         if summary:  # what the tuning chose, chunk by chunk: the report's explanation of a rate
-            record.update(job_seconds=summary.get("seconds"), chunks=summary.get("chunks"))
+            record.update(job_seconds=summary.get("seconds"), chunks=summary.get("chunks"),
+                          ssh_client=summary.get("ssh_client"))
         bed.wait_server_idle()
         record.update(verified=verify_tree(dataset, landing, content=content_check), ok=True)
     except ContenderFailed as exc:

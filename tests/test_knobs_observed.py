@@ -62,3 +62,17 @@ def test_pp_keeps_that_many_file_operations_outstanding(small_tree, sshd, remote
     assert res.code == 0, res.err
     events = [e for e in sshd.sftp_events(mark) if e[2].endswith(".atpart")]
     assert _max_concurrent(events, "open", "close", lambda pid, path: path) == 1
+
+
+def test_few_large_files_spread_over_the_connections_not_one_pipeline(sshd, remote_dir, local_dir):
+    # Two files, cc=2, pp=4: one worker's pipeline could hold both while the other connection
+    # idles (a window-bound single connection on a WAN). Each file must get its own session.
+    for n in range(2):
+        write_random(local_dir / "two" / f"big{n}.bin", 24 * 1024 * 1024, seed=40 + n)
+    for attempt in range(3):
+        mark = sshd.log_mark()
+        res = run_cli("copy", str(local_dir / "two"), sshd.url(f"{remote_dir}/two{attempt}"), "--pp", "4", "-p", "1",
+                      "-c", "2", "--json", *ssh_args(sshd))
+        assert res.code == 0, res.err
+        events = [e for e in sshd.sftp_events(mark) if e[2].endswith(".atpart") and e[1] == "open"]
+        assert len({pid for pid, _, _ in events}) == 2, events  # two sessions wrote, one file each

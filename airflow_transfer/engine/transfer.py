@@ -382,6 +382,15 @@ class _Runner:
             self.running += 1
             return self.queue.popleft()
 
+    def _leave_for_others(self) -> bool:
+        """True when a worker already carrying a file should not take another: fewer files are
+        left than the other workers could take one each. Without this, one worker's pipeline
+        (pp 2) took both files of wan50's `large` while the second connection sat idle: one
+        window-bound connection, 274 against 392 Mbit/s (benchmarks/results/wan50-openssh)."""
+        with self.lock:
+            self._promote()
+            return len(self.queue) < self.wanted
+
     def _wait_for_work(self) -> bool:
         """Block until a file is ready (or this worker is one too many); False when the chunk
         has nothing left to do."""
@@ -605,7 +614,7 @@ class _Runner:
                     self._promote()
                     if not self.queue:
                         return
-                pipe.run(lambda: self._next_job(conn.wire), self._job_done)
+                pipe.run(lambda: self._next_job(conn.wire, len(pipe.active)), self._job_done)
                 with self.lock:
                     self.max_files_in_flight = max(self.max_files_in_flight, pipe.max_open_seen)
         except BaseException as exc:
@@ -630,9 +639,11 @@ class _Runner:
         # Re-send the last block: cheap insurance against a write torn by the crash.
         return max(0, min(size, t.size) - RESUME_OVERLAP)
 
-    def _next_job(self, wire) -> Job | None:
+    def _next_job(self, wire, carrying: int = 0) -> Job | None:
         if self._surplus():
             return None  # a worker too many: finish the files in flight, then leave
+        if carrying and self._leave_for_others():
+            return None
         i = self._pop(big=False)
         if i is None:
             return None
