@@ -60,8 +60,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="seconds an SFTP request may go unanswered before the connection is treated "
                             "as lost and retried (default 120)")
         p.add_argument("--ssh-client", choices=["auto", "openssh", "paramiko"], default=None,
-                       help="what carries SFTP data connections: OpenSSH's ssh client (less CPU per byte), "
-                            "paramiko, or auto (OpenSSH when the key and host key allow it; docs/transfers.md)")
+                       help="what carries SFTP data connections: paramiko (default), OpenSSH's ssh client "
+                            "(one process per connection, for CPU-bound clients), or auto (OpenSSH when the "
+                            "key allows it, else paramiko; docs/transfers.md)")
         p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
     cp = sub.add_parser("copy", help="copy SRC to DST (DST is a directory root)")

@@ -28,7 +28,7 @@ MIB = 1 << 20
 
 def _target(sshd, **kw) -> SSHTarget:
     base = dict(host=sshd.host, port=sshd.port, username=sshd.user, key_filenames=[str(sshd.client_key)],
-                known_hosts=[str(sshd.known_hosts)])
+                known_hosts=[str(sshd.known_hosts)], client="auto")
     return SSHTarget(**{**base, **kw})
 
 
@@ -135,11 +135,15 @@ def test_targets_openssh_cannot_carry_go_to_paramiko_with_a_reason(sshd):
     assert "password" in openssh.usable(_target(sshd, password="x"))
     assert "passphrase" in openssh.usable(_target(sshd, passphrase="x"))
     assert "paramiko" in openssh.usable(_target(sshd, client="paramiko"))
-    pool = SFTPPool(_target(sshd, client="paramiko"))
-    try:
-        assert pool.acquire().client == "paramiko"
-    finally:
-        pool.close()
+    for kw in ({"client": "paramiko"}, {}):  # {}: SSHTarget's default
+        target = _target(sshd, **kw) if kw else SSHTarget(host=sshd.host, port=sshd.port, username=sshd.user,
+                                                          key_filenames=[str(sshd.client_key)],
+                                                          known_hosts=[str(sshd.known_hosts)])
+        pool = SFTPPool(target)
+        try:
+            assert pool.acquire().client == "paramiko"
+        finally:
+            pool.close()
     with pytest.raises(UsageError, match="password"):
         SFTPPool(_target(sshd, client="openssh", password="x")).acquire()
     with pytest.raises(UsageError, match="unknown SSH client"):
@@ -187,7 +191,7 @@ def test_connection_extra_chooses_the_client_and_rejects_nonsense(monkeypatch):
             "conn_type": "sftp", "host": "lab.example", "login": "lab", "extra": extra}))
         return TransferEndpointHook("at_ossh").endpoint("/data")
 
-    assert endpoint({}).target.client == "auto"
-    assert endpoint({"ssh_client": "Paramiko"}).target.client == "paramiko"
+    assert endpoint({}).target.client == "paramiko"  # the default
+    assert endpoint({"ssh_client": "OpenSSH"}).target.client == "openssh"
     with pytest.raises(TransferError, match="ssh_client must be auto, openssh or paramiko"):
         endpoint({"ssh_client": "putty"})

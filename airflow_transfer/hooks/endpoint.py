@@ -85,7 +85,7 @@ class TransferEndpointHook(BaseHook):
             if not 0 < target.idle_timeout < float("inf"):
                 raise UsageError(f"connection {self.conn_id!r}: stall_timeout must be positive seconds "
                                  f"(got {extra['stall_timeout']!r})", url, "e.g. {\"stall_timeout\": 60}")
-        client = str(extra.get("ssh_client", "auto")).lower()
+        client = str(extra.get("ssh_client", "paramiko")).lower()
         if client not in ("auto", "openssh", "paramiko"):
             raise UsageError(f"connection {self.conn_id!r}: ssh_client must be auto, openssh or paramiko "
                              f"(got {extra['ssh_client']!r})", url, "e.g. {\"ssh_client\": \"paramiko\"}")

@@ -2,8 +2,8 @@
 
 One `Conn` is one TCP connection + SSH transport + one SFTP channel: DESIGN.md
 section 3 requires separate TCP connections for p and cc, since channels inside
-one SSH connection share one TCP window. The SSH layer is OpenSSH's `ssh` client
-where it can carry the target (openssh.py: less CPU per byte), else paramiko.
+one SSH connection share one TCP window. The SSH layer is paramiko, or OpenSSH's
+`ssh` client when the target asks for it (`SSHTarget.client`, openssh.py).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class SFTPPool:
         why = openssh.usable(self.target) if self._openssh else "OpenSSH failed where paramiko worked"
         if client == "openssh" and why:
             raise UsageError(f"cannot carry SFTP over OpenSSH's client: {why}", self.target.display,
-                             "use --ssh-client auto (falls back to paramiko) or fix the reason")
+                             "use --ssh-client paramiko or auto (falls back to paramiko), or fix the reason")
         failed = None
         if not why:
             try:

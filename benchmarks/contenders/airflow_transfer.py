@@ -136,13 +136,13 @@ def contenders() -> list[Contender]:
         out.append(AirflowTransfer(f"airflow-transfer --algorithm {algo}",
                                    f"`--algorithm {algo}` with the CLI's defaults for everything else",
                                    ["--algorithm", algo]))
-    # The same CLI with paramiko carrying the SSH connections instead of OpenSSH's client
-    # (--ssh-client, docs/transfers.md): what the switch to OpenSSH changed, on the same run.
+    # The same CLI with OpenSSH's client carrying the SSH connections instead of paramiko
+    # (--ssh-client, docs/transfers.md), to compare the two on the same run.
     for algo in ("auto", "mc"):
         if algo in algorithms():
-            out.append(AirflowTransfer(f"airflow-transfer (paramiko) --algorithm {algo}",
-                                       f"`--algorithm {algo} --ssh-client paramiko`",
-                                       ["--algorithm", algo, "--ssh-client", "paramiko"]))
+            out.append(AirflowTransfer(f"airflow-transfer (openssh) --algorithm {algo}",
+                                       f"`--algorithm {algo} --ssh-client openssh`",
+                                       ["--algorithm", algo, "--ssh-client", "openssh"]))
     out.append(AirflowTransfer(f"airflow-transfer download ({setting})",
                                f"download (dst -> src) with the hand-picked setting {setting}",
                                ["--algorithm", "fixed", *knobs], direction="download"))
