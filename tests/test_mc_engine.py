@@ -100,7 +100,11 @@ def _classes_at_once(events) -> int:
 def spy(monkeypatch):
     """Records what the real MC scheduler did: its moves and the events it received."""
     seen: dict = {"moves": [], "events": []}
-    run, wait_any = MultiChunk.run, EngineChunkSession.wait_any
+    run, wait_any, init = MultiChunk.run, EngineChunkSession.wait_any, EngineChunkSession.__init__
+
+    def init_spy(self, executor, manifest_sorted, interval=0.05):
+        # Progress ticks every 50 ms: on loopback the whole copy can finish within the default 1 s.
+        init(self, executor, manifest_sorted, interval)
 
     def run_spy(self, *args, **kwargs):
         try:
@@ -114,6 +118,7 @@ def spy(monkeypatch):
         return event
 
     monkeypatch.setattr(MultiChunk, "run", run_spy)
+    monkeypatch.setattr(EngineChunkSession, "__init__", init_spy)
     monkeypatch.setattr(EngineChunkSession, "wait_any", wait_spy)
     return seen
 
