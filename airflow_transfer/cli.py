@@ -53,13 +53,15 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--bdp", type=int, help="bandwidth-delay product in bytes (instead of the two above)")
 
     def ssh_opts(p):
+        from .protocols.ssh import SSH_CLIENTS
+
         p.add_argument("--identity", help="private key file for SSH")
         p.add_argument("--known-hosts", help="known_hosts file to verify host keys against")
         p.add_argument("--ssh-config", help="OpenSSH client config file (default ~/.ssh/config)")
         p.add_argument("--stall-timeout", type=float, default=None,
                        help="seconds an SFTP request may go unanswered before the connection is treated "
                             "as lost and retried (default 120)")
-        p.add_argument("--ssh-client", choices=["auto", "openssh", "paramiko"], default=None,
+        p.add_argument("--ssh-client", choices=SSH_CLIENTS, default=None,
                        help="what carries SFTP data connections: paramiko (default), OpenSSH's ssh client "
                             "(one process per connection, for CPU-bound clients), or auto (OpenSSH when the "
                             "key allows it, else paramiko; docs/transfers.md)")

@@ -85,26 +85,22 @@ def test_pool_carries_sftp_over_openssh_and_round_trips_bytes(sshd, remote_dir):
     assert not Path(f"/proc/{pid}").exists() or b"zombie" in Path(f"/proc/{pid}/status").read_bytes().lower()
 
 
-def test_a_key_given_as_text_is_on_disk_only_until_ssh_has_authenticated(sshd, remote_dir, monkeypatch):
+def test_a_key_given_as_text_is_on_disk_only_until_ssh_has_authenticated(sshd, remote_dir):
     text = Path(sshd.client_key).read_text()
-    seen = {}
-    real = openssh.OpenSSHProcess._argv
-
-    def spy(self):
-        argv = real(self)
-        key = self._private / "id"
-        seen.update(private=self._private, mode=key.stat().st_mode & 0o777,
-                    dir_mode=self._private.stat().st_mode & 0o777, argv=argv)
-        return argv
-
-    monkeypatch.setattr(openssh.OpenSSHProcess, "_argv", spy)
-    pool = SFTPPool(_target(sshd, key_filenames=[], private_key=text))
+    target = _target(sshd, key_filenames=[], private_key=text)
+    proc = openssh.OpenSSHProcess(target)  # before any handshake: the key is there, private
+    try:
+        key = proc._private / "id"
+        assert (key.stat().st_mode & 0o777) == 0o600 and (proc._private.stat().st_mode & 0o777) == 0o700
+        assert text.strip() not in " ".join(proc.proc.args)  # on disk for ssh, never on a command line
+    finally:
+        proc.close()
+    assert not proc._private.exists()
+    pool = SFTPPool(target)
     try:
         conn = pool.acquire()
         assert conn.client == "openssh" and conn.alive
-        assert seen["mode"] == 0o600 and seen["dir_mode"] == 0o700
-        assert text.strip() not in " ".join(seen["argv"])  # on disk for ssh, never on a command line
-        assert not seen["private"].exists()  # gone once the handshake succeeded
+        assert not conn.carrier._private.exists()  # gone once the handshake succeeded
     finally:
         pool.close()
 

@@ -370,26 +370,21 @@ class _Runner:
         while self.delayed and self.delayed[0][0] <= now:
             self.queue.append(heapq.heappop(self.delayed)[1])
 
-    def _pop(self, big: bool | None) -> int | None:
-        """Next ready file; with `big` set, only one of that kind. None: nothing ready now."""
+    def _pop(self, big: bool | None, carrying: int = 0) -> int | None:
+        """Next ready file; with `big` set, only one of that kind. None: nothing ready now, or
+        (`carrying` files already on this worker) fewer files left than the other workers could
+        take one each. Without that rule one worker's pipeline (pp 2) took both files of wan50's
+        `large` while the second connection sat idle: one window-bound connection, 274 against
+        392 Mbit/s (benchmarks/results/wan50-openssh)."""
         with self.lock:
             self._promote()
-            if not self.queue:
+            if not self.queue or (carrying and len(self.queue) < self.wanted):
                 return None
             i = self.queue[0]
             if big is not None and self._is_big(self.tasks[i]) != big:
                 return None
             self.running += 1
             return self.queue.popleft()
-
-    def _leave_for_others(self) -> bool:
-        """True when a worker already carrying a file should not take another: fewer files are
-        left than the other workers could take one each. Without this, one worker's pipeline
-        (pp 2) took both files of wan50's `large` while the second connection sat idle: one
-        window-bound connection, 274 against 392 Mbit/s (benchmarks/results/wan50-openssh)."""
-        with self.lock:
-            self._promote()
-            return len(self.queue) < self.wanted
 
     def _wait_for_work(self) -> bool:
         """Block until a file is ready (or this worker is one too many); False when the chunk
@@ -642,9 +637,7 @@ class _Runner:
     def _next_job(self, wire, carrying: int = 0) -> Job | None:
         if self._surplus():
             return None  # a worker too many: finish the files in flight, then leave
-        if carrying and self._leave_for_others():
-            return None
-        i = self._pop(big=False)
+        i = self._pop(big=False, carrying=carrying)
         if i is None:
             return None
         t = self.tasks[i]

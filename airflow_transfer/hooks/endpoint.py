@@ -16,7 +16,7 @@ from airflow.sdk import BaseHook
 
 from ..errors import UsageError
 from ..protocols.endpoint import Endpoint, parse_url
-from ..protocols.ssh import SSHTarget
+from ..protocols.ssh import SSH_CLIENTS, SSHTarget
 
 _TRUE = ("true", "1", "yes", "on")
 
@@ -85,8 +85,8 @@ class TransferEndpointHook(BaseHook):
             if not 0 < target.idle_timeout < float("inf"):
                 raise UsageError(f"connection {self.conn_id!r}: stall_timeout must be positive seconds "
                                  f"(got {extra['stall_timeout']!r})", url, "e.g. {\"stall_timeout\": 60}")
-        client = str(extra.get("ssh_client", "paramiko")).lower()
-        if client not in ("auto", "openssh", "paramiko"):
+        client = str(extra.get("ssh_client", SSH_CLIENTS[0])).lower()
+        if client not in SSH_CLIENTS:
             raise UsageError(f"connection {self.conn_id!r}: ssh_client must be auto, openssh or paramiko "
                              f"(got {extra['ssh_client']!r})", url, "e.g. {\"ssh_client\": \"paramiko\"}")
         target.client = client

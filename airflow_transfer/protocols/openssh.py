@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .ssh import CONNECT_TIMEOUT, PREFERRED_CIPHERS, SSHTarget
+from .ssh import CONNECT_TIMEOUT, PREFERRED_CIPHERS, SSHTarget, pinned_blob
 
 # Pipes default to 64 KiB; SFTP writes are up to 255 KiB, so a larger pipe halves the
 # wake-ups between the engine and its `ssh`. Linux allows up to pipe-max-size (1 MiB).
@@ -60,10 +60,14 @@ def usable(target: SSHTarget) -> str:
 
 
 def _key_type(blob_b64: str) -> str:
-    """The key type named inside an SSH public key blob (RFC 4253 section 6.6)."""
-    raw = base64.b64decode(blob_b64)
-    (n,) = struct.unpack_from(">I", raw, 0)
-    return raw[4 : 4 + n].decode("ascii")
+    """The key type named inside an SSH public key blob (RFC 4253 section 6.6). A malformed
+    blob gets a type no server offers: `ssh` then refuses the host and paramiko reports why."""
+    try:
+        raw = base64.b64decode(blob_b64)
+        (n,) = struct.unpack_from(">I", raw, 0)
+        return raw[4 : 4 + n].decode("ascii")
+    except (ValueError, struct.error):  # binascii.Error and UnicodeDecodeError are ValueErrors
+        return "malformed-pinned-key"
 
 
 class OpenSSHProcess:
@@ -99,10 +103,9 @@ class OpenSSHProcess:
         if not t.check_host_key:
             opts |= {"StrictHostKeyChecking": "no", "UserKnownHostsFile": "/dev/null"}
         elif t.host_key:
-            parts = t.host_key.split()
-            line = t.host_key if len(parts) > 1 else f"{_key_type(parts[0])} {parts[0]}"
+            blob = pinned_blob(t.host_key)
             pinned = self._private / "known_hosts"
-            pinned.write_text(f"{t.known_hosts_name} {line}\n")
+            pinned.write_text(f"{t.known_hosts_name} {_key_type(blob)} {blob}\n")
             opts |= {"StrictHostKeyChecking": "yes", "UserKnownHostsFile": str(pinned)}
         else:
             files = [p for p in t.known_hosts if p and os.path.exists(p)]
@@ -172,7 +175,6 @@ class PipeChannel:
         os.set_blocking(self._r, False)
         self._early = bytearray()
         self._timeout = timeout
-        self.closed = False
 
     def settimeout(self, timeout: float | None) -> None:
         self._timeout = timeout
@@ -183,9 +185,9 @@ class PipeChannel:
     def _gone(self, exc: BaseException | None = None) -> ConnectionError:
         from .sftp_wire import SFTPProtocolError
 
+        what = "the ssh client exited" if exc is None else f"the ssh client's pipe broke ({exc})"
         said = self._proc.stderr_tail()
-        return SFTPProtocolError("the ssh client exited" + (f": {said}" if said else "")) if exc is None else \
-            SFTPProtocolError(f"the ssh client's pipe broke ({exc})" + (f": {said}" if said else ""))
+        return SFTPProtocolError(f"{what}: {said}" if said else what)
 
     def _read_some(self, n: int) -> bytes | None:
         """Up to n bytes, b"" at end of file, None when nothing is there yet."""
@@ -234,5 +236,4 @@ class PipeChannel:
                 raise TimeoutError(f"no data from the ssh client for {self._timeout}s")
 
     def close(self) -> None:
-        self.closed = True
         self._proc.close()

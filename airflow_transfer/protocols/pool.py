@@ -15,11 +15,9 @@ from dataclasses import dataclass, field
 from ..errors import UsageError
 from . import openssh
 from .sftp_wire import SFTPProtocolError, SFTPWire
-from .ssh import DEFAULT_WINDOW, SSHTarget, open_sftp, open_transport
+from .ssh import DEFAULT_WINDOW, SSH_CLIENTS, SSHTarget, open_sftp, open_transport
 
 log = logging.getLogger(__name__)
-
-CLIENTS = ("auto", "openssh", "paramiko")
 
 
 @dataclass
@@ -65,8 +63,7 @@ class SFTPPool:
     window: int = DEFAULT_WINDOW
     _idle: list[Conn] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    opened: int = 0  # connections opened over the pool's life (for reports and tests)
-    clients: dict[str, int] = field(default_factory=dict)  # connections opened, per SSH client
+    clients: dict[str, int] = field(default_factory=dict)  # connections opened over the pool's life, per SSH client
     _openssh: bool = True  # False once OpenSSH failed where paramiko then worked
 
     def acquire(self) -> Conn:
@@ -78,9 +75,13 @@ class SFTPPool:
                 conn.close()
         conn = self._open()
         with self._lock:
-            self.opened += 1
             self.clients[conn.client] = self.clients.get(conn.client, 0) + 1
         return conn
+
+    @property
+    def opened(self) -> int:
+        """Connections opened over the pool's life (for reports and tests)."""
+        return sum(self.clients.values())
 
     @property
     def client(self) -> str | None:
@@ -89,9 +90,9 @@ class SFTPPool:
 
     def _open(self) -> Conn:
         client = self.target.client
-        if client not in CLIENTS:
+        if client not in SSH_CLIENTS:
             raise UsageError(f"unknown SSH client {client!r}", self.target.display,
-                             f"choose one of: {', '.join(CLIENTS)}")
+                             f"choose one of: {', '.join(SSH_CLIENTS)}")
         why = openssh.usable(self.target) if self._openssh else "OpenSSH failed where paramiko worked"
         if client == "openssh" and why:
             raise UsageError(f"cannot carry SFTP over OpenSSH's client: {why}", self.target.display,

@@ -25,6 +25,7 @@ CONNECT_TIMEOUT = 15.0
 # A server that stops answering mid-transfer must not hang a task forever: no
 # reply for this long fails the connection (its files are reported, not lost).
 IDLE_TIMEOUT = 120.0
+SSH_CLIENTS = ("paramiko", "openssh", "auto")  # SSHTarget.client; the first is the default
 
 
 @dataclass
@@ -54,7 +55,7 @@ class SSHTarget:
     # on loopback against 0.2 s, and as fast on wan50: docs/transfers.md), "openssh" (the `ssh`
     # client, one process per connection; openssh.py), or "auto" (OpenSSH where usable, else
     # paramiko), for hosts where the client's CPU is the bottleneck.
-    client: str = "paramiko"
+    client: str = SSH_CLIENTS[0]
 
     @property
     def display(self) -> str:
@@ -148,6 +149,12 @@ def _load_pkeys(target: SSHTarget) -> list:
     return keys
 
 
+def pinned_blob(host_key: str) -> str:
+    """The base64 key of a pinned host key, given as "type base64 [comment]" or base64 alone."""
+    parts = host_key.split()
+    return parts[-1] if len(parts) == 1 else parts[1]
+
+
 def _verify_host_key(target: SSHTarget, key) -> None:
     import paramiko
 
@@ -156,9 +163,7 @@ def _verify_host_key(target: SSHTarget, key) -> None:
     name = target.known_hosts_name
     fp = fingerprint(key)
     if target.host_key:
-        parts = target.host_key.split()
-        expected = parts[-1] if len(parts) == 1 else parts[1]
-        if base64.b64encode(key.asbytes()).decode() == expected:
+        if base64.b64encode(key.asbytes()).decode() == pinned_blob(target.host_key):
             return
         raise HostKeyError(
             f"host key of {name} does not match the key pinned in the connection (server offers {fp})",
