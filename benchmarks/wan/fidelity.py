@@ -25,11 +25,11 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
 
 
-def measure(profile: str, seconds: int) -> dict:
+def measure(profile: str, seconds: int, offload: bool = True) -> dict:
     rtt_ms, rate_mbit = PROFILES[profile]
-    with EmulatedLink(rtt_ms=rtt_ms, rate_mbit=rate_mbit) as link:
+    with EmulatedLink(rtt_ms=rtt_ms, rate_mbit=rate_mbit, offload=offload) as link:
         lo, med, hi = ping_ms(link, count=20)
-        row = {"profile": profile, "rtt_ms": rtt_ms, "rate_mbit": rate_mbit,
+        row = {"profile": profile, "offload": offload, "rtt_ms": rtt_ms, "rate_mbit": rate_mbit,
                "ping_min_ms": lo, "ping_median_ms": med, "ping_max_ms": hi}
         for streams in (1, 4, 8):
             row[f"w256k_p{streams}_mbit"] = round(
@@ -37,7 +37,9 @@ def measure(profile: str, seconds: int) -> dict:
         cpu0 = _cpu_seconds(link._emulator_pid)
         row["big_p1_mbit"] = round(iperf_mbit(link, seconds=seconds, omit=2), 1)
         row["emulator_core_share"] = round((_cpu_seconds(link._emulator_pid) - cpu0) / (seconds + 2), 2)
-        row["fwd_drops"] = link.stats()["fwd"]["drop_queue"]
+        fwd = link.stats()["fwd"]
+        row["fwd_drops"] = fwd["drop_queue"]
+        row["fwd_segments_per_write"] = round(fwd["tx_pkts"] / max(1, fwd["tx_frames"]), 1)
     return row
 
 
@@ -45,9 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.wan.fidelity")
     parser.add_argument("--profile", action="append", choices=sorted(PROFILES))
     parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--no-offload", action="store_true", help="one packet per read/write (the old path)")
     args = parser.parse_args(argv)
     for profile in args.profile or ["wan50", "wan100"]:
-        print(json.dumps(measure(profile, args.seconds)))
+        print(json.dumps(measure(profile, args.seconds, offload=not args.no_offload)))
         sys.stdout.flush()
     return 0
 

@@ -54,7 +54,10 @@ TXQUEUELEN = 10000
 # Enough for several BDPs of window at 1 Gbit/s x 200 ms; the kernel only
 # grows a socket's buffers this far when the path needs it.
 TCP_MEM_MAX = 64 * 1024 * 1024
-MIN_QUEUE_BYTES = 16 * (MTU + 14)
+# With offload the emulator queues TSO frames of up to 64 KiB and drops a frame
+# whole, so the queue holds at least four of them: a one-BDP queue on `lan`
+# (125 KB) would drop every third burst. Real 1 GbE switch ports buffer more.
+MIN_QUEUE_BYTES = 4 * 64 * 1024
 MIN_RING_BYTES = 32 * 1024 * 1024
 DEFAULT_CC = "cubic"
 
@@ -142,6 +145,9 @@ class EmulatedLink(AbstractContextManager):
     `queue_bytes=None` sizes the drop-tail queue at one BDP of each direction
     and keeps it at one BDP when `set()` changes rate or RTT. `cc` is the
     default TCP congestion control inside both namespaces (see docs/testbed.md).
+    `offload=False` makes the emulator move one 1500-byte packet per read and
+    write instead of the kernels' TSO super-frames (docs/testbed.md, "Offload");
+    the default comes from AT_LINK_OFFLOAD (unset: on).
     """
 
     src_addr = SRC_ADDR
@@ -158,6 +164,7 @@ class EmulatedLink(AbstractContextManager):
         reverse_rate_mbit: float | None = None,
         cc: str = DEFAULT_CC,
         ring_bytes: int | None = None,
+        offload: bool | None = None,
     ) -> None:
         if rtt_ms < 0 or rate_mbit <= 0 or (reverse_rate_mbit is not None and reverse_rate_mbit <= 0):
             raise ValueError(
@@ -175,6 +182,9 @@ class EmulatedLink(AbstractContextManager):
         self.reverse_rate_mbit = float(reverse_rate_mbit or rate_mbit)
         self.queue_bytes = queue_bytes
         self.cc = cc
+        if offload is None:
+            offload = os.environ.get("AT_LINK_OFFLOAD", "1").strip().lower() not in ("0", "no", "off", "false")
+        self.offload = offload
         self.ring_bytes = ring_bytes or self._ring_needed(self.rtt_ms, max(self.rate_mbit, self.reverse_rate_mbit))
         self._emulator: subprocess.Popen | None = None
         self._emulator_pid = 0
@@ -291,6 +301,8 @@ class EmulatedLink(AbstractContextManager):
         ]
         if not self._detached:
             argv.append("--watch-stdin")
+        if not self.offload:
+            argv.append("--no-offload")
         with open(self.log_path, "ab") as log:
             self._emulator = subprocess.Popen(
                 argv,
