@@ -172,6 +172,31 @@ def test_mc_round_robin_over_huge_small_large_middle():
     assert round_robin(2, order) == {"huge": 1, "small": 1, "large": 0, "middle": 0}
     specs = MultiChunk(channels=6).plan(table(mixed_sizes()), link_with_bdp(8 * MB))
     assert [s.params.cc for s in specs] == [2, 2, 1, 1]
+    assert round_robin(6, order, {"huge": 1, "small": 9, "large": 9, "middle": 9}) == \
+        {"huge": 1, "small": 2, "large": 2, "middle": 1}
+
+
+WAN50_SFTP = LinkInfo(rtt_s=0.05, bandwidth_bps=500e6, source="profiler", channel_window_bytes=2 * MB)
+
+
+@pytest.mark.parametrize("scenario, sizes, expected", [
+    # 3.1 MB BDP under OpenSSH's 2 MiB channel window: 2 connections cover it, +1 for the gaps between
+    # files. Measured on wan50's medium: cc 2-4 at 416-417 Mbit/s, cc 8 at 404 (docs/tuning.md).
+    ("wan50 medium: 20 x 50 MiB is one Large chunk, 3 channels not 8", np.full(20, 50 * MB), {"mc.large": 3}),
+    ("wan50 large: 2 x 512 MiB, one channel per file", np.full(2, 512 * MB), {"mc.huge": 2}),
+    # Small files keep all 8: there channels hide per-file round trips (cc 8: 417, cc 3: 395 Mbit/s).
+    ("wan50 small: 1000 x 1 MiB keeps every channel", np.full(1000, MB), {"mc.middle": 8}),
+    # The channels Large cannot use go to the other chunks at the start, not when a chunk ends.
+    ("wan50 mixed: Large capped, the rest to Small and Middle",
+     np.concatenate([np.full(300, 100 * 1024), np.full(300, MB), np.full(100, 40 * MB)]),
+     {"mc.small": 3, "mc.large": 3, "mc.middle": 2}),
+])
+def test_mc_channels_a_large_chunk_can_use(scenario, sizes, expected):
+    specs = MultiChunk().plan(table(sizes), WAN50_SFTP)
+    assert {s.id: s.params.cc for s in specs} == expected, scenario
+    # Without a protocol window (GridFTP-like, TCP only) the paper's allocation is kept.
+    plain = MultiChunk().plan(table(sizes), WAN50)
+    assert sum(s.params.cc for s in plain) == min(8, sum(s.files for s in plain)), scenario
 
 
 # -- Rules of thumb (paper 000 section 3) as assertions on planner output -------------------

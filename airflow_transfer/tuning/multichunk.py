@@ -21,7 +21,16 @@ Per chunk: pp from eq. 4 on the chunk's mean (models.pp_level); p = 1 for
 Small and Middle (rule 4 of section 3), and for Large and Huge
 min(ceil(mean / BDP), ceil(BDP / window)) capped at max_p - enough streams
 that their windows cover the BDP, never more streams than BDPs in a file.
-MC does not choose the channel count (section 4.2): it is an option.
+MC does not choose the channel count (section 4.2): it is an option. One
+bound is added here (`useful_channels`): a Large or Huge chunk never holds more
+channels than it takes to cover the BDP under the protocol's own window
+(ceil(BDP / channel window), plus one to hide the gap between files), divided
+by its p. Each of its files fills a channel's window by itself, so more
+channels only put more data in flight than the path and its queue hold: on
+wan50's `medium` (20 x 50 MiB), 8 channels ran at 404 Mbit/s and 2, 3 or 4 at
+416-417 (benchmarks/results/mc-channels.md). Small and Middle chunks keep
+every channel they are given: there, channels hide per-file round trips (8
+channels 417, 3 channels 395 on `small`).
 """
 
 from __future__ import annotations
@@ -38,7 +47,8 @@ from .base import Algorithm, RunContext, check_int, check_link
 from .chunks import ChunkSpec, make_spec
 from .dataset import ManifestLike, SortedSizes
 from .executor import supports_sessions
-from .models import DEFAULT_MAX_P, DEFAULT_MAX_PP, LinkInfo, channel_rate_bps, pp_level, pp_param, tcp_window
+from .models import (DEFAULT_MAX_P, DEFAULT_MAX_PP, LinkInfo, channel_rate_bps, pp_level, pp_param,
+                     streams_for_channel_window, tcp_window)
 
 CLASSES = ("small", "middle", "large", "huge")
 ROUND_ROBIN = ("huge", "small", "large", "middle")  # paper 000 section 4.2
@@ -59,11 +69,30 @@ class MCThresholds:
                              f"{self.middle}, {self.large}) in multiples of the BDP")
 
 
-def round_robin(channels: int, order: list[str]) -> dict[str, int]:
-    """`channels` handed out one by one over `order`."""
+def useful_channels(spec: ChunkSpec, link: LinkInfo) -> int:
+    """The most channels chunk `spec` can use (module docstring): its file count, and
+    for Large and Huge chunks on a link with a protocol window, the connections that
+    cover the BDP plus one, over p."""
+    cap = spec.files
+    if spec.id.rsplit(".", 1)[-1] in ("large", "huge") and link.channel_window_bytes > 0 and link.measured:
+        connections = streams_for_channel_window(link, cap=1 << 16) + 1
+        cap = min(cap, max(1, math.ceil(connections / max(spec.params.p, 1))))
+    return cap
+
+
+def round_robin(channels: int, order: list[str], caps: dict[str, int] | None = None) -> dict[str, int]:
+    """`channels` handed out one by one over `order`, skipping a name once it holds its cap."""
     alloc = {name: 0 for name in order}
-    for i in range(channels if order else 0):
-        alloc[order[i % len(order)]] += 1
+    left = channels if order else 0
+    while left > 0:
+        open_ = [n for n in order if caps is None or alloc[n] < caps[n]]
+        if not open_:
+            break
+        for name in open_:
+            if left == 0:
+                break
+            alloc[name] += 1
+            left -= 1
     return alloc
 
 
@@ -108,13 +137,12 @@ class MultiChunk(Algorithm):
     def _specs(self, sizes: SortedSizes, link: LinkInfo) -> list[ChunkSpec]:
         ranges = self.classify(sizes, link)
         order = [name for name in ROUND_ROBIN if name in ranges]
-        alloc = round_robin(self.opts["channels"], order)
-        specs = []
+        specs = {}
         for name in order:
             lo, hi = ranges[name]
-            params = self.chunk_params(name, sizes.mean(lo, hi), link, min(alloc[name], hi - lo))
-            specs.append(make_spec(sizes, f"mc.{name}", lo, hi, params))
-        return specs
+            specs[name] = make_spec(sizes, f"mc.{name}", lo, hi, self.chunk_params(name, sizes.mean(lo, hi), link, 1))
+        alloc = round_robin(self.opts["channels"], order, {n: useful_channels(specs[n], link) for n in order})
+        return [specs[n].with_params(cc=max(1, alloc[n])) for n in order]
 
     def plan(self, manifest: ManifestLike, link: LinkInfo) -> list[ChunkSpec]:
         """Chunks in start order; cc is each chunk's initial channel count (a chunk
@@ -131,7 +159,7 @@ class MultiChunk(Algorithm):
         if not supports_sessions(executor):
             # One chunk at a time with every channel: MC's parameters, not its overlap.
             for spec in specs:
-                ctx.run_spec(spec.with_params(cc=min(self.opts["channels"], spec.files)))
+                ctx.run_spec(spec.with_params(cc=min(self.opts["channels"], useful_channels(spec, link))))
             return ctx.results
         scheduler = _Scheduler(ctx, specs, self.opts["channels"])
         scheduler.run()
@@ -148,6 +176,7 @@ class _ChunkState:
         self.last_at = 0.0
         self.done = False
         self.model_rate = max(channel_rate_bps(spec.bytes / spec.files, spec.params.pp, spec.params.p, link) / 8, 1.0)
+        self.cap = useful_channels(spec, link)
 
     def eta(self, channels: int) -> float:
         """Seconds left if the chunk had `channels` channels from now on."""
@@ -163,9 +192,9 @@ class _Scheduler:
         self.ctx = ctx
         self.states = {s.id: _ChunkState(s, ctx.link) for s in specs}
         self.order = [s.id for s in specs]
-        alloc = round_robin(channels, self.order)
-        self.initial = {cid: min(alloc[cid], self.states[cid].spec.files) for cid in self.order}
-        self.spare = channels - sum(self.initial.values())  # more channels than files to use them
+        alloc = round_robin(channels, self.order, {cid: self.states[cid].cap for cid in self.order})
+        self.initial = dict(alloc)
+        self.spare = channels - sum(self.initial.values())  # more channels than the chunks can use
         self.moves: list[tuple[float, str, int]] = []  # (time, chunk id, channels after)
 
     def run(self) -> None:
@@ -201,7 +230,7 @@ class _Scheduler:
         extra = {cid: 0 for cid in self.order}
         for _ in range(freed):
             open_ = [cid for cid in self.order if not self.states[cid].done
-                     and self.states[cid].channels + extra[cid] < self.states[cid].spec.files]
+                     and self.states[cid].channels + extra[cid] < self.states[cid].cap]
             if not open_:
                 break
             target = max(open_, key=lambda c: self.states[c].eta(self.states[c].channels + extra[c]))
