@@ -25,10 +25,15 @@ MC does not choose the channel count (section 4.2): it is an option. One
 bound is added here (`useful_channels`): a Large or Huge chunk never holds more
 channels than it takes to cover the BDP under the protocol's own window
 (ceil(BDP / channel window), plus one to hide the gap between files), divided
-by its p. Each of its files fills a channel's window by itself, so more
-channels only put more data in flight than the path and its queue hold: on
-wan50's `medium` (20 x 50 MiB), 8 channels ran at 404 Mbit/s and 2, 3 or 4 at
-416-417 (benchmarks/results/mc-channels.md). Small and Middle chunks keep
+by its p, when its mean file is at least `WINDOW_FILLING` (4) channel windows
+long. Each such file fills a channel's window by itself, so more channels only
+put more data in flight than the path and its queue hold: on wan50's `medium`
+(20 x 50 MiB), 8 channels ran at 404 Mbit/s and 2, 3 or 4 at 416-417
+(benchmarks/results/mc-channels.md). Files barely longer than a window (the
+Large class of wan50's `mixed`, 3-4 MiB against a 2 MiB window) spend much of
+their time opening and closing the window, and capped at 3 channels that chunk
+ran alone at about 340 Mbit/s after the Middle chunk ended, while one chunk of
+4 channels over the whole dataset ran at 457. Small and Middle chunks keep
 every channel they are given: there, channels hide per-file round trips (8
 channels 417, 3 channels 395 on `small`).
 """
@@ -53,6 +58,9 @@ from .models import (DEFAULT_MAX_P, DEFAULT_MAX_PP, LinkInfo, channel_rate_bps, 
 CLASSES = ("small", "middle", "large", "huge")
 ROUND_ROBIN = ("huge", "small", "large", "middle")  # paper 000 section 4.2
 DEFAULT_CHANNELS = 8
+# A file this many channel windows long keeps its connection's window full for most of its
+# transfer; a shorter one leaves it part-empty at its start and end, and more channels fill that.
+WINDOW_FILLING = 4
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,9 @@ def useful_channels(spec: ChunkSpec, link: LinkInfo) -> int:
     for Large and Huge chunks on a link with a protocol window, the connections that
     cover the BDP plus one, over p."""
     cap = spec.files
-    if spec.id.rsplit(".", 1)[-1] in ("large", "huge") and link.channel_window_bytes > 0 and link.measured:
+    window = link.channel_window_bytes
+    if spec.id.rsplit(".", 1)[-1] in ("large", "huge") and window > 0 and link.measured \
+            and spec.bytes >= WINDOW_FILLING * window * spec.files:
         connections = streams_for_channel_window(link, cap=1 << 16) + 1
         cap = min(cap, max(1, math.ceil(connections / max(spec.params.p, 1))))
     return cap
