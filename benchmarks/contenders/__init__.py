@@ -18,7 +18,7 @@ __all__ = ["Availability", "Contender", "ContenderFailed", "Usage", "all_contend
 GROUPS = {
     "openssh": ("OpenSSH", "rsync"),
     "airflow": ("Airflow SFTPHook",),
-    "sshfs": ("fsspec sshfs",),
+    "sshfs": ("fsspec sshfs", "sshfs one"),
 }
 
 

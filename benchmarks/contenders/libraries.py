@@ -91,11 +91,24 @@ class Sshfs(_Library):
     description = ("`SSHFileSystem.put(local_files, remote_paths)` from the `sshfs` package (asyncssh): one "
                    "connection, fsspec's default batch of concurrent file copies, directories made first")
 
+    max_sessions: int | None = None
+
     def args(self, dataset_dir: Path, remote_dir: Path) -> dict:
         bed = self._bed()
         return {"local": str(dataset_dir), "remote": str(remote_dir), "host": bed.host, "port": bed.port,
-                "user": bed.user, "key": str(bed.key), "known_hosts": str(bed.known_hosts)}
+                "user": bed.user, "key": str(bed.key), "known_hosts": str(bed.known_hosts),
+                "max_sessions": self.max_sessions}
+
+
+class SshfsOneChannel(Sshfs):
+    """sshfs with its SFTP channel pool cut to one (max_sessions counts its 2 shell channels): separates
+    what one SSH connection carries from what its several SFTP channels add."""
+
+    max_sessions = 3
+    name = "sshfs one SFTP channel (fsspec, max_sessions 3)"
+    description = ("as `fsspec sshfs put (file list)`, with `max_sessions=3`: one SFTP channel on the one "
+                   "connection instead of 8, each channel under the server's own window")
 
 
 def contenders() -> list[Contender]:
-    return [AirflowSFTPHook(workers=os.cpu_count() or 2), AirflowSFTPHook(workers=8), Sshfs()]
+    return [AirflowSFTPHook(workers=os.cpu_count() or 2), AirflowSFTPHook(workers=8), Sshfs(), SshfsOneChannel()]
