@@ -83,11 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--verify", default="sha256",
                     help="checksum every file end to end before its final name: md5, sha1, sha256 (default), "
                          "blake2b, adler32, crc32c, xxh128, blake3, or none")
-    cp.add_argument("--verify-mode", default="file", choices=["sequential", "file", "block"],
-                    help="sequential: all transfers, then all checksums; file (default): each file's "
-                         "destination digest overlaps the transfer of the next files; block: each block is "
-                         "checksummed at both ends while the next is sent, only bad blocks are re-sent "
-                         "(uploads; docs/integrity.md)")
+    cp.add_argument("--verify-mode", default="auto", choices=["auto", "sequential", "file", "block"],
+                    help="auto (default): block for uploads, file otherwise; sequential: all transfers, then "
+                         "all checksums; file: each file's destination digest overlaps the transfer of the "
+                         "next files; block: each block is checksummed at both ends while the next is sent, "
+                         "only bad blocks are re-sent (uploads; docs/integrity.md)")
     cp.add_argument("--verify-block-size", type=int, default=None,
                     help="block mode: bytes per checksum block (default 8 MiB)")
     cp.add_argument("--verify-threads", type=int, default=None,

@@ -38,7 +38,7 @@ class CopyRequest:
     verify: str | None = "sha256"  # checksum algorithm for end-to-end verification; None = off
     before_verify: Callable[[str], None] | None = None  # fault injection for tests: called with each temp path
     measure_link: bool | None = None  # no library entry: True/False measure or not; None decides (should_measure)
-    verify_mode: str = "file"  # sequential | file | block (docs/integrity.md)
+    verify_mode: str = "auto"  # auto | sequential | file | block (docs/integrity.md)
     verify_block_size: int | None = None  # block mode; None: the engine's default
     verify_threads: int | None = None  # block mode checksum threads; None: balanced from t and c
     replicas: list[str] = field(default_factory=list)  # more URLs of the same source tree (read from all)
@@ -63,7 +63,7 @@ def default_key(src: Endpoint, dst: Endpoint) -> str:
     return "cli:" + hashlib.sha256(f"{src.display}\0{dst.display}".encode()).hexdigest()[:20]
 
 
-VERIFY_MODES = ("sequential", "file", "block")
+VERIFY_MODES = ("auto", "sequential", "file", "block")
 
 
 def _resume_blocks(store, transfer_id: int, resume: dict[str, list]) -> dict[str, list]:
@@ -139,6 +139,8 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store) -> dict:
     from .protocols.sessions import open_session
 
     with open_session(req, stats) as session:
+        if isinstance(session, TransferSession):
+            session.warm(_warm_count(req))
         session.before_verify = req.before_verify
         if req.link is not None and getattr(req.link, "measured", False):
             session.bandwidth_bps = req.link.bandwidth_bps
@@ -148,7 +150,7 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store) -> dict:
             record = store.begin_transfer(key, req.src.display, req.dst.display, algorithm=req.algorithm,
                                           resume=not req.restart)
             resume = _resume_map(store, record.id, manifest) if record.resumed else {}
-            if resume and req.verify is not None and req.verify_mode == "block":
+            if resume and req.verify is not None and getattr(session, "verify_mode", req.verify_mode) == "block":
                 session.resume_blocks = _resume_blocks(store, record.id, resume)
             store.record_listing(record.id, manifest.table)
             journal = store.journal_writer(record.id, max_delay_ms=200)
@@ -249,6 +251,15 @@ class EngineSessionExecutor(EngineExecutor):
         from .engine.chunk_session import EngineChunkSession
 
         return EngineChunkSession(self, manifest_sorted)
+
+
+def _warm_count(req: CopyRequest) -> int:
+    """Connections worth opening before the plan exists: a fixed setting says how many it uses."""
+    from .engine.transfer import WARM_CONNECTIONS
+
+    if req.algorithm == "fixed":
+        return min(WARM_CONNECTIONS, req.params.p * req.params.cc)
+    return WARM_CONNECTIONS
 
 
 def _unknown_link():

@@ -185,6 +185,43 @@ def test_block_mode_after_a_crash_uses_the_journal_block_digests(files, sshd, re
     assert temp_files(dst) == []
 
 
+def test_block_mode_resume_checks_what_the_temporary_files_hold_beyond_the_journal(files, sshd, remote_dir):
+    """The journal lags the server (and a killed copy loses what it had not journaled): a resumed
+    block-mode upload checks the blocks its temporary files already hold, with source digests
+    computed then, and sends only those that differ. Here the first run journaled md5 blocks,
+    which a sha256 run must ignore, so everything at the destination is beyond the journal."""
+    import subprocess
+    import sys
+
+    from tests.support.cli import run_cli, ssh_args
+
+    dst = remote_dir / "tail"
+    names = {7: "v2/.f007.bin.atpart", 100: "v0/.f100.bin.atpart", 199: "v4/.f199.bin.atpart"}
+    victims = ",".join(f"{dst / n}={40_000 + 997 * i}" for i, n in names.items())
+    killer = _KILLER.replace('verify_mode="block"', 'verify="md5", verify_mode="block"') \
+        .replace('"crash-blocks"', '"crash-blocks-md5"') \
+        .replace("    for p in victims:\n", "    for p in list(victims)[-1:]:\n")  # corrupt f199 only
+    assert killer.count('verify="md5"') == 1 and "list(victims)[-1:]" in killer
+    proc = subprocess.run([sys.executable, "-c", killer, str(files), str(dst), sshd.host, str(sshd.port),
+                           sshd.user, str(sshd.client_key), str(sshd.known_hosts), victims],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+
+    mark = sshd.log_mark()
+    res = run_cli("copy", str(files), sshd.url(str(dst)), "--json", "--transfer-key", "crash-blocks-md5",
+                  "--verify", "sha256", "--verify-mode", "block", "--verify-block-size", str(BLOCK),
+                  *ssh_args(sshd))
+    assert res.code == 0, res.err[-2000:]
+    v = res.summary["verify"]
+    assert (v["mismatched"], v["repaired"], v["verified"]) == (1, 1, 200)
+    assert v["blocks"]["from_journal"] >= 3 and v["blocks"]["resent"] == 1
+    # f007 and f100 were complete: not a byte again; f199 (4 blocks): only its bad block 0.
+    written = written_to(sshd, mark, {".f007.bin.atpart", ".f100.bin.atpart", ".f199.bin.atpart"})
+    assert {k: n for k, n in written.items() if n} == {".f199.bin.atpart": BLOCK}
+    assert tree_digest(dst) == tree_digest(files)
+    assert temp_files(dst) == []
+
+
 def test_block_mode_resumes_a_ranged_file_from_its_journaled_blocks(sshd, remote_dir, local_dir):
     import signal
     import subprocess

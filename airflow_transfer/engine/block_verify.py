@@ -316,6 +316,29 @@ class BlockVerifier(Verifier):
         with self._cv:
             return bool(self._files[i].blocks)
 
+    def adopt_tail(self, i: int, tmp_size: int, source_digest: Callable[[int, int], str]) -> int:
+        """The blocks the temporary file holds past the known ones (the journal lags the
+        server by up to a batch, and a killed copy loses what it had not journaled yet) become
+        blocks to check, with digests computed from the source now, instead of blocks to send:
+        file-level resume trusts the temporary file's length; this checks every block of it.
+        Returns how many blocks were adopted."""
+        with self._cv:
+            f = self._files[i]
+            cover = 0
+            for off in f.offsets:
+                b = f.blocks[off]
+                if off != cover or b.state == "bad":
+                    break
+                cover = off + b.length
+        # The last span may end inside a block: it is checked as a block of its own length (as
+        # a -p range's edge cuts one), and the upload continues from its end.
+        spans = block_spans(cover, min(tmp_size, f.task.size), self.block_size)
+        digests = [(o, n, source_digest(o, n)) for o, n in spans]  # source reads: outside the lock
+        with self._cv:
+            for o, n, d in digests:
+                f.put(Block(o, n, d, "journal"))
+        return len(digests)
+
     def plan_upload(self, i: int, tmp_size: int) -> int:
         """Where a single-stream upload starts: after the blocks from offset 0 that are known to be
         at the destination (this run or the journal); those not checked yet are queued now."""
@@ -664,11 +687,16 @@ def make_upload_job(v: BlockVerifier, i: int, t: FileTask, wire: SFTPWire, stats
                           [b.digest for b in blocks])
     else:
         tmp_size = 0
-        if v.has_blocks(i):
+        if t.resumable or v.has_blocks(i):
             try:
                 tmp_size = wire.stat(t.tmp, follow=False).size or 0
             except OSError:
                 tmp_size = 0
+        if t.resumable and tmp_size:
+            try:
+                v.adopt_tail(i, tmp_size, lambda off, n: digest_file(v.algorithm, t.src, off, n))
+            except Exception:  # noqa: BLE001 - unreadable now: those blocks are simply sent again
+                pass
         start = v.plan_upload(i, tmp_size)
         if start:
             t.resumed = True

@@ -63,7 +63,8 @@ class TunedTransferOperator(BaseOperator):
     :param deadline: seconds after which transient errors are no longer retried.
     :param verify: checksum algorithm for end-to-end verification (``sha256`` by default), or
         ``None`` / ``"none"`` to turn it off (docs/integrity.md).
-    :param verify_mode: ``file`` (default), ``sequential`` or ``block`` (docs/integrity.md).
+    :param verify_mode: ``auto`` (default: ``block`` for uploads, ``file`` otherwise), ``file``,
+        ``sequential`` or ``block`` (docs/integrity.md).
     :param alt_protocols: fall-back protocols for the remote end, in order, e.g. ``["ftp"]`` or
         ``["ftp://user@host:2121"]``: after ``switch_after`` consecutive failures (or one copy that
         reported success with the wrong size) the transfer continues on the next one and switches
@@ -100,7 +101,7 @@ class TunedTransferOperator(BaseOperator):
         rtt_ms: float | None = None,
         bandwidth_mbit: float | None = None,
         verify: str | None = "sha256",
-        verify_mode: str = "file",
+        verify_mode: str = "auto",
         alt_protocols: Sequence[str] | None = None,
         switch_after: int = 3,
         probe_interval: float = 5.0,
@@ -133,7 +134,7 @@ class TunedTransferOperator(BaseOperator):
         if verify not in (None, "none"):
             text("verify", verify)
         self.verify = None if verify in (None, "none") else verify
-        self.verify_mode = choice("verify_mode", verify_mode, ("sequential", "file", "block"))
+        self.verify_mode = choice("verify_mode", verify_mode, ("auto", "sequential", "file", "block"))
         self.alt_protocols = names("alt_protocols", alt_protocols)  # fall-back protocols (docs/protocols.md)
         self.switch_after = whole("switch_after", switch_after)
         self.probe_interval = number("probe_interval", probe_interval)

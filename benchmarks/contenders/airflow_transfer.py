@@ -143,6 +143,12 @@ def contenders() -> list[Contender]:
             out.append(AirflowTransfer(f"airflow-transfer (openssh) --algorithm {algo}",
                                        f"`--algorithm {algo} --ssh-client openssh`",
                                        ["--algorithm", algo, "--ssh-client", "openssh"]))
+    # The verification mode auto replaced as the default (file-level) for uploads: what the
+    # whole-file fsync and read-back of the last files cost (docs/integrity.md, "The default mode").
+    if "auto" in algorithms():
+        out.append(AirflowTransfer("airflow-transfer --algorithm auto --verify-mode file",
+                                   "`--algorithm auto` with file-level verification, the default before block",
+                                   ["--algorithm", "auto", "--verify-mode", "file"]))
     out.append(AirflowTransfer(f"airflow-transfer download ({setting})",
                                f"download (dst -> src) with the hand-picked setting {setting}",
                                ["--algorithm", "fixed", *knobs], direction="download"))

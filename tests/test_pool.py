@@ -1,0 +1,82 @@
+"""The SFTP connection pool against a real sshd: connections opened ahead (`warm`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from airflow_transfer.errors import ConnectError
+from airflow_transfer.protocols.pool import SFTPPool
+from airflow_transfer.protocols.ssh import SSHTarget
+
+def _target(sshd, **kw) -> SSHTarget:
+    base = dict(host=sshd.host, port=sshd.port, username=sshd.user, key_filenames=[str(sshd.client_key)],
+                known_hosts=[str(sshd.known_hosts)])
+    return SSHTarget(**{**base, **kw})
+
+
+def _settle(pool: SFTPPool, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while pool._warming and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not pool._warming, "warm connections never arrived"
+
+
+def _transport_threads() -> int:
+    import paramiko
+
+    return sum(isinstance(t, paramiko.Transport) and t.is_alive() for t in threading.enumerate())
+
+
+def test_warm_connections_are_taken_by_acquirers_instead_of_opening_more(sshd):
+    pool = SFTPPool(_target(sshd))
+    try:
+        assert pool.warm(2) == 2
+        assert pool.warm(2) == 0  # already on their way: not opened twice
+        # Two acquirers arriving while the handshakes run wait for them.
+        got: list = []
+        threads = [threading.Thread(target=lambda: got.append(pool.acquire())) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert len(got) == 2 and all(c.alive for c in got)
+        assert pool.opened == 2
+        third = pool.acquire()  # nothing warm left: a third connection of its own
+        assert pool.opened == 3 and third.carrier not in {c.carrier for c in got}
+        for c in (*got, third):
+            pool.release(c)
+    finally:
+        pool.close()
+
+
+def test_a_failed_warm_handshake_leaves_the_error_to_acquire(sshd):
+    # A port nobody listens on: the background attempt fails quietly, acquire reports why.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pool = SFTPPool(_target(sshd, port=port, timeout=5))
+    try:
+        assert pool.warm(1) == 1
+        with pytest.raises(ConnectError, match=f"cannot connect to .*:{port}"):
+            pool.acquire()
+        assert pool.opened == 0
+    finally:
+        pool.close()
+
+
+def test_closing_the_pool_while_warming_closes_what_arrives_later(sshd):
+    before = _transport_threads()
+    pool = SFTPPool(_target(sshd))
+    pool.warm(2)
+    pool.close()  # the handshakes are still running
+    _settle(pool)
+    assert pool.opened == 2 and not pool._idle
+    deadline = time.monotonic() + 10
+    while _transport_threads() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _transport_threads() == before, "a warmed connection outlived its closed pool"
