@@ -13,6 +13,10 @@ import sys
 
 from .errors import TransferError, UsageError
 
+# pp, p, cc of `copy --algorithm fixed` when a knob is not given (the hand-picked wan50 setting's
+# pp and cc: docs/tuning.md).
+FIXED_DEFAULTS = (8, 1, 4)
+
 
 def _endpoint(url: str, args) -> "Endpoint":
     from .protocols.endpoint import Endpoint, parse_url
@@ -73,12 +77,16 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--from-list", help="a request list: 'SRC DST' per line, grouped by host pair "
                                         "(docs/protocols.md)")
     algos = ["fixed", "globus", "pcp", "mc", "adaptive-cc", "auto"]
-    cp.add_argument("--algorithm", default="fixed", choices=algos,
-                    help="how pp/p/cc are chosen per chunk (fixed: as given; see docs/tuning.md)")
+    cp.add_argument("--algorithm", default=None, choices=algos,
+                    help="how pp/p/cc are chosen per chunk: auto (the default) tunes them; fixed (the default "
+                         "when --pp, -p or -c is given) uses them as given; see docs/tuning.md")
     link_opts(cp)
-    cp.add_argument("--pp", type=int, default=8, help="file operations kept in flight per connection")
-    cp.add_argument("--parallelism", "-p", type=int, default=1, help="connections per large file")
-    cp.add_argument("--concurrency", "-c", type=int, default=4, help="files moved at once on separate connections")
+    cp.add_argument("--pp", type=int, default=None, help="file operations kept in flight per connection "
+                                                          f"(fixed; default {FIXED_DEFAULTS[0]})")
+    cp.add_argument("--parallelism", "-p", type=int, default=None,
+                    help=f"connections per large file (fixed; default {FIXED_DEFAULTS[1]})")
+    cp.add_argument("--concurrency", "-c", type=int, default=None,
+                    help=f"files moved at once on separate connections (fixed; default {FIXED_DEFAULTS[2]})")
     cp.add_argument("--manifest", help="copy exactly the files of this Parquet manifest")
     cp.add_argument("--verify", default="sha256",
                     help="checksum every file end to end before its final name: md5, sha1, sha256 (default), "
@@ -158,10 +166,20 @@ def _progress_printer(stream, tty: bool):
     return emit
 
 
+def copy_algorithm(args) -> str:
+    """`--algorithm`, else auto; knobs given on the command line mean the user chose them: fixed."""
+    if args.algorithm:
+        return args.algorithm
+    return "fixed" if any(v is not None for v in (args.pp, args.parallelism, args.concurrency)) else "auto"
+
+
 def cmd_copy(args) -> int:
     from .job import CopyRequest, check_params, link_from_args, run_copy
     from .manifest import Manifest
 
+    args.algorithm = copy_algorithm(args)
+    args.pp, args.parallelism, args.concurrency = (given if given is not None else default for given, default in
+                                                   zip((args.pp, args.parallelism, args.concurrency), FIXED_DEFAULTS))
     params = check_params(args.pp, args.parallelism, args.concurrency)
     if bool(args.from_list) == bool(args.src and args.dst) or bool(args.src) != bool(args.dst):
         raise UsageError("give SRC and DST, or --from-list FILE", "",

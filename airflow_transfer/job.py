@@ -99,26 +99,31 @@ def run_copy(req: CopyRequest) -> dict:
     """Copy and return the summary of DESIGN.md section 9 (fields later issues fill stay empty)."""
     t0 = time.monotonic()
     stats = Stats()
-    store = record = journal = None
-    if req.use_store:
-        from .store import Store, StoreError
+    _check_request(req)
+    from .protocols.sessions import open_session
 
+    session = open_session(req, stats)  # opens nothing yet
+    store = None
+    with session:
+        if isinstance(session, TransferSession):
+            # The first SSH handshakes run while the store opens and the source is listed.
+            session.warm(_warm_count(req))
+        if req.use_store:
+            from .store import Store, StoreError
+
+            try:
+                store = Store.open(req.store_url)
+            except StoreError as exc:
+                raise TransferError(f"cannot open the transfer store: {exc}", "",
+                                    "check [airflow_transfer] store_url / --store") from exc
         try:
-            store = Store.open(req.store_url)
-        except StoreError as exc:
-            raise TransferError(f"cannot open the transfer store: {exc}", "",
-                                "check [airflow_transfer] store_url / --store") from exc
-    try:
-        return _run(req, t0, stats, store)
-    finally:
-        if store is not None:
-            store.close()
+            return _run(req, t0, stats, store, session)
+        finally:
+            if store is not None:
+                store.close()
 
 
-def _run(req: CopyRequest, t0: float, stats: Stats, store) -> dict:
-    key = req.transfer_key or default_key(req.src, req.dst)
-    record = journal = None
-    resume: dict[str, list] | None = None
+def _check_request(req: CopyRequest) -> None:
     if req.verify is not None:
         from .integrity.algorithms import algorithm_info
 
@@ -136,60 +141,61 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store) -> dict:
                          "give at least 65536 bytes (the default is 8 MiB)")
     if req.verify_threads is not None and req.verify_threads < 1:
         raise UsageError("verify threads must be >= 1", "", "omit it to balance them from measured t and c")
-    from .protocols.sessions import open_session
 
-    with open_session(req, stats) as session:
-        if isinstance(session, TransferSession):
-            session.warm(_warm_count(req))
-        session.before_verify = req.before_verify
-        if req.link is not None and getattr(req.link, "measured", False):
-            session.bandwidth_bps = req.link.bandwidth_bps
-        manifest = req.manifest or list_source(session, req.src)
-        manifest.validate(req.src.display)
-        if store is not None:
-            record = store.begin_transfer(key, req.src.display, req.dst.display, algorithm=req.algorithm,
-                                          resume=not req.restart)
-            resume = _resume_map(store, record.id, manifest) if record.resumed else {}
-            if resume and req.verify is not None and getattr(session, "verify_mode", req.verify_mode) == "block":
-                session.resume_blocks = _resume_blocks(store, record.id, resume)
-            store.record_listing(record.id, manifest.table)
-            journal = store.journal_writer(record.id, max_delay_ms=200)
-            session.journal = journal
-            if hasattr(session, "switches"):
-                session.on_switch = lambda rec, tid=record.id: store.record_protocol_switch(tid, rec)
-        src_root = req.src.path
-        if manifest.root_is_file:
-            src_root = (os.path if req.src.scheme == "file" else posixpath).dirname(req.src.path.rstrip("/")) or "/"
-        ordered = manifest.sorted_by_size()
-        stats.add_total(ordered.files, ordered.bytes)
-        session.ensure_dirs(req.dst.path, ordered.empty_dirs)
-        modes = ordered.modes.to_pylist() if ordered.modes is not None else None
-        emit = req.progress or (lambda s: None)
-        from .tuning.library import choose
 
-        start = choose(req.src, req.dst, req.link, store, measure=req.measure_link, algorithm=req.algorithm,
-                       total_bytes=ordered.bytes, progress=req.log)
-        link = start.link or _unknown_link()
-        if session.remote is not None:
-            link = sftp_link(link)
-        try:
-            with Reporter(stats, emit, req.progress_interval):
-                if req.algorithm == "fixed":
-                    chunks = [session.perform(ordered.table, start.params(req.params), src_root=src_root, dst_root=req.dst.path,
-                                              chunk_id="chunk-0", modes=modes, resume=resume)]
-                else:
-                    from .tuning import get_algorithm
+def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
+    key = req.transfer_key or default_key(req.src, req.dst)
+    record = journal = None
+    resume: dict[str, list] | None = None
+    session.before_verify = req.before_verify
+    if req.link is not None and getattr(req.link, "measured", False):
+        session.bandwidth_bps = req.link.bandwidth_bps
+    manifest = req.manifest or list_source(session, req.src)
+    manifest.validate(req.src.display)
+    if store is not None:
+        record = store.begin_transfer(key, req.src.display, req.dst.display, algorithm=req.algorithm,
+                                      resume=not req.restart)
+        resume = _resume_map(store, record.id, manifest) if record.resumed else {}
+        if resume and req.verify is not None and getattr(session, "verify_mode", req.verify_mode) == "block":
+            session.resume_blocks = _resume_blocks(store, record.id, resume)
+        store.record_listing(record.id, manifest.table)
+        journal = store.journal_writer(record.id, max_delay_ms=200)
+        session.journal = journal
+        if hasattr(session, "switches"):
+            session.on_switch = lambda rec, tid=record.id: store.record_protocol_switch(tid, rec)
+    src_root = req.src.path
+    if manifest.root_is_file:
+        src_root = (os.path if req.src.scheme == "file" else posixpath).dirname(req.src.path.rstrip("/")) or "/"
+    ordered = manifest.sorted_by_size()
+    stats.add_total(ordered.files, ordered.bytes)
+    session.ensure_dirs(req.dst.path, ordered.empty_dirs)
+    modes = ordered.modes.to_pylist() if ordered.modes is not None else None
+    emit = req.progress or (lambda s: None)
+    from .tuning.library import choose
 
-                    # The pipelined engine also runs chunks at once (Multi-Chunk); other sessions one by one.
-                    make = EngineSessionExecutor if isinstance(session, TransferSession) else EngineExecutor
-                    executor = make(session, src_root, req.dst.path, modes, resume)
-                    executor.adjust = start.params  # tuned block size / TCP buffer where a plan leaves 0
-                    algorithm = get_algorithm(req.algorithm)
-                    chunks = algorithm.run(ordered.table, link, executor)
-        finally:
-            if journal is not None:
-                journal.close()
-        verify_summary = session.verify_summary()
+    start = choose(req.src, req.dst, req.link, store, measure=req.measure_link, algorithm=req.algorithm,
+                   total_bytes=ordered.bytes, progress=req.log)
+    link = start.link or _unknown_link()
+    if session.remote is not None:
+        link = sftp_link(link)
+    try:
+        with Reporter(stats, emit, req.progress_interval):
+            if req.algorithm == "fixed":
+                chunks = [session.perform(ordered.table, start.params(req.params), src_root=src_root, dst_root=req.dst.path,
+                                          chunk_id="chunk-0", modes=modes, resume=resume)]
+            else:
+                from .tuning import get_algorithm
+
+                # The pipelined engine also runs chunks at once (Multi-Chunk); other sessions one by one.
+                make = EngineSessionExecutor if isinstance(session, TransferSession) else EngineExecutor
+                executor = make(session, src_root, req.dst.path, modes, resume)
+                executor.adjust = start.params  # tuned block size / TCP buffer where a plan leaves 0
+                algorithm = get_algorithm(req.algorithm)
+                chunks = algorithm.run(ordered.table, link, executor)
+    finally:
+        if journal is not None:
+            journal.close()
+    verify_summary = session.verify_summary()
     seconds = time.monotonic() - t0
     moved = sum(c.bytes_moved for c in chunks)
     failed = [{"path": o.path, "error": o.error} for c in chunks for o in c.outcomes if not o.ok]

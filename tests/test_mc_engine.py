@@ -311,8 +311,11 @@ def test_a_failing_file_in_one_chunk_does_not_stop_the_others(mixed, sshd, remot
 
 
 def test_a_chunk_that_cannot_start_fails_the_copy_without_hanging(mixed, sshd, remote_dir):
+    from tests.support.sshd import chown_to_user
+
     dst = remote_dir / "blocked"
     dst.mkdir()
+    chown_to_user(dst, sshd.user)  # the other chunks can create theirs: only huge fails
     (dst / "huge").write_bytes(b"not a directory")  # the huge chunk cannot create its directory
     res = run_cli("copy", str(mixed), sshd.url(str(dst)), "--algorithm", "mc", *LINK, *ssh_args(sshd), timeout=120)
     assert res.code != 0 and "Traceback" not in res.err
