@@ -13,7 +13,7 @@ from typing import Callable
 from .engine.accounting import Reporter, Stats
 from .engine.params import TransferParams
 from .engine.retry import RetryPolicy
-from .engine.transfer import TransferSession
+from .engine.transfer import WARM_CONNECTIONS, TransferSession
 from .errors import TransferError, UsageError
 from .manifest import Manifest, list_local, list_remote
 from .protocols.endpoint import Endpoint
@@ -261,8 +261,6 @@ class EngineSessionExecutor(EngineExecutor):
 
 def _warm_count(req: CopyRequest) -> int:
     """Connections worth opening before the plan exists: a fixed setting says how many it uses."""
-    from .engine.transfer import WARM_CONNECTIONS
-
     if req.algorithm == "fixed":
         return min(WARM_CONNECTIONS, req.params.p * req.params.cc)
     return WARM_CONNECTIONS

@@ -214,6 +214,16 @@ class _File:
         if b.state in _UNSETTLED:
             self.unsettled -= 1
 
+    def covered(self, limit: int | None = None) -> int:
+        """End of the unbroken run of blocks from offset 0 that are not bad (and end by `limit`)."""
+        end = 0
+        for off in self.offsets:
+            b = self.blocks[off]
+            if off != end or b.state == "bad" or (limit is not None and off + b.length > limit):
+                break
+            end = off + b.length
+        return end
+
     def put(self, block: Block) -> None:
         """Add a block; whatever it overlaps (an earlier copy of it) goes."""
         lo, hi = block.offset, block.offset + block.length
@@ -324,12 +334,7 @@ class BlockVerifier(Verifier):
         Returns how many blocks were adopted."""
         with self._cv:
             f = self._files[i]
-            cover = 0
-            for off in f.offsets:
-                b = f.blocks[off]
-                if off != cover or b.state == "bad":
-                    break
-                cover = off + b.length
+            cover = f.covered()
         # The last span may end inside a block: it is checked as a block of its own length (as
         # a -p range's edge cuts one), and the upload continues from its end.
         spans = block_spans(cover, min(tmp_size, f.task.size), self.block_size)
@@ -345,12 +350,7 @@ class BlockVerifier(Verifier):
         with self._cv:
             f = self._files[i]
             self._undone(f)
-            start = 0
-            for off in f.offsets:
-                b = f.blocks[off]
-                if off != start or b.state == "bad" or off + b.length > tmp_size:
-                    break
-                start = off + b.length
+            start = f.covered(tmp_size)
             for off in [o for o in f.offsets if o >= start]:
                 f.drop(off)
             self._queue_journal(f)

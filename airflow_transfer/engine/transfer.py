@@ -94,8 +94,7 @@ class TransferSession:
         self.direction = "upload" if dst.scheme == "sftp" else "download" if src.scheme == "sftp" else "local"
         if verify_mode == "auto":
             # Block mode for uploads: on wan50 `large` file mode's last files waited for their
-            # whole-file fsync and read-back (356-367 Mbit/s); block mode ran as fast as no
-            # verification (409.6 against 410.3, docs/integrity.md "The default mode").
+            # whole-file fsync and read-back (docs/integrity.md, "Why `auto` picks block mode").
             self.verify_mode = "block" if self.direction == "upload" else "file"
             self.verify_why = ("auto: block-level for uploads" if self.direction == "upload" else
                                f"auto: file-level, since block mode verifies uploads and this is a {self.direction} copy")
@@ -122,7 +121,7 @@ class TransferSession:
 
     def warm(self, connections: int = WARM_CONNECTIONS) -> None:
         """Open the first connections in the background, while the copy lists, journals and plans."""
-        if self.pool is not None and connections > 0:
+        if self.pool is not None:
             self.pool.warm(connections)
 
     def close(self) -> None:

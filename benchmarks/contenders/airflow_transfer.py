@@ -144,7 +144,7 @@ def contenders() -> list[Contender]:
                                        f"`--algorithm {algo} --ssh-client openssh`",
                                        ["--algorithm", algo, "--ssh-client", "openssh"]))
     # The verification mode auto replaced as the default (file-level) for uploads: what the
-    # whole-file fsync and read-back of the last files cost (docs/integrity.md, "The default mode").
+    # whole-file fsync and read-back of the last files cost (docs/integrity.md, "Why `auto` picks block mode").
     if "auto" in algorithms():
         out.append(AirflowTransfer("airflow-transfer --algorithm auto --verify-mode file",
                                    "`--algorithm auto` with file-level verification, the default before block",
