@@ -24,10 +24,13 @@ def _settle(pool: SFTPPool, seconds: float = 30.0) -> None:
     assert not pool._warming, "warm connections never arrived"
 
 
-def _transport_threads() -> int:
-    import paramiko
+class _Recording(SFTPPool):
+    """A pool that keeps every connection it opened, to check each one's fate."""
 
-    return sum(isinstance(t, paramiko.Transport) and t.is_alive() for t in threading.enumerate())
+    def _open(self):
+        conn = super()._open()
+        self.__dict__.setdefault("seen", []).append(conn)
+        return conn
 
 
 def test_warm_connections_are_taken_by_acquirers_instead_of_opening_more(sshd):
@@ -70,13 +73,12 @@ def test_a_failed_warm_handshake_leaves_the_error_to_acquire(sshd):
 
 
 def test_closing_the_pool_while_warming_closes_what_arrives_later(sshd):
-    before = _transport_threads()
-    pool = SFTPPool(_target(sshd))
+    pool = _Recording(_target(sshd))
     pool.warm(2)
     pool.close()  # the handshakes are still running
     _settle(pool)
-    assert pool.opened == 2 and not pool._idle
+    assert pool.opened == 2 and not pool._idle and len(pool.seen) == 2
     deadline = time.monotonic() + 10
-    while _transport_threads() > before and time.monotonic() < deadline:
+    while any(c.carrier.is_active() for c in pool.seen) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _transport_threads() == before, "a warmed connection outlived its closed pool"
+    assert not any(c.carrier.is_active() for c in pool.seen), "a warmed connection outlived its closed pool"
