@@ -173,9 +173,24 @@ def copy_algorithm(args) -> str:
     return "fixed" if any(v is not None for v in (args.pp, args.parallelism, args.concurrency)) else "auto"
 
 
+def _early_pool(args, src, dst):
+    """An SFTP pool to the remote end with its first handshakes started, for a plain upload or
+    download (no fall-back protocols, no replicas), or None.
+
+    The copy path's imports (pyarrow, SQLAlchemy, the engine) take most of a second on a small
+    host; the handshakes (about 12 round trips each) wait on the network meanwhile instead of
+    after them. run_copy's session adopts the pool."""
+    if {src.scheme, dst.scheme} != {"file", "sftp"} or args.alt_protocols or args.replica:
+        return None
+    from .protocols.pool import SFTPPool, warm_count
+
+    pool = SFTPPool((src if src.scheme == "sftp" else dst).target)
+    pool.warm(warm_count(args.algorithm, args.parallelism * args.concurrency, args.verify != "none"))
+    return pool
+
+
 def cmd_copy(args) -> int:
-    from .job import CopyRequest, check_params, link_from_args, run_copy
-    from .manifest import Manifest
+    from .engine.params import check_params
 
     args.algorithm = copy_algorithm(args)
     args.pp, args.parallelism, args.concurrency = (given if given is not None else default for given, default in
@@ -189,6 +204,18 @@ def cmd_copy(args) -> int:
 
         return copy_list(args, params)
     src, dst = _endpoint(args.src, args), _endpoint(args.dst, args)
+    pool = _early_pool(args, src, dst)
+    try:
+        return _copy(args, params, src, dst, pool)
+    finally:
+        if pool is not None:
+            pool.close()  # the session closed it already, unless the copy stopped before one existed
+
+
+def _copy(args, params, src, dst, pool) -> int:
+    from .job import CopyRequest, link_from_args, run_copy
+    from .manifest import Manifest
+
     manifest = Manifest.read(args.manifest) if args.manifest else None
     tty = sys.stderr.isatty()
     interval = args.progress_interval or (0.5 if tty else 5.0)
@@ -208,7 +235,7 @@ def cmd_copy(args) -> int:
                       verify_mode=args.verify_mode, verify_block_size=args.verify_block_size,
                       verify_threads=args.verify_threads,
                       link=link_from_args(args.rtt_ms, args.bandwidth_mbit, args.bdp),
-                      measure_link=args.measure_link)
+                      measure_link=args.measure_link, pool=pool)
     summary = run_copy(req)
     if tty:
         sys.stderr.write("\n")
@@ -323,5 +350,27 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def run() -> None:
+    """The `airflow-transfer` program: main(), then exit without the interpreter's teardown.
+
+    Unloading pyarrow, NumPy, SQLAlchemy and paramiko took 0.15-0.3 s after a copy had
+    finished (wan50 `large`, docs/transfers.md "Start and exit"). Every command closes its
+    store, journal and connections before main returns, so only the teardown is skipped: not
+    when a non-daemon thread still runs (normal exit waits for it) or an output cannot be flushed."""
+    rc = main()
+    import logging
+    import threading
+
+    logging.shutdown()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:
+        sys.exit(rc)  # the usual exit reports what went wrong with the stream
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(rc)
+    os._exit(rc)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

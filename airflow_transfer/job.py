@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .engine.accounting import Reporter, Stats
-from .engine.params import TransferParams
+from .engine.params import TransferParams, check_params  # noqa: F401 - check_params is part of job's API
 from .engine.retry import RetryPolicy
-from .engine.transfer import WARM_CONNECTIONS, TransferSession
+from .engine.transfer import TransferSession
 from .errors import TransferError, UsageError
 from .manifest import Manifest, list_local, list_remote
 from .protocols.endpoint import Endpoint
+from .protocols.pool import warm_count
 
 
 @dataclass
@@ -47,6 +48,7 @@ class CopyRequest:
     probe_interval: float = 5.0  # seconds between probes of a preferred protocol while on an alternate
     make_endpoint: Callable[[str], Endpoint] | None = None  # URL -> Endpoint (the CLI's SSH options)
     log: Callable[[str], None] | None = None  # one-line notices (protocol switches)
+    pool: object | None = None  # protocols.pool.SFTPPool to the remote end, already warming (the CLI's)
 
 
 def list_source(session: TransferSession, src: Endpoint) -> Manifest:
@@ -103,11 +105,13 @@ def run_copy(req: CopyRequest) -> dict:
     from .protocols.sessions import open_session
 
     session = open_session(req, stats)  # opens nothing yet
+    if req.pool is not None and getattr(session, "pool", None) is not req.pool:
+        req.pool.close()  # warmed for a session this request did not get
     store = None
     with session:
         if isinstance(session, TransferSession):
             # The first SSH handshakes run while the store opens and the source is listed.
-            session.warm(_warm_count(req))
+            session.warm(warm_count(req.algorithm, req.params.p * req.params.cc, req.verify is not None))
         if req.use_store:
             from .store import Store, StoreError
 
@@ -259,13 +263,6 @@ class EngineSessionExecutor(EngineExecutor):
         return EngineChunkSession(self, manifest_sorted)
 
 
-def _warm_count(req: CopyRequest) -> int:
-    """Connections worth opening before the plan exists: a fixed setting says how many it uses."""
-    if req.algorithm == "fixed":
-        return min(WARM_CONNECTIONS, req.params.p * req.params.cc)
-    return WARM_CONNECTIONS
-
-
 def _unknown_link():
     from .tuning import LinkInfo
 
@@ -300,10 +297,3 @@ def link_from_args(rtt_ms: float | None, bandwidth_mbit: float | None, bdp: int 
         raise UsageError("--rtt-ms and --bandwidth-mbit go together, both positive and finite",
                          "", "e.g. --rtt-ms 50 --bandwidth-mbit 500")
     return LinkInfo(rtt_s=rtt_ms / 1000, bandwidth_bps=bandwidth_mbit * 1e6, source="given")
-
-
-def check_params(pp: int, p: int, cc: int) -> TransferParams:
-    try:
-        return TransferParams(pp=pp, p=p, cc=cc)
-    except ValueError as exc:
-        raise UsageError(str(exc), "", "give pp, parallelism and concurrency as whole numbers >= 1") from exc

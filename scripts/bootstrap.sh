@@ -18,9 +18,10 @@ echo "bootstrap: creating .venv (Python $("$PYTHON" -c 'import sys; print(sys.ve
 [ -x .venv/bin/python ] || $UV venv -q -p "$PYTHON" .venv
 $UV pip install -q -p .venv/bin/python -r requirements.lock
 $UV pip install -q -p .venv/bin/python --no-deps -e .
-# Bytecode now, once: where PYTHONDONTWRITEBYTECODE is set (as on these machines),
+# Bytecode now, once, for the libraries and the project itself (an editable install has
+# none): where PYTHONDONTWRITEBYTECODE is set (as on these machines),
 # Python would otherwise compile every imported module on every run - about 2 s of
 # CPU per `airflow-transfer` call, more per Airflow task process.
-.venv/bin/python -m compileall -q -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
+.venv/bin/python -m compileall -q -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" airflow_transfer >/dev/null || true
 echo "$want" > "$stamp"
 echo "bootstrap: .venv ready" >&2

@@ -82,3 +82,47 @@ def test_closing_the_pool_while_warming_closes_what_arrives_later(sshd):
     while any(c.carrier.is_active() for c in pool.seen) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(c.carrier.is_active() for c in pool.seen), "a warmed connection outlived its closed pool"
+
+
+def test_a_copy_adopts_the_pool_started_ahead_and_opens_no_other_connection(sshd, tmp_path, remote_dir):
+    from airflow_transfer.engine.params import TransferParams
+    from airflow_transfer.job import CopyRequest, run_copy
+    from airflow_transfer.protocols.endpoint import Endpoint
+    from airflow_transfer.protocols.pool import warm_count
+    from tests.support.data import tree_digest, write_random
+
+    src = tmp_path / "src"
+    for i in range(30):
+        write_random(src / f"f{i:02d}.bin", 50_000 + 1000 * i, seed=70 + i)
+    dst = Endpoint("sftp", str(remote_dir / "adopted"), _target(sshd))
+    pool = _Recording(dst.target)
+    # What the CLI starts before its imports: 2 data connections (fixed, cc=2) and the checksum helper's.
+    assert pool.warm(warm_count("fixed", 2, verify=True)) == 3
+    summary = run_copy(CopyRequest(Endpoint("file", str(src)), dst, TransferParams(pp=4, cc=2), pool=pool,
+                                   use_store=False, verify_mode="block", verify_threads=1))
+    assert summary["failed"] == [] and summary["verify"]["verified"] == 30
+    assert tree_digest(remote_dir / "adopted") == tree_digest(src)
+    # Every connection the copy used came from the warmed three; the session closed them.
+    assert pool.opened == 3 and pool._closed and not pool._idle
+
+
+def test_a_pool_for_another_endpoint_is_closed_and_not_used(sshd, tmp_path):
+    from airflow_transfer.engine.transfer import TransferSession
+    from airflow_transfer.protocols.endpoint import Endpoint
+
+    other = SFTPPool(_target(sshd))
+    session = TransferSession(Endpoint("file", str(tmp_path)), Endpoint("sftp", "/x", _target(sshd)), pool=other)
+    try:
+        assert session.pool is not other and session.pool.target is session.remote.target
+        assert other._closed
+    finally:
+        session.close()
+
+
+def test_warm_count_adds_the_checksum_helpers_connection():
+    from airflow_transfer.protocols.pool import WARM_CONNECTIONS, warm_count
+
+    assert warm_count("auto", 1, verify=False) == WARM_CONNECTIONS
+    assert warm_count("auto", 1, verify=True) == WARM_CONNECTIONS + 1
+    assert warm_count("fixed", 1, verify=True) == 2  # one data connection, one for the helper
+    assert warm_count("fixed", 16, verify=False) == WARM_CONNECTIONS

@@ -310,3 +310,30 @@ def test_block_mode_on_a_local_copy_says_it_verified_per_file(files, local_dir):
     assert (v["mode"], v["where"], v["verified"]) == ("file", "local", 200)
     assert "block mode verifies uploads" in v["why"]
     assert tree_digest(local_dir / "loc") == tree_digest(files)
+
+
+def test_block_mode_verifies_when_the_helpers_connection_fails_at_first(files, sshd, remote_dir):
+    """The checksum helper opens in its worker thread while data flows: a connection failure
+    there (a fault injected at acquire, as a refused or reset handshake would raise) is retried
+    like a dropped channel, and every file is still verified by the helper."""
+    from airflow_transfer.protocols.pool import SFTPPool
+
+    failed: list[str] = []
+
+    class FlakyForTheHelper(SFTPPool):
+        def acquire(self):
+            name = threading.current_thread().name
+            if name.startswith("verify-blocks") and not failed:
+                failed.append(name)
+                raise ConnectionError("connection reset by peer (injected)")
+            return super().acquire()
+
+    dst = Endpoint("sftp", str(remote_dir / "flaky-helper"), _target(sshd))
+    summary = run_copy(CopyRequest(Endpoint("file", str(files)), dst, TransferParams(pp=8, cc=2),
+                                   pool=FlakyForTheHelper(dst.target), use_store=False, verify_mode="block",
+                                   verify_block_size=BLOCK, verify_threads=1))
+    assert failed == ["verify-blocks0"]
+    v = summary["verify"]
+    assert (v["where"], v["verified"], v["mismatched"]) == ("helper", 200, 0) and summary["failed"] == []
+    assert tree_digest(remote_dir / "flaky-helper") == tree_digest(files)
+    assert temp_files(remote_dir / "flaky-helper") == []

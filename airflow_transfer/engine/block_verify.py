@@ -285,13 +285,22 @@ class BlockVerifier(Verifier):
 
     # -- lifecycle ----------------------------------------------------------------
     def start(self) -> "BlockVerifier":
-        for d in self.dests:
-            d.start()
-            if d._helper is not None:
-                d._helper.window = HELPER_WINDOW
+        """Starts the workers; each opens its own helper first. The chunk's data flows meanwhile:
+        a helper's exec and hello take about four round trips (0.2 s on wan50), and no block can
+        be checked before the first one is sent anyway."""
         for th in self._workers:
             th.start()
         return self
+
+    @staticmethod
+    def _open(dest: DestinationDigests) -> None:
+        """A failure is kept on `dest`: its first batch then reconnects as after a dropped channel."""
+        try:
+            dest.start()
+            if dest._helper is not None:
+                dest._helper.window = HELPER_WINDOW
+        except Exception as exc:  # noqa: BLE001 - a verdict for every file, never a dead thread
+            dest.start_error = exc
 
     def stop(self) -> None:
         with self._cv:
@@ -431,6 +440,8 @@ class BlockVerifier(Verifier):
 
     # -- the worker threads ------------------------------------------------------------------
     def _work(self, dest: DestinationDigests) -> None:
+        if dest.pool is not None and dest.wire is None:
+            self._open(dest)
         while True:
             with self._cv:
                 while True:
@@ -546,6 +557,10 @@ class BlockVerifier(Verifier):
     def _digests(self, dest: DestinationDigests, batch: list[tuple[_File, Block]]) -> list:
         """(digest, length read or None) or an exception, per block, from the destination's disk."""
         while True:
+            if dest.start_error is not None:
+                out = [dest.start_error] * len(batch)
+                if not self._reconnect_one(dest):
+                    return out
             try:
                 if dest.where == "helper":
                     reqs = [DigestRequest(f.task.tmp, self.algorithm, b.offset,
@@ -581,6 +596,7 @@ class BlockVerifier(Verifier):
             try:
                 dest.close()
                 dest.start()
+                dest.start_error = None
                 if dest._helper is not None:
                     dest._helper.window = HELPER_WINDOW
                 return True

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..errors import UsageError
+
 # SFTP servers (OpenSSH among them) accept requests up to 256 KiB; 255 KiB
 # leaves room for the packet header and matches OpenSSH's advertised limits.
 DEFAULT_BLOCK_SIZE = 255 * 1024
@@ -41,3 +43,11 @@ class TransferParams:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def check_params(pp: int, p: int, cc: int) -> TransferParams:
+    """TransferParams from user input, or a UsageError saying what to give instead."""
+    try:
+        return TransferParams(pp=pp, p=p, cc=cc)
+    except ValueError as exc:
+        raise UsageError(str(exc), "", "give pp, parallelism and concurrency as whole numbers >= 1") from exc

@@ -30,7 +30,7 @@ from ..errors import TransferError, UsageError, describe_oserror
 from ..paths import check_relative, temp_name
 from ..protocols import sftp_wire as w
 from ..protocols.endpoint import Endpoint
-from ..protocols.pool import SFTPPool
+from ..protocols.pool import WARM_CONNECTIONS, SFTPPool
 from ..protocols.sftp_wire import Attrs, SFTPProtocolError
 from .accounting import Stats
 from .params import TransferParams
@@ -48,9 +48,6 @@ class ChecksumMismatch(Exception):
 
 RANGE_MIN = 4 * 1024 * 1024  # smallest byte range worth its own connection
 DEFAULT_INFLIGHT = 8 * 1024 * 1024  # bytes outstanding per connection (bounded memory)
-# Connections opened ahead at the start of a copy: two, because every tuned plan for more
-# than one file runs at least two channels (a single-channel plan then has one spare).
-WARM_CONNECTIONS = 2
 RESUME_OVERLAP = 256 * 1024  # re-sent before a resume point (a torn last write)
 
 
@@ -71,7 +68,9 @@ class TransferSession:
                  inflight: int = DEFAULT_INFLIGHT, skip_existing: bool = True,
                  retry: RetryPolicy | None = None, journal=None, verify: str | None = None,
                  verify_mode: str = "file", block_size: int | None = None,
-                 verify_threads: int | None = None) -> None:
+                 verify_threads: int | None = None, pool: SFTPPool | None = None) -> None:
+        """`pool`: connections to the remote end opened (or warming) before the session
+        existed; the CLI starts them ahead of its heavy imports. The session owns it from here."""
         if src.scheme == "sftp" and dst.scheme == "sftp":
             raise UsageError("sftp to sftp copies are not supported yet", f"{src.display} -> {dst.display}",
                              "copy to a local staging directory first")
@@ -90,7 +89,10 @@ class TransferSession:
         self.skip_existing = skip_existing
         remote = src if src.scheme == "sftp" else dst if dst.scheme == "sftp" else None
         self.remote = remote
-        self.pool: SFTPPool | None = SFTPPool(remote.target) if remote else None
+        if pool is not None and (remote is None or pool.target is not remote.target):
+            pool.close()  # opened for another endpoint: of no use here
+            pool = None
+        self.pool: SFTPPool | None = pool or (SFTPPool(remote.target) if remote else None)
         self.direction = "upload" if dst.scheme == "sftp" else "download" if src.scheme == "sftp" else "local"
         if verify_mode == "auto":
             # Block mode for uploads: on wan50 `large` file mode's last files waited for their

@@ -100,6 +100,7 @@ class DestinationDigests:
         self._helper: ChecksumHelperClient | None = None
         self._coreutils: CoreutilsChecksummer | None = None
         self._local_threads = None  # ThreadPoolExecutor for local digests, made on first use
+        self.start_error: BaseException | None = None  # set where start() runs in the background
 
     def start(self) -> None:
         if self.pool is None:

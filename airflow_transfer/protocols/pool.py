@@ -20,6 +20,18 @@ from .ssh import DEFAULT_WINDOW, SSH_CLIENTS, SSHTarget, open_sftp, open_transpo
 
 log = logging.getLogger(__name__)
 
+# Connections opened ahead at the start of a copy: two, because every tuned plan for more
+# than one file runs at least two channels (a single-channel plan then has one spare).
+WARM_CONNECTIONS = 2
+
+
+def warm_count(algorithm: str, streams: int, verify: bool) -> int:
+    """Connections worth opening before the plan exists: a fixed setting says how many it uses
+    (`streams` = p x cc), every other algorithm's plan uses at least WARM_CONNECTIONS; end-to-end
+    verification holds one more for the checksum helper from the chunk's start on."""
+    data = min(WARM_CONNECTIONS, streams) if algorithm == "fixed" else WARM_CONNECTIONS
+    return data + (1 if verify else 0)
+
 
 @dataclass
 class Conn:
