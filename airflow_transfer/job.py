@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .engine.accounting import Reporter, Stats
-from .engine.params import TransferParams, check_params  # noqa: F401 - check_params is part of job's API
+from .engine.params import TransferParams
 from .engine.retry import RetryPolicy
 from .engine.transfer import TransferSession
 from .errors import TransferError, UsageError
 from .manifest import Manifest, list_local, list_remote
 from .protocols.endpoint import Endpoint
-from .protocols.pool import warm_count
+from .protocols.pool import SFTPPool, warm_count
 
 
 @dataclass
@@ -48,7 +48,7 @@ class CopyRequest:
     probe_interval: float = 5.0  # seconds between probes of a preferred protocol while on an alternate
     make_endpoint: Callable[[str], Endpoint] | None = None  # URL -> Endpoint (the CLI's SSH options)
     log: Callable[[str], None] | None = None  # one-line notices (protocol switches)
-    pool: object | None = None  # protocols.pool.SFTPPool to the remote end, already warming (the CLI's)
+    pool: SFTPPool | None = None  # to the remote end, already warming (the CLI's); unused ones are closed
 
 
 def list_source(session: TransferSession, src: Endpoint) -> Manifest:

@@ -293,14 +293,12 @@ class BlockVerifier(Verifier):
         return self
 
     @staticmethod
-    def _open(dest: DestinationDigests) -> None:
-        """A failure is kept on `dest`: its first batch then reconnects as after a dropped channel."""
-        try:
-            dest.start()
-            if dest._helper is not None:
-                dest._helper.window = HELPER_WINDOW
-        except Exception as exc:  # noqa: BLE001 - a verdict for every file, never a dead thread
-            dest.start_error = exc
+    def _start(dest: DestinationDigests) -> None:
+        """Opens `dest`'s connection and helper (raising what opening raises)."""
+        dest.start()
+        dest.start_error = None
+        if dest._helper is not None:
+            dest._helper.window = HELPER_WINDOW
 
     def stop(self) -> None:
         with self._cv:
@@ -441,7 +439,10 @@ class BlockVerifier(Verifier):
     # -- the worker threads ------------------------------------------------------------------
     def _work(self, dest: DestinationDigests) -> None:
         if dest.pool is not None and dest.wire is None:
-            self._open(dest)
+            try:
+                self._start(dest)
+            except Exception as exc:  # noqa: BLE001 - kept: the first batch reconnects as after a dropped channel
+                dest.start_error = exc
         while True:
             with self._cv:
                 while True:
@@ -537,9 +538,7 @@ class BlockVerifier(Verifier):
             return
         try:
             dest = self._make_dest()
-            dest.start()
-            if dest._helper is not None:
-                dest._helper.window = HELPER_WINDOW
+            self._start(dest)
         except Exception:  # noqa: BLE001 - no extra helper: carry on with the threads there are
             self.max_threads = len(self._workers)
             return
@@ -595,10 +594,7 @@ class BlockVerifier(Verifier):
             time.sleep(wait)
             try:
                 dest.close()
-                dest.start()
-                dest.start_error = None
-                if dest._helper is not None:
-                    dest._helper.window = HELPER_WINDOW
+                self._start(dest)
                 return True
             except Exception:  # noqa: BLE001 - still down
                 continue

@@ -154,7 +154,7 @@ class ChunkPlanOperator(_TransferStep):
                  src: str | None = None, dst: str | None = None, src_conn_id: str | None = None,
                  dst_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        from ..job import check_params
+        from ..engine.params import check_params
 
         check_params(pp, parallelism, concurrency)
         if isinstance(algorithm, str) and "{{" not in algorithm and algorithm not in ALGORITHMS:
@@ -170,7 +170,8 @@ class ChunkPlanOperator(_TransferStep):
     def execute(self, context: Any) -> list[dict]:
         from .. import airflow_conf
         from ..chunked import plan_chunks, starting_point
-        from ..job import check_params, link_from_args
+        from ..engine.params import check_params
+        from ..job import link_from_args
 
         ti = context["ti"]
         key = self.transfer_key or f"airflow:{ti.dag_id}/{ti.run_id}/{ti.task_id}"

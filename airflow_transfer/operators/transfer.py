@@ -108,7 +108,7 @@ class TunedTransferOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        from ..job import check_params
+        from ..engine.params import check_params
 
         check_params(pp, parallelism, concurrency)  # fail at DAG parse time, not at run time
         if not templated(algorithm):
@@ -145,7 +145,8 @@ class TunedTransferOperator(BaseOperator):
         from .. import airflow_conf
         from ..engine.retry import RetryPolicy
         from ..hooks.endpoint import TransferEndpointHook
-        from ..job import CopyRequest, check_params, link_from_args, run_copy
+        from ..engine.params import check_params
+        from ..job import CopyRequest, link_from_args, run_copy
 
         try:
             params = check_params(self.pp, self.parallelism, self.concurrency)
@@ -188,7 +189,8 @@ def _run_pairs(op: TunedTransferOperator) -> dict:
     from .. import airflow_conf
     from ..engine.retry import RetryPolicy
     from ..hooks.endpoint import TransferEndpointHook
-    from ..job import CopyRequest, check_params, link_from_args
+    from ..engine.params import check_params
+    from ..job import CopyRequest, link_from_args
     from ..protocols.endpoint import Endpoint
     from ..request_list import run_request_list
 

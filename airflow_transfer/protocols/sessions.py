@@ -69,7 +69,7 @@ def open_session(req, stats):
         from ..engine.transfer import TransferSession
 
         return TransferSession(req.src, req.dst, stats=stats, skip_existing=req.skip_existing,
-                               retry=req.retry, verify=req.verify, pool=getattr(req, "pool", None),
+                               retry=req.retry, verify=req.verify, pool=req.pool,
                                **engine_options(req))
     from ..engine.backend_copy import BackendSession
 
