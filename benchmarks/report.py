@@ -43,36 +43,72 @@ def _dataset_label(name: str, details: dict) -> str:
     return f"{name} ({d['files']} files, {d['bytes'] / 2**20:,.0f} MiB)"
 
 
+def stopped_cells(details: dict) -> dict[tuple[str, str, str], dict]:
+    """Cells with no finished run but one stopped at the time limit: (link, dataset, contender) ->
+    that run, whose `partial_mbit` is the rate over the bytes that had landed when it was stopped."""
+    finished = {(r["link"], r["dataset"], r["contender"]) for r in details.get("runs", []) if r.get("ok")}
+    out: dict[tuple[str, str, str], dict] = {}
+    for r in details.get("runs", []):
+        key = (r["link"], r["dataset"], r["contender"])
+        if not r.get("ok") and "partial_mbit" in r and key not in finished:
+            out.setdefault(key, r)
+    return out
+
+
 def results_table(latest: dict, details: dict | None = None) -> str:
-    """The results as Markdown: one table per link profile and dataset, fastest first."""
+    """The results as Markdown: one table per link profile and dataset, fastest first; a cell
+    stopped at the time limit is a row too, its rate marked as partial."""
     details = details or {}
     runs = latest.get("runs", [])
-    if not runs:
+    stopped = stopped_cells(details)
+    if not runs and not stopped:
         return "_No results yet: run `benchmarks/bench.sh quick`._\n"
     profile_order = list(details.get("profiles", {}))
     dataset_order = list(details.get("datasets", {}))
+    limit = details.get("timeout_s")
     out = [f"Measured {latest['date']} on {latest['machine']}, commit `{latest['commit'][:12]}`.", ""]
-    for link in _order([r["link"] for r in runs], profile_order):
+    if stopped:
+        out += [f"A rate marked *stopped* is from a run stopped at the time limit"
+                f"{f' ({limit:.0f} s)' if limit else ''}: the payload that had landed by then over the time "
+                "taken. Such a contender is slower than the limit allows; its cell is run once, not repeated, "
+                "and its files are not checked.", ""]
+    cells = [(r["link"], r["dataset"]) for r in runs] + [(k[0], k[1]) for k in stopped]
+    for link in _order([c[0] for c in cells], profile_order):
         p = details.get("profiles", {}).get(link)
         link_desc = f"{link} ({p['rtt_ms']:g} ms RTT, {p['rate_mbit']:g} Mbit/s)" if p else link
-        for dataset in _order([r["dataset"] for r in runs if r["link"] == link], dataset_order):
-            rows = sorted((r for r in runs if r["link"] == link and r["dataset"] == dataset),
-                          key=lambda r: -r["median_mbit"])
+        link_mbit = p["rate_mbit"] if p else None
+        for dataset in _order([c[1] for c in cells if c[0] == link], dataset_order):
+            rows = [r for r in runs if r["link"] == link and r["dataset"] == dataset]
+            partial = [(name, r) for (lk, ds, name), r in stopped.items() if (lk, ds) == (link, dataset)]
+            lines = [(r["median_mbit"], _row(r, details)) for r in rows]
+            lines += [(r["partial_mbit"], _stopped_row(name, r, link_mbit or (rows[0]["link_mbit"] if rows else 0)))
+                      for name, r in partial]
             out += [f"**{link_desc}, {_dataset_label(dataset, details)}**", "",
                     "| contender | median Mbit/s | min - max | of link | CPU s (client+server) | emulator CPU s "
                     "| machine busy (cores) | peak RSS MB | verified | runs |",
                     "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
-            for r in rows:
-                emu, busy = _median_of(details, r, "emulator_cpu_s"), _median_of(details, r, "machine_busy_cores")
-                out.append(f"| {r['contender']} | {r['median_mbit']:.1f} | {r['min_mbit']:.1f} - {r['max_mbit']:.1f} "
-                           f"| {r['median_mbit'] / r['link_mbit']:.0%} | {r['cpu_s']:.1f} "
-                           f"| {'-' if emu is None else f'{emu:.1f}'} | {'-' if busy is None else f'{busy:.2f}'} "
-                           f"| {r['peak_rss_mb']:.0f} | {'content' if r['verified'] else 'sizes'} | {r['repetitions']} |")
+            out += [line for _, line in sorted(lines, key=lambda t: -t[0])]
             out.append("")
     problems = problems_section(details)
     if problems:
         out += problems
     return "\n".join(out)
+
+
+def _row(r: dict, details: dict) -> str:
+    emu, busy = _median_of(details, r, "emulator_cpu_s"), _median_of(details, r, "machine_busy_cores")
+    return (f"| {r['contender']} | {r['median_mbit']:.1f} | {r['min_mbit']:.1f} - {r['max_mbit']:.1f} "
+            f"| {r['median_mbit'] / r['link_mbit']:.0%} | {r['cpu_s']:.1f} "
+            f"| {'-' if emu is None else f'{emu:.1f}'} | {'-' if busy is None else f'{busy:.2f}'} "
+            f"| {r['peak_rss_mb']:.0f} | {'content' if r['verified'] else 'sizes'} | {r['repetitions']} |")
+
+
+def _stopped_row(name: str, r: dict, link_mbit: float) -> str:
+    share = f"{r['partial_mbit'] / link_mbit:.0%}" if link_mbit else "-"
+    busy = r.get("machine_busy_cores")
+    return (f"| {name} | {r['partial_mbit']:.1f} *stopped* | - | {share} "
+            f"| {r.get('client_cpu_s', 0) + r.get('server_cpu_s', 0):.1f} | {r.get('emulator_cpu_s', 0):.1f} "
+            f"| {'-' if busy is None else f'{busy:.2f}'} | {r.get('peak_rss_mb', 0):.0f} | not checked | 0 of 1 |")
 
 
 def _median_of(details: dict, row: dict, field: str) -> float | None:
@@ -84,12 +120,18 @@ def _median_of(details: dict, row: dict, field: str) -> float | None:
 
 def problems_section(details: dict) -> list[str]:
     out: list[str] = []
-    failed = [r for r in details.get("runs", []) if not r.get("ok")]
+    failed = [r for r in details.get("runs", []) if not r.get("ok") and "partial_mbit" not in r]
     if failed:
-        out += ["Runs that failed or did not finish (not in the medians above):", ""]
+        out += ["Runs that failed (not in the medians above):", ""]
         for r in failed:
-            partial = f" (had moved {r['partial_mbit']:.1f} Mbit/s when stopped)" if "partial_mbit" in r else ""
-            out.append(f"- {r['link']} {r['dataset']} rep {r['rep']}, {r['contender']}: {r['error']}{partial}")
+            out.append(f"- {r['link']} {r['dataset']} rep {r['rep']}, {r['contender']}: {r['error']}")
+        out.append("")
+    stopped = [r for r in details.get("runs", []) if not r.get("ok") and "partial_mbit" in r]
+    if stopped:
+        out += ["Runs stopped at the time limit (their cells are not repeated):", ""]
+        for r in stopped:
+            out.append(f"- {r['link']} {r['dataset']} rep {r['rep']}, {r['contender']}: {r['error']} "
+                       f"(had moved {r['partial_mbit']:.1f} Mbit/s when stopped)")
         out.append("")
     if details.get("unavailable"):
         out += ["Contenders that could not run:", ""]
@@ -99,32 +141,66 @@ def problems_section(details: dict) -> list[str]:
     return out
 
 
-def coverage_section(details: dict) -> list[str]:
-    """Every cell of the matrix asked for (profile x dataset x contender) that has fewer
-    repetitions than asked, and why: a contender that cannot run here, or runs not yet made
-    (the matrix is run in time-budgeted pieces: `make bench` continues it)."""
+def coverage(details: dict) -> dict[tuple[str, str, str], str]:
+    """Every cell of the matrix asked for (profile x dataset x contender) that is not complete,
+    with why: a contender that cannot run here, or repetitions not yet made (the matrix is run in
+    time-budgeted pieces). A cell stopped at the time limit is complete with its one run."""
     reps = details.get("reps") or 0
     counts: dict[tuple[str, str, str], int] = {}
     for r in details.get("runs", []):
         key = (r["link"], r["dataset"], r["contender"])
         counts[key] = counts.get(key, 0) + 1
+    stopped = {(r["link"], r["dataset"], r["contender"]) for r in details.get("runs", [])
+               if not r.get("ok") and "partial_mbit" in r}
     unavailable = details.get("unavailable", {})
-    missing: list[str] = []
+    missing: dict[tuple[str, str, str], str] = {}
     for link in details.get("profiles", {}):
         for dataset in details.get("datasets", {}):
             for name in details.get("contenders", {}):
-                have = counts.get((link, dataset, name), 0)
-                if have >= reps:
+                key = (link, dataset, name)
+                have = counts.get(key, 0)
+                if have >= reps or key in stopped:
                     continue
-                why = (f"cannot run here: {unavailable[name]}" if name in unavailable
-                       else f"{have} of {reps} repetitions made; the rest not run yet")
-                missing.append(f"- {link} / {dataset} / {name}: {why}")
+                missing[key] = (f"cannot run here: {unavailable[name]}" if name in unavailable
+                                else "not run yet" if not have
+                                else f"{have} of {reps} repetitions made; the rest not run yet")
+    return missing
+
+
+def coverage_summary(details: dict) -> str:
+    """One line: how much of the matrix asked for has a figure, and how much has every repetition."""
+    cells = [(lk, ds, c) for lk in details.get("profiles", {}) for ds in details.get("datasets", {})
+             for c in details.get("contenders", {})]
+    if not cells:
+        return ""
+    missing = coverage(details)
+    measured = {(r["link"], r["dataset"], r["contender"]) for r in details.get("runs", [])
+                if r.get("ok") or "partial_mbit" in r}
+    with_figure = sum(1 for c in cells if c in measured)
+    complete = sum(1 for c in cells if c not in missing)
+    return (f"{len(details.get('profiles', {}))} profiles x {len(details.get('datasets', {}))} datasets x "
+            f"{len(details.get('contenders', {}))} contenders = {len(cells)} cells: {with_figure} have a figure, "
+            f"{complete} are complete ({details.get('reps')} repetitions, or one run stopped at the time limit), "
+            f"{len(cells) - with_figure} not run yet")
+
+
+def coverage_section(details: dict) -> list[str]:
+    """The incomplete cells, grouped by profile and dataset so a matrix run in pieces stays readable."""
+    missing = coverage(details)
     if not missing:
         return []
+    names = list(details.get("contenders", {}))
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for (link, dataset, name), why in missing.items():
+        groups.setdefault((link, dataset, why), []).append(name)
+    lines = []
+    for (link, dataset, why), who in groups.items():
+        listed = f"all {len(who)} contenders" if len(who) == len(names) > 1 else "; ".join(who)
+        lines.append(f"- {link} / {dataset}: {why}: {listed}")
     stopped = details.get("stopped")
     head = ("Cells of the matrix with fewer runs than asked for"
             + (f" ({stopped})" if stopped else "") + "; `make bench` (`--resume`) continues the matrix:")
-    return [head, "", *missing, ""]
+    return [head, "", *lines, ""]
 
 
 def draw_charts(latest: dict, details: dict, results: Path) -> list[Path]:
@@ -136,14 +212,19 @@ def draw_charts(latest: dict, details: dict, results: Path) -> list[Path]:
 
     made = []
     runs = latest.get("runs", [])
-    for link in _order([r["link"] for r in runs], list(details.get("profiles", {}))):
-        mine = [r for r in runs if r["link"] == link]
+    # A cell stopped at the time limit is drawn as a hatched bar at the rate it had reached.
+    partial = [{"link": lk, "dataset": ds, "contender": c, "median_mbit": r["partial_mbit"],
+                "min_mbit": r["partial_mbit"], "max_mbit": r["partial_mbit"], "stopped": True}
+               for (lk, ds, c), r in stopped_cells(details).items()]
+    profiles = details.get("profiles", {})
+    for link in _order([r["link"] for r in runs + partial], list(profiles)):
+        mine = [r for r in runs + partial if r["link"] == link]
         datasets = _order([r["dataset"] for r in mine], list(details.get("datasets", {})))
         contenders = _order([r["contender"] for r in mine], list(details.get("contenders", {})))
         height = 1.0 + 0.28 * len(contenders)
         fig, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets) + 4.5, height), sharey=True,
                                  squeeze=False)
-        rate = mine[0]["link_mbit"]
+        rate = profiles.get(link, {}).get("rate_mbit") or next(r["link_mbit"] for r in mine if "link_mbit" in r)
         for ax, dataset in zip(axes[0], datasets):
             by_name = {r["contender"]: r for r in mine if r["dataset"] == dataset}
             ys = list(range(len(contenders)))
@@ -151,16 +232,20 @@ def draw_charts(latest: dict, details: dict, results: Path) -> list[Path]:
             lo = [by_name[c]["median_mbit"] - by_name[c]["min_mbit"] if c in by_name else 0 for c in contenders]
             hi = [by_name[c]["max_mbit"] - by_name[c]["median_mbit"] if c in by_name else 0 for c in contenders]
             colors = ["#1f6fb4" if c.startswith("airflow-transfer") else "#9a9a9a" for c in contenders]
-            ax.barh(ys, med, xerr=[lo, hi], color=colors, ecolor="#333333", capsize=2)
-            for y, c, m in zip(ys, contenders, med):
-                if c in by_name:
+            bars = ax.barh(ys, med, xerr=[lo, hi], color=colors, ecolor="#333333", capsize=2)
+            for y, c, m, bar in zip(ys, contenders, med, bars):
+                if c in by_name and by_name[c].get("stopped"):
+                    bar.set_hatch("////")
+                    bar.set_alpha(0.6)
+                    ax.text(m + rate * 0.01, y, f"{m:.0f} (stopped)", va="center", fontsize=6)
+                elif c in by_name:
                     ax.text(m + rate * 0.01, y, f"{m:.0f}", va="center", fontsize=6)
                 else:
-                    ax.text(rate * 0.01, y, "did not run / failed", va="center", fontsize=7, color="#aa0000")
+                    ax.text(rate * 0.01, y, "not run yet / failed", va="center", fontsize=7, color="#aa0000")
             ax.axvline(rate, color="#cc5500", linestyle="--", linewidth=1)
             ax.set_xlim(0, rate * 1.05)
             ax.set_title(_dataset_label(dataset, details), fontsize=9)
-            ax.set_xlabel("payload Mbit/s (dashed: link rate)", fontsize=8)
+            ax.set_xlabel("payload Mbit/s (dashed: link rate; hatched: stopped at the time limit)", fontsize=8)
             ax.tick_params(labelsize=7)
         axes[0][0].set_yticks(range(len(contenders)))
         axes[0][0].set_yticklabels(contenders, fontsize=7)
@@ -179,7 +264,7 @@ def draw_charts(latest: dict, details: dict, results: Path) -> list[Path]:
 def write_report(results: Path = RESULTS, charts: bool = True) -> Path:
     """Writes results/report.md (and throughput-<profile>.png); returns the report's path."""
     latest, details = load(results)
-    pngs = draw_charts(latest, details, results) if charts and latest.get("runs") else []
+    pngs = draw_charts(latest, details, results) if charts and (latest.get("runs") or stopped_cells(details)) else []
     loads = [r["load_avg_1m"] for r in details.get("runs", []) if "load_avg_1m" in r]
     lines = ["# Benchmark report: airflow-transfer and the alternatives on the emulated WAN", "",
              f"- date: {latest['date']}", f"- machine: {latest['machine']}", f"- commit: `{latest['commit']}`"]
@@ -194,6 +279,9 @@ def write_report(results: Path = RESULTS, charts: bool = True) -> Path:
                      f"{'content digest (xxh3-128)' if details.get('verify') == 'hash' else 'names and sizes'} "
                      f"after every run; time limit {details.get('timeout_s', 0):.0f} s per run")
         lines.append(f"- command: `python -m benchmarks.run {' '.join(details.get('argv', []))}`")
+    summary = coverage_summary(details)
+    if summary:
+        lines.append(f"- coverage: {summary}")
     if loads:
         lines.append(f"- 1-minute load average at the start of each run: {min(loads):.1f} - {max(loads):.1f} "
                      f"on {_cores(latest['machine'])} cores")

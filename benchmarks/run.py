@@ -96,6 +96,7 @@ def one_run(bed: Testbed, contender: Contender, dataset: Dataset, rep: int, cont
         record["error"] = str(exc)
         if contender.last is not None and contender.last.timed_out:
             # How far it got, for the report: bytes that had arrived when it was stopped.
+            record["timed_out"] = True
             record["partial_mbit"] = landed_bytes(landing) * 8 / contender.last.seconds / 1e6
     finally:
         bed.wait_server_idle()
@@ -245,50 +246,65 @@ def main(argv: list[str] | None = None) -> int:
         runs, details = resume(args.out, details)
         details["unavailable"] = {k: v for k, v in details["unavailable"].items()
                                   if k not in {c.name for c in runnable}}
-    have = {(r["link"], r["dataset"], r["contender"], r["rep"]) for r in runs}
-    todo = [(p, d, rep, c) for p in profiles for d in datasets for rep in range(1, args.reps + 1) for c in runnable
-            if (p, d.name, c.name, rep) not in have]
+    stopped_cells = {_cell(r) for r in runs if timed_out(r)}
+    todo = plan(profiles, [d.name for d in datasets], args.reps, [c.name for c in runnable], runs)
     total = len(todo)
     if args.resume:
-        say(f"benchmarks.run: resuming: {len(runs)} earlier runs kept, {total} to run")
-    done = 0
+        say(f"benchmarks.run: resuming: {len(runs)} earlier runs kept, {total} to run"
+            + (f" ({len(stopped_cells)} cells were stopped at the time limit once and are not repeated)"
+               if stopped_cells else ""))
+    by_name = {c.name: c for c in runnable}
+    by_dataset = {d.name: d for d in datasets}
+    done = made = 0
     t_start = time.monotonic()
     stopped = ""
-    for profile in profiles:
-        if not any(t[0] == profile for t in todo) or stopped:
-            continue
-        rtt, rate = PROFILES[profile]
-        say(f"benchmarks.run: {profile}: bringing up the link ({rtt:g} ms, {rate:g} Mbit/s) and sshd")
-        with Testbed(profile) as bed:
-            for c in runnable:
-                c.prepare(bed)
-            for dataset in datasets:
-                for rep in range(1, args.reps + 1):
-                    for c in runnable:
-                        if (profile, dataset.name, c.name, rep) in have or stopped:
-                            continue
-                        # At least one run per call, so repeated calls always make progress.
-                        if args.budget_min and done and time.monotonic() - t_start > args.budget_min * 60:
-                            stopped = (f"time budget of {args.budget_min:g} min reached after {done} runs; "
-                                       f"{total - done} left for the next `--resume`")
-                            say(f"benchmarks.run: {stopped}")
-                            continue
+    # One link per (repetition, profile): breadth first, so a budgeted call fills every cell's
+    # first run before any cell's second, and the report has a figure for as many cells as it can.
+    for rep in range(1, args.reps + 1):
+        for profile in profiles:
+            mine = [(d, c) for (r, p, d, c) in todo if (r, p) == (rep, profile)]
+            if stopped or not any((profile, d, c) not in stopped_cells for d, c in mine):
+                continue
+            rtt, rate = PROFILES[profile]
+            say(f"benchmarks.run: {profile} (repetition {rep}): bringing up the link ({rtt:g} ms, {rate:g} Mbit/s) "
+                "and sshd")
+            with Testbed(profile) as bed:
+                for c in runnable:
+                    c.prepare(bed)
+                for dname, cname in mine:
+                    if stopped:
+                        break
+                    if (profile, dname, cname) in stopped_cells:
                         done += 1
-                        prefix = (f"[{done}/{total} {time.monotonic() - t_start:6.0f}s] {profile} {dataset.name} "
-                                  f"rep {rep}/{args.reps} {c.name}")
-                        say(f"{prefix} ...")
-                        rec = one_run(bed, c, dataset, rep, args.verify == "hash")
-                        rec.update(commit=meta["commit"], date=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
-                        runs.append(rec)
-                        cpu = f"cpu {rec['client_cpu_s']:.1f}+{rec['server_cpu_s']:.1f} s"
-                        if rec["ok"]:
-                            say(f"{prefix}: {rec['mbit']:.1f} Mbit/s ({rec['mbit'] / rate:.0%} of link) in "
-                                f"{rec['seconds']:.1f} s, {cpu}, rss {rec['peak_rss_mb']:.0f} MB, "
-                                f"{'hash-verified' if rec['verified'] else 'sizes checked'}")
-                        else:
-                            say(f"{prefix}: FAILED: {rec['error']}")
-                        details["finished"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-                        write_results(args.out, meta, runs, details)
+                        say(f"[{done}/{total}] {profile} {dname} rep {rep}/{args.reps} {cname}: skipped, an earlier "
+                            "run was stopped at the time limit (one run places a contender that slow)")
+                        continue
+                    # At least one run per call, so repeated calls always make progress.
+                    if args.budget_min and made and time.monotonic() - t_start > args.budget_min * 60:
+                        stopped = (f"time budget of {args.budget_min:g} min reached after {done} runs; "
+                                   f"{total - done} left for the next `--resume`")
+                        say(f"benchmarks.run: {stopped}")
+                        break
+                    done += 1
+                    made += 1
+                    c, dataset = by_name[cname], by_dataset[dname]
+                    prefix = (f"[{done}/{total} {time.monotonic() - t_start:6.0f}s] {profile} {dname} "
+                              f"rep {rep}/{args.reps} {cname}")
+                    say(f"{prefix} ...")
+                    rec = one_run(bed, c, dataset, rep, args.verify == "hash")
+                    rec.update(commit=meta["commit"], date=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                    runs.append(rec)
+                    cpu = f"cpu {rec['client_cpu_s']:.1f}+{rec['server_cpu_s']:.1f} s"
+                    if rec["ok"]:
+                        say(f"{prefix}: {rec['mbit']:.1f} Mbit/s ({rec['mbit'] / rate:.0%} of link) in "
+                            f"{rec['seconds']:.1f} s, {cpu}, rss {rec['peak_rss_mb']:.0f} MB, "
+                            f"{'hash-verified' if rec['verified'] else 'sizes checked'}")
+                    else:
+                        say(f"{prefix}: FAILED: {rec['error']}")
+                    if timed_out(rec):
+                        stopped_cells.add(_cell(rec))
+                    details["finished"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                    write_results(args.out, meta, runs, details)
     details["stopped"] = stopped
     if not runs:
         say("benchmarks.run: nothing ran")
@@ -299,6 +315,28 @@ def main(argv: list[str] | None = None) -> int:
     say(f"benchmarks.run: {len(runs)} runs in {time.monotonic() - t_start:.0f} s; results in "
         f"{args.out / 'latest.json'}, report {report}")
     return 0 if all(r["ok"] for r in runs) else 1
+
+
+def _cell(run: dict) -> tuple[str, str, str]:
+    return run["link"], run["dataset"], run["contender"]
+
+
+def timed_out(run: dict) -> bool:
+    """Whether a run was stopped at the time limit (older records only carry the partial rate)."""
+    return bool(run.get("timed_out") or "partial_mbit" in run)
+
+
+def plan(profiles: list[str], datasets: list[str], reps: int, contenders: list[str],
+         runs: list[dict]) -> list[tuple[int, str, str, str]]:
+    """The runs still to make, as (rep, profile, dataset, contender), in the order they run:
+    repetition by repetition (breadth first), then profile, dataset, and the contenders
+    interleaved (A B C, A B C). A run already in `runs` is not made again; nor is any later
+    repetition of a cell one of whose runs was stopped at the time limit: that contender is
+    slower than the limit allows, and one stopped run (with the rate it had reached) places it."""
+    have = {(r["rep"], *_cell(r)) for r in runs}
+    stopped = {_cell(r) for r in runs if timed_out(r)}
+    return [(rep, p, d, c) for rep in range(1, reps + 1) for p in profiles for d in datasets for c in contenders
+            if (rep, p, d, c) not in have and (p, d, c) not in stopped]
 
 
 def resume(out: Path, details: dict) -> tuple[list[dict], dict]:

@@ -5,7 +5,10 @@
 
 Selection is by comma-separated, case-insensitive prefixes of the row names,
 or group names: `airflow-transfer`, `rclone`, `openssh` (sftp, scp, rsync),
-`airflow` (the SFTPHook rows), `sshfs`, `uploads`, `downloads`.
+`airflow` (the SFTPHook rows), `sshfs`, `uploads`, `downloads`, and `matrix`:
+the rows issue 4 compares (every contender but the diagnostic ones, which
+explain another row: a second SSH client, file-level verification, another
+worker count), the set `make bench` runs on every profile and dataset.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ def select(contenders: list[Contender], spec: str) -> list[Contender]:
     chosen: list[Contender] = []
     for word in (w.strip() for w in spec.split(",") if w.strip()):
         lw = word.lower()
-        if lw == "uploads":
+        if lw == "matrix":
+            hits = [c for c in contenders if not c.diagnostic]
+        elif lw == "uploads":
             hits = [c for c in contenders if c.direction == "upload"]
         elif lw == "downloads":
             hits = [c for c in contenders if c.direction == "download"]

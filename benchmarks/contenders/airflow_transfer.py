@@ -53,12 +53,14 @@ def algorithms() -> list[str]:
 
 
 class AirflowTransfer(Contender):
-    def __init__(self, name: str, description: str, flags: list[str], direction: str = "upload") -> None:
+    def __init__(self, name: str, description: str, flags: list[str], direction: str = "upload",
+                 diagnostic: bool = False) -> None:
         super().__init__()
         self.name = name
         self.description = description
         self.flags = flags
         self.direction = direction
+        self.diagnostic = diagnostic
 
     def available(self) -> Availability:
         _, error = _help()
@@ -130,7 +132,8 @@ def contenders() -> list[Contender]:
                         "one SSH connection, one file operation at a time, no range splitting",
                         ["--algorithm", "fixed", "--pp", "1", "-p", "1", "-c", "1"]),
         AirflowTransfer(f"airflow-transfer fixed ({setting})",
-                        f"a hand-picked fixed setting: {setting}", ["--algorithm", "fixed", *knobs]),
+                        f"a hand-picked fixed setting: {setting}", ["--algorithm", "fixed", *knobs],
+                        diagnostic=True),
     ]
     for algo in algorithms():
         out.append(AirflowTransfer(f"airflow-transfer --algorithm {algo}",
@@ -142,13 +145,13 @@ def contenders() -> list[Contender]:
         if algo in algorithms():
             out.append(AirflowTransfer(f"airflow-transfer (openssh) --algorithm {algo}",
                                        f"`--algorithm {algo} --ssh-client openssh`",
-                                       ["--algorithm", algo, "--ssh-client", "openssh"]))
+                                       ["--algorithm", algo, "--ssh-client", "openssh"], diagnostic=True))
     # The verification mode auto replaced as the default (file-level) for uploads: what the
     # whole-file fsync and read-back of the last files cost (docs/integrity.md, "Why `auto` picks block mode").
     if "auto" in algorithms():
         out.append(AirflowTransfer("airflow-transfer --algorithm auto --verify-mode file",
                                    "`--algorithm auto` with file-level verification, the default before block",
-                                   ["--algorithm", "auto", "--verify-mode", "file"]))
+                                   ["--algorithm", "auto", "--verify-mode", "file"], diagnostic=True))
     out.append(AirflowTransfer(f"airflow-transfer download ({setting})",
                                f"download (dst -> src) with the hand-picked setting {setting}",
                                ["--algorithm", "fixed", *knobs], direction="download"))

@@ -58,6 +58,9 @@ class Contender:
     description: str = ""  # one line for the report: what it is and how it is configured
     direction: str = "upload"  # or "download"
     timeout: float = 600.0  # seconds per run; the runner may lower it
+    # A row that explains another (a second client, a non-default mode, a different worker count),
+    # not one of the tools issue 4 compares: in `all` and the quick run, left out of the full matrix.
+    diagnostic: bool = False
 
     def __init__(self) -> None:
         self.bed: Testbed | None = None
