@@ -32,6 +32,17 @@ def load(results: Path) -> tuple[dict, dict]:
     return latest, details
 
 
+# Reading order for profiles and datasets (a matrix measured in pieces records them in the
+# order the pieces asked for them): the shortest RTT last, the smallest files first.
+PROFILE_ORDER = ("wan50", "wan100", "lan")
+DATASET_ORDER = ("tiny", "small", "mixed", "medium", "large")
+
+
+def _canonical(names: list[str], order: tuple[str, ...]) -> list[str]:
+    base = [n.split("-")[0] for n in names]  # scaled or cut sets: "small-x0.1", "tiny-n10"
+    return [n for _, n in sorted(zip(base, names), key=lambda t: order.index(t[0]) if t[0] in order else len(order))]
+
+
 def _order(values: list[str], known: list[str]) -> list[str]:
     return sorted(set(values), key=lambda v: (known.index(v) if v in known else len(known), v))
 
@@ -63,8 +74,8 @@ def results_table(latest: dict, details: dict | None = None) -> str:
     stopped = stopped_cells(details)
     if not runs and not stopped:
         return "_No results yet: run `benchmarks/bench.sh quick`._\n"
-    profile_order = list(details.get("profiles", {}))
-    dataset_order = list(details.get("datasets", {}))
+    profile_order = _canonical(list(details.get("profiles", {})), PROFILE_ORDER)
+    dataset_order = _canonical(list(details.get("datasets", {})), DATASET_ORDER)
     limit = details.get("timeout_s")
     out = [f"Measured {latest['date']} on {latest['machine']}, commit `{latest['commit'][:12]}`.", ""]
     if stopped:
@@ -154,8 +165,8 @@ def coverage(details: dict) -> dict[tuple[str, str, str], str]:
                if not r.get("ok") and "partial_mbit" in r}
     unavailable = details.get("unavailable", {})
     missing: dict[tuple[str, str, str], str] = {}
-    for link in details.get("profiles", {}):
-        for dataset in details.get("datasets", {}):
+    for link in _canonical(list(details.get("profiles", {})), PROFILE_ORDER):
+        for dataset in _canonical(list(details.get("datasets", {})), DATASET_ORDER):
             for name in details.get("contenders", {}):
                 key = (link, dataset, name)
                 have = counts.get(key, 0)
@@ -217,9 +228,9 @@ def draw_charts(latest: dict, details: dict, results: Path) -> list[Path]:
                 "min_mbit": r["partial_mbit"], "max_mbit": r["partial_mbit"], "stopped": True}
                for (lk, ds, c), r in stopped_cells(details).items()]
     profiles = details.get("profiles", {})
-    for link in _order([r["link"] for r in runs + partial], list(profiles)):
+    for link in _order([r["link"] for r in runs + partial], _canonical(list(profiles), PROFILE_ORDER)):
         mine = [r for r in runs + partial if r["link"] == link]
-        datasets = _order([r["dataset"] for r in mine], list(details.get("datasets", {})))
+        datasets = _order([r["dataset"] for r in mine], _canonical(list(details.get("datasets", {})), DATASET_ORDER))
         contenders = _order([r["contender"] for r in mine], list(details.get("contenders", {})))
         height = 1.0 + 0.28 * len(contenders)
         fig, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets) + 4.5, height), sharey=True,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.contenders import all_contenders, select
-from benchmarks.report import coverage, coverage_section, coverage_summary, results_table, write_report
+from benchmarks.report import DATASET_ORDER, PROFILE_ORDER, _canonical, coverage, coverage_section, coverage_summary, results_table, write_report
 from benchmarks.run import plan
 
 
@@ -99,3 +99,8 @@ def test_the_matrix_group_leaves_out_the_diagnostic_rows() -> None:
     assert {c.direction for c in matrix} == {"upload", "download"}
     assert not any("--verify-mode file" in n or "(openssh)" in n or "one SFTP channel" in n for n in names)
     assert 0 < len(matrix) < len(everything)
+
+
+def test_tables_follow_reading_order_whatever_order_the_pieces_ran_in() -> None:
+    assert _canonical(["large", "tiny-n10", "small", "other"], DATASET_ORDER) == ["tiny-n10", "small", "large", "other"]
+    assert _canonical(["lan", "wan100", "wan50"], PROFILE_ORDER) == ["wan50", "wan100", "lan"]
