@@ -19,6 +19,16 @@ RESULTS = Path(__file__).resolve().parent / "results"
 BEGIN, END = "<!-- BEGIN RESULTS (python -m benchmarks.report --docs docs/benchmarks.md) -->", "<!-- END RESULTS -->"
 
 
+def cell(run: dict) -> tuple[str, str, str]:
+    """A run's cell of the matrix: (link, dataset, contender)."""
+    return run["link"], run["dataset"], run["contender"]
+
+
+def timed_out(run: dict) -> bool:
+    """Whether a run was stopped at the time limit (older records only carry the partial rate)."""
+    return bool(run.get("timed_out") or "partial_mbit" in run)
+
+
 def load(results: Path) -> tuple[dict, dict]:
     latest_path = results / "latest.json"
     try:
@@ -57,11 +67,11 @@ def _dataset_label(name: str, details: dict) -> str:
 def stopped_cells(details: dict) -> dict[tuple[str, str, str], dict]:
     """Cells with no finished run but one stopped at the time limit: (link, dataset, contender) ->
     that run, whose `partial_mbit` is the rate over the bytes that had landed when it was stopped."""
-    finished = {(r["link"], r["dataset"], r["contender"]) for r in details.get("runs", []) if r.get("ok")}
+    finished = {cell(r) for r in details.get("runs", []) if r.get("ok")}
     out: dict[tuple[str, str, str], dict] = {}
     for r in details.get("runs", []):
-        key = (r["link"], r["dataset"], r["contender"])
-        if not r.get("ok") and "partial_mbit" in r and key not in finished:
+        key = cell(r)
+        if not r.get("ok") and timed_out(r) and key not in finished:
             out.setdefault(key, r)
     return out
 
@@ -125,19 +135,19 @@ def _stopped_row(name: str, r: dict, link_mbit: float) -> str:
 def _median_of(details: dict, row: dict, field: str) -> float | None:
     """Median of `field` over a cell's successful runs; None when no run recorded it (older runs)."""
     values = [r[field] for r in details.get("runs", []) if r.get("ok") and field in r
-              and (r["link"], r["dataset"], r["contender"]) == (row["link"], row["dataset"], row["contender"])]
+              and cell(r) == (row["link"], row["dataset"], row["contender"])]
     return statistics.median(values) if values else None
 
 
 def problems_section(details: dict) -> list[str]:
     out: list[str] = []
-    failed = [r for r in details.get("runs", []) if not r.get("ok") and "partial_mbit" not in r]
+    failed = [r for r in details.get("runs", []) if not r.get("ok") and not timed_out(r)]
     if failed:
         out += ["Runs that failed (not in the medians above):", ""]
         for r in failed:
             out.append(f"- {r['link']} {r['dataset']} rep {r['rep']}, {r['contender']}: {r['error']}")
         out.append("")
-    stopped = [r for r in details.get("runs", []) if not r.get("ok") and "partial_mbit" in r]
+    stopped = [r for r in details.get("runs", []) if not r.get("ok") and timed_out(r)]
     if stopped:
         out += ["Runs stopped at the time limit (their cells are not repeated):", ""]
         for r in stopped:
@@ -159,10 +169,10 @@ def coverage(details: dict) -> dict[tuple[str, str, str], str]:
     reps = details.get("reps") or 0
     counts: dict[tuple[str, str, str], int] = {}
     for r in details.get("runs", []):
-        key = (r["link"], r["dataset"], r["contender"])
+        key = cell(r)
         counts[key] = counts.get(key, 0) + 1
-    stopped = {(r["link"], r["dataset"], r["contender"]) for r in details.get("runs", [])
-               if not r.get("ok") and "partial_mbit" in r}
+    stopped = {cell(r) for r in details.get("runs", [])
+               if not r.get("ok") and timed_out(r)}
     unavailable = details.get("unavailable", {})
     missing: dict[tuple[str, str, str], str] = {}
     for link in _canonical(list(details.get("profiles", {})), PROFILE_ORDER):
@@ -185,8 +195,8 @@ def coverage_summary(details: dict) -> str:
     if not cells:
         return ""
     missing = coverage(details)
-    measured = {(r["link"], r["dataset"], r["contender"]) for r in details.get("runs", [])
-                if r.get("ok") or "partial_mbit" in r}
+    measured = {cell(r) for r in details.get("runs", [])
+                if r.get("ok") or timed_out(r)}
     with_figure = sum(1 for c in cells if c in measured)
     complete = sum(1 for c in cells if c not in missing)
     return (f"{len(details.get('profiles', {}))} profiles x {len(details.get('datasets', {}))} datasets x "

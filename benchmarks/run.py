@@ -37,6 +37,7 @@ from benchmarks.contenders import all_contenders, select
 from benchmarks.contenders.base import Contender, ContenderFailed, clear, landed_bytes, verify_tree
 from benchmarks.contenders.testbed import Testbed
 from benchmarks.datasets import DATASETS, DEFAULT_CACHE, Dataset, ensure, resolve
+from benchmarks.report import cell, timed_out, write_report
 from benchmarks.wan.link import PROFILES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -246,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         runs, details = resume(args.out, details)
         details["unavailable"] = {k: v for k, v in details["unavailable"].items()
                                   if k not in {c.name for c in runnable}}
-    stopped_cells = {_cell(r) for r in runs if timed_out(r)}
+    stopped_cells = {cell(r) for r in runs if timed_out(r)}
     todo = plan(profiles, [d.name for d in datasets], args.reps, [c.name for c in runnable], runs)
     total = len(todo)
     if args.resume:
@@ -302,28 +303,17 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         say(f"{prefix}: FAILED: {rec['error']}")
                     if timed_out(rec):
-                        stopped_cells.add(_cell(rec))
+                        stopped_cells.add(cell(rec))
                     details["finished"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
                     write_results(args.out, meta, runs, details)
     details["stopped"] = stopped
     if not runs:
         say("benchmarks.run: nothing ran")
     write_results(args.out, meta, runs, details)
-    from benchmarks.report import write_report
-
     report = write_report(args.out, charts=not args.no_charts)
     say(f"benchmarks.run: {len(runs)} runs in {time.monotonic() - t_start:.0f} s; results in "
         f"{args.out / 'latest.json'}, report {report}")
     return 0 if all(r["ok"] for r in runs) else 1
-
-
-def _cell(run: dict) -> tuple[str, str, str]:
-    return run["link"], run["dataset"], run["contender"]
-
-
-def timed_out(run: dict) -> bool:
-    """Whether a run was stopped at the time limit (older records only carry the partial rate)."""
-    return bool(run.get("timed_out") or "partial_mbit" in run)
 
 
 def plan(profiles: list[str], datasets: list[str], reps: int, contenders: list[str],
@@ -333,8 +323,8 @@ def plan(profiles: list[str], datasets: list[str], reps: int, contenders: list[s
     interleaved (A B C, A B C). A run already in `runs` is not made again; nor is any later
     repetition of a cell one of whose runs was stopped at the time limit: that contender is
     slower than the limit allows, and one stopped run (with the rate it had reached) places it."""
-    have = {(r["rep"], *_cell(r)) for r in runs}
-    stopped = {_cell(r) for r in runs if timed_out(r)}
+    have = {(r["rep"], *cell(r)) for r in runs}
+    stopped = {cell(r) for r in runs if timed_out(r)}
     return [(rep, p, d, c) for rep in range(1, reps + 1) for p in profiles for d in datasets for c in contenders
             if (rep, p, d, c) not in have and (p, d, c) not in stopped]
 
