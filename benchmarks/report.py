@@ -159,7 +159,60 @@ def problems_section(details: dict) -> list[str]:
         out += [f"- {name}: {reason}" for name, reason in details["unavailable"].items()]
         out.append("")
     out += coverage_section(details)
+    out += hosts_section(details)
     return out
+
+
+# Two machines whose plain-Python loop differs by more than this are "of different speed":
+# the engine's per-file and per-block work is Python, and on 2 cores it binds the CPU-bound cells.
+SPEED_SPREAD = 1.2
+
+
+def hosts_section(details: dict) -> list[str]:
+    """Which machines the runs came from, and which cells mix machines of different speed.
+    Runs recorded before the `host` field existed are counted as one unknown group."""
+    runs = details.get("runs", [])
+    if not runs:
+        return []
+    hosts: dict[str, dict] = {}
+    for r in runs:
+        h = r.get("host") or {"id": "not recorded"}
+        entry = hosts.setdefault(h["id"], {**h, "runs": 0, "first": r.get("date", ""), "last": r.get("date", "")})
+        entry["runs"] += 1
+        entry["first"], entry["last"] = min(entry["first"], r.get("date", "")), max(entry["last"], r.get("date", ""))
+    lines = ["Machines the runs came from (each call of `benchmarks.run` records its machine's boot id and a "
+             "CPU reading taken before any link carries load):", ""]
+    for hid, h in sorted(hosts.items(), key=lambda kv: kv[1]["first"]):
+        speed = (f"plain Python loop {h['python_loop_ms']:.0f} ms, SHA-256 {h['sha256_mb_s']:.0f} MB/s"
+                 if "python_loop_ms" in h else "no CPU reading (runs made before it was recorded)")
+        lines.append(f"- {hid}: {h['runs']} runs, {h['first']} to {h['last']}; {speed}")
+    mixed, unknown = mixed_speed_cells(runs)
+    if mixed or unknown:
+        lines += ["", f"Cells whose successful repetitions came from machines more than "
+                      f"{SPEED_SPREAD - 1:.0%} apart in plain-Python speed: {len(mixed)}; cells with repetitions "
+                      f"from more than one machine where one has no CPU reading: {unknown}. The min-max range of these "
+                      "cells may include the machines' difference."]
+    return lines + [""]
+
+
+def mixed_speed_cells(runs: list[dict]) -> tuple[list[tuple[str, str, str]], int]:
+    """(cells whose successful runs came from machines of different speed, number of cells with
+    runs from several machines of which at least one has no CPU reading)."""
+    per_cell: dict[tuple[str, str, str], dict[str, float | None]] = {}
+    for r in runs:
+        if r.get("ok"):
+            h = r.get("host") or {"id": "not recorded"}
+            per_cell.setdefault(cell(r), {})[h["id"]] = h.get("python_loop_ms")
+    mixed, unknown = [], 0
+    for key, machines in per_cell.items():
+        if len(machines) < 2:
+            continue
+        speeds = [v for v in machines.values() if v]
+        if len(speeds) < len(machines):
+            unknown += 1
+        if len(speeds) >= 2 and max(speeds) / min(speeds) > SPEED_SPREAD:
+            mixed.append(key)
+    return mixed, unknown
 
 
 def coverage(details: dict) -> dict[tuple[str, str, str], str]:

@@ -23,6 +23,7 @@ missing and each run records the commit it measured.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -60,6 +61,30 @@ def machine() -> str:
         pass
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return f"{platform.node()}: {cpu}, {os.cpu_count()} cores, {mem_gib:.0f} GiB, Linux {platform.release()}"
+
+
+def host(loops: int = 2_000_000, hash_mib: int = 64) -> dict:
+    """Which machine this call ran on and how fast its CPU is, measured before any link
+    carries load. Machines of one kind differ (a plain Python loop ran 2x slower on one of
+    them), and a matrix measured over several sessions mixes them: the report says which
+    cells' repetitions came from machines of different speed."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+    except OSError:
+        boot = platform.node()
+    loop_s = hash_s = float("inf")
+    block = os.urandom(1 << 20)
+    for _ in range(3):  # best of three: the least disturbed reading
+        t0 = time.perf_counter()
+        sum(i * i for i in range(loops))
+        t1 = time.perf_counter()
+        h = hashlib.sha256()
+        for _ in range(hash_mib):
+            h.update(block)
+        t2 = time.perf_counter()
+        loop_s, hash_s = min(loop_s, t1 - t0), min(hash_s, t2 - t1)
+    return {"id": boot, "python_loop_ms": round(loop_s * 1e3 * 2_000_000 / loops, 1),
+            "sha256_mb_s": round(hash_mib * 2**20 / hash_s / 1e6, 1)}
 
 
 def commit() -> str:
@@ -234,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
 
     datasets = [ensure(spec, args.cache) for spec in specs]  # all generated before any link carries load
     meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": machine(),
-            "commit": commit()}
+            "commit": commit(), "host": host()}
     details = {**meta, "note": args.note, "argv": sys.argv[1:] if argv is None else argv,
                "profiles": {p: {"rtt_ms": PROFILES[p][0], "rate_mbit": PROFILES[p][1]} for p in profiles},
                "datasets": {d.name: {"files": d.files, "bytes": d.bytes} for d in datasets},
@@ -293,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"rep {rep}/{args.reps} {cname}")
                     say(f"{prefix} ...")
                     rec = one_run(bed, c, dataset, rep, args.verify == "hash")
-                    rec.update(commit=meta["commit"], date=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                    rec.update(commit=meta["commit"], host=meta["host"], date=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
                     runs.append(rec)
                     cpu = f"cpu {rec['client_cpu_s']:.1f}+{rec['server_cpu_s']:.1f} s"
                     if rec["ok"]:

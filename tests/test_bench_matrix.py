@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.contenders import all_contenders, select
-from benchmarks.report import DATASET_ORDER, PROFILE_ORDER, _canonical, coverage, coverage_section, coverage_summary, results_table, write_report
-from benchmarks.run import plan
+from benchmarks.report import (DATASET_ORDER, PROFILE_ORDER, _canonical, coverage, coverage_section, coverage_summary,
+                               hosts_section, mixed_speed_cells, results_table, write_report)
+from benchmarks.run import host, plan
 
 
 def run(link: str, dataset: str, contender: str, rep: int, ok: bool = True, partial: float | None = None) -> dict:
@@ -104,3 +105,29 @@ def test_the_matrix_group_leaves_out_the_diagnostic_rows() -> None:
 def test_tables_follow_reading_order_whatever_order_the_pieces_ran_in() -> None:
     assert _canonical(["large", "tiny-n10", "small", "other"], DATASET_ORDER) == ["tiny-n10", "small", "large", "other"]
     assert _canonical(["lan", "wan100", "wan50"], PROFILE_ORDER) == ["wan50", "wan100", "lan"]
+
+
+def test_host_reading_is_a_real_measurement() -> None:
+    h = host(loops=200_000, hash_mib=4)
+    assert len(h["id"]) == 8 and h["python_loop_ms"] > 0 and h["sha256_mb_s"] > 0
+
+
+def test_report_names_cells_whose_repetitions_mix_machines_of_different_speed() -> None:
+    fast = {"id": "aaaa1111", "python_loop_ms": 100.0, "sha256_mb_s": 900.0}
+    near = {"id": "bbbb2222", "python_loop_ms": 110.0, "sha256_mb_s": 880.0}
+    slow = {"id": "cccc3333", "python_loop_ms": 200.0, "sha256_mb_s": 500.0}
+    runs = [{**run("wan50", "small", "A", 1), "date": "2026-11-24T10:00:00Z"},  # no host: older record
+            {**run("wan50", "small", "A", 2), "host": fast, "date": "2026-11-25T10:00:00Z"},
+            {**run("wan50", "small", "B", 1), "host": fast, "date": "2026-11-25T10:01:00Z"},
+            {**run("wan50", "small", "B", 2), "host": near, "date": "2026-11-25T11:00:00Z"},
+            {**run("wan50", "large", "A", 1), "host": fast, "date": "2026-11-25T10:02:00Z"},
+            {**run("wan50", "large", "A", 2), "host": slow, "date": "2026-11-26T10:00:00Z"},
+            {**run("wan50", "large", "B", 2, ok=False), "host": slow, "date": "2026-11-26T10:01:00Z"},
+            {**run("wan50", "large", "B", 1), "host": fast, "date": "2026-11-25T10:03:00Z"}]
+    mixed, unknown = mixed_speed_cells(runs)
+    # 10 % apart is the same speed; a failed run does not count; 2x apart is mixed.
+    assert mixed == [("wan50", "large", "A")] and unknown == 1
+    text = "\n".join(hosts_section(details_for(runs)))
+    assert "- not recorded: 1 runs, 2026-11-24T10:00:00Z" in text
+    assert "- cccc3333: 2 runs, 2026-11-26T10:00:00Z to 2026-11-26T10:01:00Z; plain Python loop 200 ms" in text
+    assert "more than 20% apart in plain-Python speed: 1;" in text and "no CPU reading: 1." in text
