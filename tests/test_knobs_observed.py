@@ -27,17 +27,6 @@ def small_tree(tmp_path_factory):
     return make_tree(tmp_path_factory.mktemp("knobs") / "small", small=120, seed=3)
 
 
-def test_cc_opens_that_many_sftp_sessions_at_once(small_tree, sshd, remote_dir):
-    mark = sshd.log_mark()
-    res = run_cli("copy", str(small_tree), sshd.url(f"{remote_dir}/cc"), "--pp", "1", "-c", "4", *ssh_args(sshd))
-    assert res.code == 0, res.err
-    events = sshd.sftp_events(mark)
-    sessions = _max_concurrent(events, "session opened", "session closed", lambda pid, path: pid)
-    writers = {pid for pid, op, path in events if op == "open" and path.endswith(".atpart")}
-    assert sessions >= 4
-    assert len(writers) >= 4  # each session moved files of its own
-
-
 def test_p_writes_one_file_over_that_many_connections(sshd, remote_dir, local_dir):
     write_random(local_dir / "p" / "large.bin", 64 * 1024 * 1024, seed=5)
     mark = sshd.log_mark()
