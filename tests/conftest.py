@@ -73,8 +73,30 @@ _WAN_MARKS = ("wan_testbed", "require_wan", "EmulatedLink", "Testbed(")
 _wan_modules: dict[str, bool] = {}
 
 
+# xdist (--dist loadfile) hands modules to idle workers in collection order, so a long module
+# collected late (alphabetically) runs alone at the end while the other workers wait. The
+# longest modules go first; seconds per module from the clean-clone CI run of 2026-11-25
+# (a slow VM, 827 tests in 13:19), longest first.
+_LONG_MODULES = (
+    "tests.test_profiling_dag",   # ~250 s: two backends, four DAG runs
+    "tests.test_provider_dags",   # ~230 s
+    "tests.test_durable",         # ~220 s: outages and kills, two backends
+    "tests.test_chaos",           # ~180 s: 21 faults over wan50
+    "tests.test_ui_server",       # ~150 s: api-server, DAG run, browser
+    "tests.test_secrets",         # ~100 s
+    "tests.test_example_dag",     # ~80 s
+)
+
+
+def _longest_first(items) -> None:
+    rank = {name: i for i, name in enumerate(_LONG_MODULES)}
+    items.sort(key=lambda item: rank.get(getattr(getattr(item, "module", None), "__name__", ""), len(rank)))
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     import inspect
+
+    _longest_first(items)  # stable: each module's own order is kept
 
     for item in items:
         module = getattr(item, "module", None)
