@@ -6,7 +6,9 @@ JSON (stdout, `--json`), the error lines (stderr), or the progress lines
 
 - sshd_restart: the server is killed (listener and sessions) and restarted.
   Reported: the attempt's summary counts `files_retried` >= 1, or its error
-  names the lost connection.
+  names the lost connection. When every file already had its final name once
+  the server was down, the copy had no remote step left to lose: the run
+  counts as not injected and the fault is drawn again.
 - blackhole: every packet dropped both ways for 2-5 s (emulator control).
   TCP hides it, so it is not an error: reported when the progress lines show
   the stall (no byte acknowledged for >= half the outage, within it) and the

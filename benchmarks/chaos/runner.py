@@ -84,6 +84,12 @@ def run_session(chaos: Chaos, faults: int, on_record: Callable[[dict, int, int],
     return records
 
 
+def _not_injected(detail: dict) -> str:
+    if detail.get("files_pending") is False:
+        return "not injected (every file was under its final name when the server went down)"
+    return "not injected (the copy ended first)"
+
+
 @dataclass
 class RunRecord:
     """One run as written to chaos.json: its fault, attempts, whether reported, violations."""
@@ -249,16 +255,21 @@ class Chaos:
         return bad, good, state
 
     # -- the fault kinds -------------------------------------------------------------
-    def _restart_sshd(self, down_s: float) -> None:
+    def _restart_sshd(self, down_s: float, dst: Path) -> bool:
+        """Kills and restarts the server; True when the copy still had files to finish when it went down."""
         sshd = self.tb.sshd
         before = sshd.log_text().count("Server listening")
         sshd.stop()
+        # Stopping takes a moment; on a loaded machine the copy can rename its last file in
+        # it, and a server lost after the last remote step leaves nothing to report.
+        pending = any(not (dst / rel).exists() for rel in self.source)
         time.sleep(down_s)
         sshd.start()
         deadline = time.monotonic() + 15
         # start() returns once the log says "listening", which an earlier start already wrote.
         while sshd.log_text().count("Server listening") <= before and time.monotonic() < deadline:
             time.sleep(0.05)
+        return pending
 
     def _pending_dir(self, dst: Path) -> str | None:
         """The source subdirectory with the most files not yet under their final name at `dst`."""
@@ -312,7 +323,7 @@ class Chaos:
                 detail["t_fault"] = time.monotonic()
                 if kind == "sshd_restart":
                     detail["seconds"] = round(rng.uniform(0.3, 3.0), 2)
-                    self._restart_sshd(detail["seconds"])
+                    detail["files_pending"] = self._restart_sshd(detail["seconds"], dst)
                 elif kind == "blackhole":
                     detail["seconds"] = round(rng.uniform(*self.cfg.outage_s), 2)
                     self.tb.link.blackhole(detail["seconds"])
@@ -333,7 +344,7 @@ class Chaos:
                     self.tb.link.set(rate_mbit=detail["cut_mbit"])
                     time.sleep(detail["seconds"])
                     self.tb.link.set(rate_mbit=self.cfg.rate_mbit)
-                injected = kind != "permission" or "dir" in detail
+                injected = (kind != "permission" or "dir" in detail) and detail.get("files_pending", True)
         attempts.append(run.finish(self.cfg.attempt_timeout, killed=kind == "sigkill" and injected))
         if kind == "byte_flip":
             injected = "chaos: flipped the byte" in attempts[0].stderr
@@ -358,7 +369,7 @@ class Chaos:
         else:
             violations.append(inv.Violation("incomplete", "", f"no success after {len(attempts)} attempts: "
                                                               f"{attempts[-1].stderr.strip()[-300:]}"))
-        ok, how = reported(kind, attempts, detail) if injected else (True, "not injected (the copy ended first)")
+        ok, how = reported(kind, attempts, detail) if injected else (True, _not_injected(detail))
         detail.pop("t_fault", None)
         record = RunRecord(index, kind, injected, detail, [a.to_dict() for a in attempts], ok, how, completed,
                            [v.to_dict() for v in violations], round(time.monotonic() - t_run, 2))
