@@ -6,20 +6,8 @@ import pytest
 
 from tests.support.cli import run_cli, ssh_args
 from tests.support.data import make_tree, write_random
+from tests.support.sshd import max_concurrent
 
-
-def _max_concurrent(events, start_op, end_op, key):
-    open_, best = set(), 0
-    for pid, op, path in events:
-        k = key(pid, path)
-        if k is None:
-            continue
-        if op == start_op:
-            open_.add(k)
-        elif op == end_op:
-            open_.discard(k)
-        best = max(best, len(open_))
-    return best
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +21,7 @@ def test_p_writes_one_file_over_that_many_connections(sshd, remote_dir, local_di
     res = run_cli("copy", str(local_dir / "p"), sshd.url(f"{remote_dir}/p"), "-p", "4", "-c", "1", *ssh_args(sshd))
     assert res.code == 0, res.err
     events = [e for e in sshd.sftp_events(mark) if e[2].endswith("large.bin.atpart")]
-    at_once = _max_concurrent(events, "open", "close", lambda pid, path: pid)
+    at_once = max_concurrent(events, "open", "close", lambda pid, path: pid)
     assert at_once >= 4, events
 
 
@@ -43,14 +31,14 @@ def test_pp_keeps_that_many_file_operations_outstanding(small_tree, sshd, remote
     assert res.code == 0, res.err
     events = [e for e in sshd.sftp_events(mark) if e[2].endswith(".atpart")]
     assert len({pid for pid, _, _ in events}) == 1  # one connection did all the files
-    outstanding = _max_concurrent(events, "open", "close", lambda pid, path: path)
+    outstanding = max_concurrent(events, "open", "close", lambda pid, path: path)
     assert outstanding == 8
     # and with pp=1 the same connection never has two files open
     mark = sshd.log_mark()
     res = run_cli("copy", str(small_tree), sshd.url(f"{remote_dir}/pp1"), "--pp", "1", "-c", "1", *ssh_args(sshd))
     assert res.code == 0, res.err
     events = [e for e in sshd.sftp_events(mark) if e[2].endswith(".atpart")]
-    assert _max_concurrent(events, "open", "close", lambda pid, path: path) == 1
+    assert max_concurrent(events, "open", "close", lambda pid, path: path) == 1
 
 
 def test_few_large_files_spread_over_the_connections_not_one_pipeline(sshd, remote_dir, local_dir):

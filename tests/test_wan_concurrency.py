@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 
+from tests.support.cli import ssh_args
 from tests.support.data import tree_digest, write_random
+from tests.support.sshd import max_concurrent
 from tests.support.wan import wan_testbed  # noqa: F401  (fixture)
-from tests.test_knobs_observed import _max_concurrent
 
 
 def test_cc4_moves_files_on_four_connections_at_once(wan_testbed):  # noqa: F811
@@ -23,17 +24,15 @@ def test_cc4_moves_files_on_four_connections_at_once(wan_testbed):  # noqa: F811
         write_random(src / f"f{i:02d}.bin", 64 * 1024, seed=100 + i)
     os.chmod(src, 0o755)
     dst = tb.remote_dir("cc")
-    url = f"sftp://{tb.sshd.user}@{tb.sshd.host}:{tb.sshd.port}{dst}"
     mark = tb.sshd.log_mark()
-    res = tb.python_in_src(["-m", "airflow_transfer.cli", "copy", str(src), url, "--pp", "1", "-c", "4",
-                            "-p", "1", "--identity", str(tb.sshd.client_key),
-                            "--known-hosts", str(tb.sshd.known_hosts)],
+    res = tb.python_in_src(["-m", "airflow_transfer.cli", "copy", str(src), tb.sshd.url(str(dst)),
+                            "--pp", "1", "-c", "4", "-p", "1", *ssh_args(tb.sshd)],
                            timeout=300, check=False, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     events = [e for e in tb.sshd.sftp_events(mark) if e[2].endswith(".atpart")]
     writers = {pid for pid, _, _ in events}
     # pp=1: a connection has at most one file open, so files open at once = connections writing at once
-    at_once = _max_concurrent(events, "open", "close", lambda pid, path: path)
+    at_once = max_concurrent(events, "open", "close", lambda pid, path: path)
     print(f"wan50, 48 x 64 KiB, pp=1 cc=4: {len(writers)} connections wrote, {at_once} files open at once")
     assert len(writers) >= 4, writers
     assert at_once >= 4

@@ -348,6 +348,21 @@ class SSHServer:
         }
 
 
+def max_concurrent(events: list[tuple[int, str, str]], start_op: str, end_op: str, key) -> int:
+    """Most keys open at once in SSHServer.sftp_events output; key(pid, path) names what is counted (None: skipped)."""
+    open_, best = set(), 0
+    for pid, op, path in events:
+        k = key(pid, path)
+        if k is None:
+            continue
+        if op == start_op:
+            open_.add(k)
+        elif op == end_op:
+            open_.discard(k)
+        best = max(best, len(open_))
+    return best
+
+
 def bin_without_python(base: Path) -> Path:
     """A PATH directory with every system command except python."""
     out = base / "nopython-bin"
