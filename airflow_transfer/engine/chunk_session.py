@@ -115,8 +115,12 @@ class EngineChunkSession:
         _check_channels(chunk_id, channels)
         with self._lock:
             chunk = self._chunks.get(chunk_id)
-            if chunk is None or chunk.done:
-                raise ValueError(f"chunk {chunk_id} is not running in this session (finished or never started)")
+            if chunk is None:
+                raise ValueError(f"chunk {chunk_id} was never started in this session")
+            if chunk.done:
+                # It finished after the caller's last wait_any(); its event is on its way, and a
+                # rebalance racing it has nothing left to change.
+                return
             chunk.channels = channels
             runner = chunk.runner
             self._show_params()
