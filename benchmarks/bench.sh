@@ -10,7 +10,8 @@
 # BENCH_BUDGET_MIN minutes (default 45) and the next call continues where it
 # stopped (--resume), every cell's first run before any cell's second;
 # BENCH_RESTART=1 starts the matrix afresh. A run still going after 120 s is
-# stopped (under 15 % of the link for a 1 GiB set) and its cell not repeated.
+# stopped (under 15 % of the link for a 1 GiB set) and its cell not repeated; that is a
+# result, not an error: the exit status is 1 only when a run failed.
 #
 # Results: full -> benchmarks/results/latest.json (+ latest-details.json, report.md,
 # throughput-*.png), and the table in docs/benchmarks.md is refreshed from them;

@@ -325,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
                         say(f"{prefix}: {rec['mbit']:.1f} Mbit/s ({rec['mbit'] / rate:.0%} of link) in "
                             f"{rec['seconds']:.1f} s, {cpu}, rss {rec['peak_rss_mb']:.0f} MB, "
                             f"{'hash-verified' if rec['verified'] else 'sizes checked'}")
+                    elif timed_out(rec):
+                        say(f"{prefix}: stopped at the {args.timeout:.0f} s limit, "
+                            f"{rec.get('partial_mbit', 0.0):.1f} Mbit/s over what had landed (not checked)")
                     else:
                         say(f"{prefix}: FAILED: {rec['error']}")
                     if timed_out(rec):
@@ -338,7 +341,21 @@ def main(argv: list[str] | None = None) -> int:
     report = write_report(args.out, charts=not args.no_charts)
     say(f"benchmarks.run: {len(runs)} runs in {time.monotonic() - t_start:.0f} s; results in "
         f"{args.out / 'latest.json'}, report {report}")
-    return 0 if all(r["ok"] for r in runs) else 1
+    return exit_status(runs)
+
+
+def exit_status(runs: list[dict]) -> int:
+    """0 unless a run failed: a run stopped at the time limit is a documented outcome (the
+    contender is placed by its partial rate), so `make bench` must not report it as an error."""
+    not_ok = [r for r in runs if not r["ok"]]
+    failed = [r for r in not_ok if not timed_out(r)]
+    if len(not_ok) > len(failed):
+        say(f"benchmarks.run: {len(not_ok) - len(failed)} runs stopped at the time limit; the report shows their partial rate")
+    if not failed:
+        return 0
+    say(f"benchmarks.run: {len(failed)} runs FAILED (error in latest-details.json): "
+        + "; ".join(sorted({f"{r['link']} {r['dataset']} {r['contender']}" for r in failed})))
+    return 1
 
 
 def plan(profiles: list[str], datasets: list[str], reps: int, contenders: list[str],

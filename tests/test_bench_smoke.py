@@ -36,11 +36,16 @@ def scratch() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def runner_env(scratch: Path) -> dict[str, str]:
+    """The environment benchmarks.run gets here: this checkout importable, its scratch space under `scratch`."""
+    return {**os.environ, "PYTHONPATH": str(REPO), "AIRFLOW_TRANSFER_BENCH_WORK": str(scratch / "work")}
+
+
 def test_one_tiny_round_writes_the_documented_schema(scratch: Path) -> None:
     require_wan()
     tmp_path = scratch
     out = tmp_path / "results"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "AIRFLOW_TRANSFER_BENCH_WORK": str(tmp_path / "work")}
+    env = runner_env(tmp_path)
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.run", "--profile", "lan", "--datasets", "tiny", "--files", "10",
          "--reps", "1", "--contenders", ",".join(CONTENDERS), "--out", str(out), "--cache", str(tmp_path / "ds"),
@@ -77,7 +82,7 @@ def test_one_tiny_round_writes_the_documented_schema(scratch: Path) -> None:
 def test_resume_runs_only_the_missing_cells_and_the_budget_stops_early(scratch: Path) -> None:
     require_wan()
     out = scratch / "results"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "AIRFLOW_TRANSFER_BENCH_WORK": str(scratch / "work")}
+    env = runner_env(scratch)
     one = CONTENDERS[1]
 
     def bench(*extra: str) -> subprocess.CompletedProcess:
@@ -105,6 +110,27 @@ def test_resume_runs_only_the_missing_cells_and_the_budget_stops_early(scratch: 
     assert sorted(r["rep"] for r in details["runs"]) == [1, 2, 3]
     assert json.loads((out / "latest.json").read_text())["runs"][0]["repetitions"] == 3
     assert "repetitions made" not in (out / "report.md").read_text()
+
+
+def test_a_run_stopped_at_the_time_limit_is_reported_not_failed(scratch: Path) -> None:
+    # Over 50 ms of RTT the one-file-at-a-time row needs at least two round trips per file, so 40 files
+    # take 4 s or more whatever the CPU (on a quiet lan link it finished them in 0.9 s): the run must be
+    # stopped at 1 s, recorded as such, and the call must still succeed, as `make bench` relies on.
+    require_wan()
+    out = scratch / "results"
+    env = runner_env(scratch)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--profile", "wan50", "--datasets", "tiny", "--files", "40",
+         "--reps", "1", "--contenders", CONTENDERS[0], "--out", str(out), "--cache", str(scratch / "ds"),
+         "--no-charts", "--timeout", "1"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "stopped at the 1 s limit" in done.stderr and "FAILED" not in done.stderr
+    assert "1 runs stopped at the time limit" in done.stderr
+    [run] = json.loads((out / "latest-details.json").read_text())["runs"]
+    assert run["ok"] is False and run["timed_out"] is True
+    assert "stopped" in (out / "report.md").read_text()
 
 
 def test_scaled_datasets_keep_their_shape() -> None:

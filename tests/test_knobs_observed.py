@@ -9,7 +9,6 @@ from tests.support.data import make_tree, write_random
 from tests.support.sshd import max_concurrent
 
 
-
 @pytest.fixture(scope="module")
 def small_tree(tmp_path_factory):
     return make_tree(tmp_path_factory.mktemp("knobs") / "small", small=120, seed=3)

@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -348,7 +349,8 @@ class SSHServer:
         }
 
 
-def max_concurrent(events: list[tuple[int, str, str]], start_op: str, end_op: str, key) -> int:
+def max_concurrent(events: list[tuple[int, str, str]], start_op: str, end_op: str,
+                   key: Callable[[int, str], Hashable | None]) -> int:
     """Most keys open at once in SSHServer.sftp_events output; key(pid, path) names what is counted (None: skipped)."""
     open_, best = set(), 0
     for pid, op, path in events:
