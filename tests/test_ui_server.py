@@ -4,7 +4,8 @@ Transfers: the example DAG under dag.test() (PCP, several chunks) and two CLI
 copies (one tuned, one that fails with permission denied), all against the
 test sshd. Then one api-server serves the plugin; every route must answer 401
 without Airflow credentials and 200 with them; a headless Chromium logs in,
-opens the pages and saves the screenshots used in docs/ui.md.
+opens the pages and takes screenshots (into docs/img, for docs/ui.md, when
+AT_SCREENSHOT_DIR=docs/img is set).
 """
 
 from __future__ import annotations
@@ -224,7 +225,14 @@ def test_host_protocol_page_shows_the_probed_sshd(ui):
 
 # --- browser -------------------------------------------------------------------------------
 
-SHOTS = REPO / "docs" / "img"
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory):
+    """Where the page screenshots go: a temporary directory, so a test run leaves the checkout
+    clean; AT_SCREENSHOT_DIR=docs/img refreshes the ones docs/ui.md shows."""
+    chosen = os.environ.get("AT_SCREENSHOT_DIR")
+    path = (REPO / chosen) if chosen else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -277,7 +285,7 @@ def _full_page_screenshot(driver, path) -> None:
         driver.set_window_size(width, height)
 
 
-def test_browser_logs_in_and_sees_transfers_and_chunks(ui, browser):
+def test_browser_logs_in_and_sees_transfers_and_chunks(ui, browser, shots):
     from selenium.webdriver.common.by import By
 
     server, summary = ui["server"], ui["dag_summary"]
@@ -289,8 +297,7 @@ def test_browser_logs_in_and_sees_transfers_and_chunks(ui, browser):
     rows = _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "tr.transfer-row"))
     assert len(rows) == 3
     assert "example_sftp_copy" in rows[-1].text or any("example_sftp_copy" in r.text for r in rows)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    browser.save_screenshot(str(SHOTS / "ui-transfers.png"))
+    browser.save_screenshot(str(shots / "ui-transfers.png"))
 
     browser.get(f"{server.url}{PREFIX}/transfers/{summary['transfer_id']}")
     chunk_rows = _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "tr.chunk-row"))
@@ -301,7 +308,7 @@ def test_browser_logs_in_and_sees_transfers_and_chunks(ui, browser):
     chart = browser.find_element(By.CSS_SELECTOR, "svg.chunk-chart")
     assert chart.size["width"] > 400 and chart.size["height"] > 200  # laid out, not an empty box
     assert len(chart.find_elements(By.CSS_SELECTOR, "g.chunk rect")) == len(summary["chunks"])
-    _full_page_screenshot(browser, SHOTS / "ui-transfer.png")
+    _full_page_screenshot(browser, shots / "ui-transfer.png")
 
     failed_id = next(t["id"] for t in httpx.get(f"{server.url}{PREFIX}/api/transfers", params={"state": "failed"},
                                                  headers=_auth(ui), timeout=30).json()["transfers"])
@@ -312,15 +319,15 @@ def test_browser_logs_in_and_sees_transfers_and_chunks(ui, browser):
     browser.get(f"{server.url}{PREFIX}/tuning")
     assert _wait(browser, lambda d: d.find_element(By.TAG_NAME, "h1")).text == "Tuning library"
     assert len(browser.find_elements(By.CSS_SELECTOR, "tr.tuned-row")) == 2
-    _full_page_screenshot(browser, SHOTS / "ui-tuning.png")
+    _full_page_screenshot(browser, shots / "ui-tuning.png")
 
     browser.get(f"{server.url}{PREFIX}/protocols")
     rows = _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "tr.host-protocol-row"))
     assert {r.find_elements(By.TAG_NAME, "td")[1].text for r in rows} == {"sftp", "ftp"}
-    browser.save_screenshot(str(SHOTS / "ui-protocols.png"))
+    browser.save_screenshot(str(shots / "ui-protocols.png"))
 
 
-def test_browser_opens_the_page_inside_airflow_navigation(ui, browser):
+def test_browser_opens_the_page_inside_airflow_navigation(ui, browser, shots):
     """The external view: Airflow's UI shows the plugin's page in its own frame, logged in by cookie."""
     from selenium.webdriver.common.by import By
 
@@ -336,4 +343,4 @@ def test_browser_opens_the_page_inside_airflow_navigation(ui, browser):
         assert len(rows) == 3
     finally:
         browser.switch_to.default_content()
-    browser.save_screenshot(str(SHOTS / "ui-in-airflow.png"))
+    browser.save_screenshot(str(shots / "ui-in-airflow.png"))
