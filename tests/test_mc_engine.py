@@ -175,15 +175,13 @@ def test_mc_runs_chunks_at_once_and_moves_channels(mixed, sshd, remote_dir, spy)
     # and never had a third writer). So the check applies when at least 6 of huge's files were
     # still unopened on the server at its first growth; set_channels itself is proven without
     # this race by test_set_channels_grows_and_shrinks_a_running_chunk.
-    huge_files = sum(1 for _ in (mixed / "huge").iterdir())
-    first_growth = next(((n, at_mark) for cid, n, at_mark in spy["set_channels"] if cid == "mc.huge" and n > 2),
-                        None)
-    if first_growth is not None:
-        opened = {p for _, op, p in sshd.sftp_events(mark, first_growth[1])
+    growth_marks = [at_mark for cid, n, at_mark in spy["set_channels"] if cid == "mc.huge" and n > 2]
+    if growth_marks:
+        opened = {p for _, op, p in sshd.sftp_events(mark, growth_marks[0])
                   if op == "open" and p.endswith(TEMP_SUFFIX) and _chunk_of(p) == "huge"}
-        unsent = huge_files - len(opened)
-        writers = _writers_at_once(events, lambda p: _chunk_of(p) == "huge")
+        unsent = sum(1 for _ in (mixed / "huge").iterdir()) - len(opened)
         if unsent >= 6:
+            writers = _writers_at_once(events, lambda p: _chunk_of(p) == "huge")
             assert writers > 2, (unsent, writers, spy["moves"])
     progress = [e for e in spy["events"] if not e.done]
     assert progress and all(0 <= e.bytes_done <= 63104560 for e in progress)
