@@ -45,8 +45,8 @@ from ..integrity.algorithms import digest_bytes, digest_file, new_hasher
 from ..integrity.remote import DigestRequest, RemoteChecksumError
 from ..protocols import sftp_wire as w
 from ..protocols.sftp_wire import SFTPWire
-from .sftp_jobs import FileTask, SourceChanged, UploadJob
-from .verify import DestinationDigests, Piece, Verifier, VerifyItem, _is_channel_error
+from .sftp_jobs import FileTask, SourceChanged, UploadJob, count_progress
+from .verify import RECONNECT_ATTEMPTS, DestinationDigests, Piece, Verifier, VerifyItem, _is_channel_error
 
 MIB = 1024 * 1024
 DEFAULT_BLOCK_SIZE = 8 * MIB
@@ -554,11 +554,16 @@ class BlockVerifier(Verifier):
             th.start()
 
     def _digests(self, dest: DestinationDigests, batch: list[tuple[_File, Block]]) -> list:
-        """(digest, length read or None) or an exception, per block, from the destination's disk."""
+        """(digest, length read or None) or an exception, per block, from the destination's disk.
+
+        A dead channel is reopened and the batch asked again, at most `max_rounds` times: a server
+        that breaks the channel on every attempt ends in an error for these blocks, not a loop."""
+        rounds = 0
         while True:
             if dest.start_error is not None:
                 out = [dest.start_error] * len(batch)
-                if not self._reconnect_one(dest):
+                rounds += 1
+                if rounds > self.max_rounds or not self._reconnect_one(dest):
                     return out
             try:
                 if dest.where == "helper":
@@ -583,15 +588,15 @@ class BlockVerifier(Verifier):
                 out = [exc] * len(batch)
             if not any(isinstance(r, BaseException) and _is_channel_error(r) for r in out):
                 return out
-            if not self._reconnect_one(dest):
+            rounds += 1
+            if rounds > self.max_rounds or not self._reconnect_one(dest):
                 return out
 
     def _reconnect_one(self, dest: DestinationDigests) -> bool:
-        for attempt in range(30):
+        for attempt in range(RECONNECT_ATTEMPTS):
             wait = min(10.0, 0.5 * 2 ** attempt, self.time_left())
-            if wait <= 0:
+            if wait <= 0 or self._sleep_or_stop(wait):
                 return False
-            time.sleep(wait)
             try:
                 dest.close()
                 self._start(dest)
@@ -712,7 +717,7 @@ def make_upload_job(v: BlockVerifier, i: int, t: FileTask, wire: SFTPWire, stats
         start = v.plan_upload(i, tmp_size)
         if start:
             t.resumed = True
-            stats.add_bytes(start)
+            count_progress(t, stats, start)
         job = UploadJob(t, start, t.size, True, stats, truncate=start == 0)
         job.defer_rename = True
         src = BlockSource(v.algorithm, block_spans(start, t.size, v.block_size), emit, start)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -45,6 +46,36 @@ class FileTask:
     last_error: str | None = None
     mismatches: int = 0  # verification failures so far
     repair: list | None = None  # block mode: the blocks to send again (block_verify.Block)
+    # Byte ranges the temporary file is known to hold for this source version: the journal's
+    # from an earlier run, then every acknowledged write or read of this run. A resume starts
+    # from their contiguous prefix, never from the file's size: a server answering reads short
+    # (or writes out of order) leaves holes below that size.
+    done: list | None = None
+    journaled: bool = False  # the journal may hold ranges of the temporary file
+    counted: int = 0  # bytes of this file counted in the progress (never more than its size)
+
+
+_COUNT_LOCK = threading.Lock()  # ranges of one file are acknowledged on p threads at once
+
+
+def count_progress(task: FileTask, stats: Stats | None, n: int) -> None:
+    """Count `n` bytes of `task` in the progress, never past its size: re-sent bytes (a retry,
+    a resume that overlaps what an earlier attempt already counted) are not progress."""
+    if stats is None:
+        return
+    with _COUNT_LOCK:
+        new = min(n, task.size - task.counted)
+        if new <= 0:
+            return
+        task.counted += new
+    stats.add_bytes(new)
+
+
+def contiguous_prefix(ranges: list | None) -> int:
+    """End of the run of bytes starting at offset 0 (ranges coalesced and sorted)."""
+    if not ranges or ranges[0][0] != 0:
+        return 0
+    return int(ranges[0][1])
 
 
 def mtime_changed(now: float, listed: float) -> bool:
@@ -77,6 +108,7 @@ class Job:
         self.on_range: Callable[[str, int, int], None] | None = None  # the journal
         self.hasher = None  # verify.SourceHasher over [start, stop) as it is read
         self.defer_rename = False  # verification renames once the digests match
+        self.ranges: list[list[int]] = []  # acknowledged [start, end) pairs, in arrival order, merged when touching
 
     @property
     def length(self) -> int:
@@ -99,8 +131,12 @@ class Job:
     def committed(self, off: int, n: int) -> None:
         """Bytes [off, off+n) are at the destination: count them and journal the range."""
         self.acked += n
-        if self.stats is not None:
-            self.stats.add_bytes(n)
+        last = self.ranges[-1] if self.ranges else None
+        if last is not None and last[1] == off:
+            last[1] = off + n
+        else:
+            self.ranges.append([off, off + n])
+        count_progress(self.task, self.stats, n)
         if self.on_range is not None:
             self.on_range(self.task.rel, off, n)
 

@@ -36,7 +36,9 @@ from .accounting import Stats
 from .params import TransferParams
 from .result import ChunkResult, FileOutcome
 from .retry import RetryPolicy, classify
-from .sftp_jobs import DownloadJob, FileTask, Job, Pipeline, SourceChanged, UploadJob, mtime_changed
+from .sftp_jobs import (DownloadJob, FileTask, Job, Pipeline, SourceChanged, UploadJob, contiguous_prefix,
+                        count_progress, mtime_changed)
+from ..store.ranges import coalesce
 from ..integrity.algorithms import digest_file
 from .verify import DestinationDigests, Piece, SourceHasher, Verifier, VerifyItem
 
@@ -48,7 +50,6 @@ class ChecksumMismatch(Exception):
 
 RANGE_MIN = 4 * 1024 * 1024  # smallest byte range worth its own connection
 DEFAULT_INFLIGHT = 8 * 1024 * 1024  # bytes outstanding per connection (bounded memory)
-RESUME_OVERLAP = 256 * 1024  # re-sent before a resume point (a torn last write)
 
 
 def _error_text(exc: BaseException, host: str, path: str) -> str:
@@ -303,6 +304,7 @@ class TransferSession:
             if resume is not None and t.rel in resume:
                 t.resumable = True
                 done = resume[t.rel]
+                t.done, t.journaled = coalesce(done), True
                 if done and params.p > 1 and t.size >= 2 * RANGE_MIN:
                     t.todo_ranges = _subtract([(0, t.size)], [tuple(r) for r in done]) or None
         result = ChunkResult(chunk_id, params, files=len(tasks), bytes=sum(t.size for t in tasks), started=t0)
@@ -483,7 +485,7 @@ class _Runner:
             return False
         self.s.stats.add_total(0, size - t.size)
         t.size, t.mtime = size, mtime
-        t.resume_from, t.todo_ranges, t.resumable, t.repair = 0, None, False, None
+        t.resume_from, t.todo_ranges, t.resumable, t.repair, t.done = 0, None, False, None, None
         return True
 
     # -- workers: their number may change while the chunk runs (Multi-Chunk) ----------
@@ -637,8 +639,12 @@ class _Runner:
             raise
 
     def _probe_resume(self, wire, t: FileTask) -> int:
-        """Bytes of this source version already in the temporary file (single stream)."""
-        if not t.resumable:
+        """Bytes of this source version known to be in the temporary file from offset 0 (single
+        stream): the contiguous prefix of the acknowledged ranges (this run's, or the journal's),
+        no further than the file reaches. Never the file's size alone: a short read or an
+        out-of-order write leaves holes below it."""
+        prefix = contiguous_prefix(t.done) if t.resumable else 0
+        if prefix <= 0:
             return 0
         try:
             if self.s.direction == "upload":
@@ -647,8 +653,22 @@ class _Runner:
                 size = os.stat(t.tmp).st_size
         except OSError:
             return 0
-        # Re-send the last block: cheap insurance against a write torn by the crash.
-        return max(0, min(size, t.size) - RESUME_OVERLAP)
+        return min(prefix, size, t.size)
+
+    def _keep(self, job: Job) -> None:
+        """Remember what `job` put in the temporary file, for a later attempt's resume."""
+        if job.ranges:
+            t = job.task
+            t.done = coalesce((t.done or []) + job.ranges)
+            t.journaled = True
+
+    def _restart(self, t: FileTask) -> None:
+        """The temporary file is created afresh: nothing in it is known any more, in memory or in
+        the journal (a crash now must not resume from ranges of the truncated file)."""
+        t.done = None
+        if t.journaled and self.s.journal is not None:
+            self.s.journal.mark_restart(t.rel)
+        t.journaled = False
 
     def _next_job(self, wire, carrying: int = 0) -> Job | None:
         if self._surplus():
@@ -677,7 +697,9 @@ class _Runner:
             raise
         if start:
             t.resumed = True
-            self.s.stats.add_bytes(start)
+            count_progress(t, self.s.stats, start)
+        else:
+            self._restart(t)
         if self.s.direction == "upload":
             job: Job = UploadJob(t, start, t.size, True, self.s.stats, truncate=start == 0)
             if self.alg:
@@ -705,6 +727,7 @@ class _Runner:
         i = self.index[id(job.task)]
         t = job.task
         t.moved_total += job.acked
+        self._keep(job)
         if self.s.direction == "download":
             if job.error is None:
                 try:
@@ -730,6 +753,7 @@ class _Runner:
     def _abandon(self, job: Job, exc: BaseException) -> None:
         i = self.index[id(job.task)]
         job.task.moved_total += job.acked
+        self._keep(job)
         if self.s.direction == "download" and job.fd is not None:
             try:
                 os.close(job.fd)
@@ -818,7 +842,7 @@ class _Runner:
         mismatch = error is not None and error.startswith("checksum mismatch")
         if mismatch:
             t.mismatches += 1
-        t.resumable, t.todo_ranges = False, None  # send the whole file again
+        t.resumable, t.todo_ranges, t.done = False, None, None  # send the whole file again
         self._failed(i, ChecksumMismatch(error) if mismatch else OSError(errno.EIO, error), 0.0, t.dst)
 
     def on_block_mismatch(self, i: int, bad: list, error: str) -> None:
@@ -849,7 +873,9 @@ class _Runner:
             self.blocks.missing(i)  # queues blocks known from before for checking
         if not fresh:
             t.resumed = True
-            self.s.stats.add_bytes(t.size - sum(hi - lo for lo, hi in todo))
+            count_progress(t, self.s.stats, t.size - sum(hi - lo for lo, hi in todo))
+        else:
+            self._restart(t)
         t0 = time.monotonic()
         extra = []
         try:
@@ -947,8 +973,11 @@ class _Runner:
                 return
             self._finish(i, True, time.monotonic() - t0, None)
             return
-        # Keep what arrived: the next attempt sends only the ranges still missing.
-        done = [(j.start, j.start + j.acked) for j in jobs if j.acked]  # acks arrive in order per range
+        # Keep what arrived: the next attempt sends only the ranges still missing. The ranges
+        # acknowledged, not a count from each range's start: a short read leaves a gap.
+        done = [tuple(r) for j in jobs for r in j.ranges]
+        if done:
+            t.journaled = True
         t.todo_ranges = _subtract(todo if not fresh else [(0, t.size)], done)
         if self.blocks is not None:
             t.todo_ranges = self.blocks.missing(i)  # only whole blocks with a digest count as sent

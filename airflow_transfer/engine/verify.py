@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import os
+import socket
 import threading
 import time
 from collections import deque
@@ -219,6 +220,17 @@ class DestinationDigests:
             return exc
 
     def _read_back(self, item: VerifyItem) -> list[str]:
+        try:
+            return self._read_back_once(item)
+        except (OSError, EOFError) as exc:
+            if isinstance(exc, (ConnectionError, socket.timeout, TimeoutError)) or not self._conn.alive:
+                raise
+            # The server answered with an error and the connection is up: this file cannot be read
+            # back (some servers fail reads of a file another session writes). Reconnecting would
+            # fail the same way, so it is this file's error.
+            raise ReadBackError(errno.EIO, f"reading it back over SFTP failed: {exc}", item.tmp) from exc
+
+    def _read_back_once(self, item: VerifyItem) -> list[str]:
         import paramiko
 
         sftp = paramiko.SFTPClient.from_transport(self._conn.transport)
@@ -249,6 +261,10 @@ class DestinationDigests:
         return item.pieces
 
 
+class ReadBackError(OSError):
+    """The server refused to read a file back while the connection stayed up: a file error."""
+
+
 class ExecRefused(Exception):
     """The server opens no exec channels (an SFTP-only account or server)."""
 
@@ -272,14 +288,23 @@ HELLO_TIMEOUT = 10.0  # the helper answers in well under a second where python3 
 DIGEST_TIMEOUT = 300.0
 
 
+_CHANNEL_ERRNO = {errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.ENOTCONN, errno.ETIMEDOUT,
+                  errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN}
+
+
 def _is_channel_error(exc: BaseException) -> bool:
-    """True for a dead connection, False for a problem with one file."""
-    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
+    """True for a dead connection or helper (reconnecting may help), False for a problem with one
+    file: an error the server or the helper answered with (reconnecting would get it again)."""
+    if isinstance(exc, ReadBackError):
         return False
-    code = getattr(exc, "code", None)
-    if code in ("ENOENT", "EACCES", "EPERM", "EISDIR", "ENOTREG", "ESHORT", "ENOALGO"):
-        return False
-    return True
+    if isinstance(exc, RemoteChecksumError):
+        # Raised, not answered: the helper stopped or its output made no sense.
+        return exc.code in ("ENOHELPER", "EPROTO", "EREMOTE")
+    if isinstance(exc, (ConnectionError, EOFError, TimeoutError, socket.timeout)):
+        return True
+    if isinstance(exc, OSError):
+        return exc.errno is None or exc.errno in _CHANNEL_ERRNO
+    return True  # paramiko's SSHException and the like: the channel is gone
 
 
 def _fill_source(items: list[VerifyItem], src: DestinationDigests) -> None:
@@ -366,9 +391,8 @@ class Verifier:
         with backoff rather than failing files that may well be intact."""
         for attempt in range(RECONNECT_ATTEMPTS):
             wait = min(10.0, 0.5 * 2 ** attempt, self.time_left())
-            if wait <= 0:
+            if wait <= 0 or self._sleep_or_stop(wait):
                 return False
-            time.sleep(wait)
             try:
                 for side in (self.dest, self.src):
                     if side is not None:
@@ -378,6 +402,13 @@ class Verifier:
             except Exception:  # noqa: BLE001 - still down: try again
                 continue
         return False
+
+    def _sleep_or_stop(self, seconds: float) -> bool:
+        """Wait before a reconnect; True when stop() came meanwhile (then nobody waits for a verdict)."""
+        with self._cv:
+            if not self._stop:
+                self._cv.wait(seconds)
+            return self._stop
 
     def _run(self) -> None:
         while True:

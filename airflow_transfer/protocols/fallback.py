@@ -137,6 +137,10 @@ class _JournalTap:
         if self.journal is not None:
             self.journal.mark_range(*a, **kw)
 
+    def mark_restart(self, path):
+        if self.journal is not None:
+            self.journal.mark_restart(path)
+
     def mark_done(self, *a, **kw):
         self.ctl.event(True)
         if self.journal is not None:

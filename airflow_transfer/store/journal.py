@@ -77,13 +77,20 @@ class BlockDone:
 
 
 @dataclass(frozen=True, slots=True)
+class RangesReset:
+    """The temporary file was created afresh: the ranges and blocks recorded for it are gone."""
+
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
 class FileFailed:
     path: str
     error: str
     attempts: int | None
 
 
-Event = RangeDone | FileDone | FileFailed | BlockDone
+Event = RangeDone | FileDone | FileFailed | BlockDone | RangesReset
 
 
 # --- listing ---------------------------------------------------------------
@@ -230,6 +237,11 @@ def _fold(row: dict[str, Any], event: Event) -> None:
         lo, hi = event.offset, event.offset + event.length
         row["blocks"] = [b for b in row["blocks"] if b[0] + b[1] <= lo or b[0] >= hi]
         row["blocks"].append([event.offset, event.length, event.digest])
+        return
+    if isinstance(event, RangesReset):
+        row["ranges"], row["blocks"] = [], []
+        if row["state"] == PARTIAL:
+            row["state"] = PENDING
         return
     if isinstance(event, FileDone):
         row["size"] = event.size

@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from .errors import StoreError, UnknownFileError
-from .journal import BlockDone, Event, FileDone, FileFailed, RangeDone
+from .journal import BlockDone, Event, FileDone, FileFailed, RangeDone, RangesReset
 
 if TYPE_CHECKING:
     from .store import Store
@@ -70,6 +70,11 @@ class JournalWriter:
             raise ValueError(f"range offset={offset} length={length} of {path!r} is invalid: both must be >= 0")
         if length:
             self._add(RangeDone(path, offset, offset + length))
+
+    def mark_restart(self, path: str) -> None:
+        """The temporary file of ``path`` is being written again from its first byte: a resume
+        must not trust any range or block recorded before."""
+        self._add(RangesReset(path))
 
     def mark_block(self, path: str, offset: int, length: int, digest: str) -> None:
         """Block [offset, offset+length) of ``path`` is at the destination; ``digest`` ("algo:hex")
