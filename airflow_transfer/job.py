@@ -229,6 +229,12 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
         "transfer_id": record.id if record else None,
         "store": store.masked_url if store is not None else None,
     }
+    if hasattr(session, "server_summary"):
+        server, notes = session.server_summary()
+        if server is not None:
+            summary["server"] = server
+        if notes:
+            summary["tuning"]["notes"] = summary["tuning"].get("notes", []) + notes
     if hasattr(session, "summary_extra"):
         summary.update(session.summary_extra())  # fall-back: per-protocol totals
     if store is not None:

@@ -104,7 +104,11 @@ def test_fallbacks_are_reported(case, files, test_base):
         v = summary["verify"]
         assert v["verified"] == 200 and summary["failed"] == []
         assert v["where"] == ("coreutils" if case == "no-python" else "read-back")
-        assert "helper unavailable" in v["why"]
+        if case == "no-python":
+            assert "helper unavailable" in v["why"]
+        else:  # ForceCommand: the one true cause is that exec runs nothing of ours
+            assert "runs no command of ours over SSH exec" in v["why"]
+            assert "coreutils" not in v["why"] and "python3 helper unavailable" not in v["why"]
         assert tree_digest(dst / "x") == tree_digest(files)
     finally:
         server.stop()

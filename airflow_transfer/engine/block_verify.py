@@ -647,9 +647,8 @@ class BlockVerifier(Verifier):
                     SFTPWire.expect_status(t, r, f.task.dst)
                 except OSError as exc:
                     errors[f.index] = exc
-            ptype, payload = wire.p_rename(f.task.tmp, f.task.dst)
             try:
-                wire.send(ptype, payload, on_reply)
+                wire.send_rename(f.task.tmp, f.task.dst, on_reply)
             except Exception as exc:  # noqa: BLE001 - reported per file by on_verdict
                 errors[f.index] = exc
         try:

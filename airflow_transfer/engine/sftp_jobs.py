@@ -314,6 +314,8 @@ class DownloadJob(Job):
             self.committed(off, got)
             if got < n and self.error is None:
                 # Servers may return short reads; ask for the rest.
+                if wire.caps is not None:
+                    wire.caps.short_reads += 1
                 self._read(wire, off + got, n - got)
 
         return on_data
@@ -435,9 +437,8 @@ class Pipeline:
             self._closed_after_error(job, counted=False)
             return
         if isinstance(job, UploadJob) and job.finalize and not job.defer_rename:
-            ptype, payload = self.wire.p_rename(job.task.tmp, job.task.dst)
             job.outstanding += 1
-            self.wire.send(ptype, payload, lambda t2, r2: self._renamed(job, t2, r2))
+            self.wire.send_rename(job.task.tmp, job.task.dst, lambda t2, r2: self._renamed(job, t2, r2))
             return
         job.finish()
 

@@ -190,6 +190,18 @@ class TransferSession:
             out["why"] = "; ".join(reasons)
         return out
 
+    def server_summary(self) -> tuple[dict | None, list[str]]:
+        """What the remote SFTP server turned out to support (the summary's `server`), and the
+        decisions its missing capabilities forced (for `tuning.notes`)."""
+        if self.pool is None:
+            return None, []
+        caps = self.pool.caps
+        v = self.verifier or next(iter(self._retired), None)
+        side = None if v is None else v.dest if self.direction == "upload" else v.src
+        if side is not None and side.exec is not None:
+            caps.exec_method, caps.exec_reason = side.exec, side.reason
+        return caps.summary(), caps.notes()
+
     def __enter__(self) -> "TransferSession":
         return self
 
@@ -422,7 +434,20 @@ class _Runner:
                 self.wake.wait(max(0.01, min(timeout, 0.5)))
 
     def _is_big(self, t: FileTask) -> bool:
-        return self.params.p > 1 and t.size >= 2 * RANGE_MIN and not t.repair
+        return (self.params.p > 1 and t.size >= 2 * RANGE_MIN and not t.repair
+                and not (self.s.direction == "upload" and self.s.pool.caps.offset_writes is False))
+
+    def _offset_writes(self, wire, t: FileTask) -> bool:
+        """Whether the destination server takes writes at an offset (asked once per server)."""
+        caps = self.s.pool.caps
+        if caps.offset_writes is None:
+            try:
+                caps.probe_offset_writes(wire, posixpath.dirname(t.tmp))
+            except ConnectionError:
+                raise
+            except OSError:
+                return True  # the probe could not even create a file: the copy itself reports why
+        return bool(caps.offset_writes)
 
     # -- outcomes ------------------------------------------------------------
     def _finish(self, i: int, ok: bool, seconds: float, error: str | None) -> None:
@@ -617,6 +642,8 @@ class _Runner:
 
     def _drain(self, conn) -> None:
         pipe = Pipeline(conn.wire, self.params.pp, self.s.inflight)
+        if self.s.direction == "upload" and self.params.p > 1 and self.tasks:
+            self._offset_writes(conn.wire, self.tasks[0])  # a server that cannot gets p = 1
         try:
             while not self._surplus():
                 i = self._pop(big=True)
@@ -646,6 +673,8 @@ class _Runner:
         prefix = contiguous_prefix(t.done) if t.resumable else 0
         if prefix <= 0:
             return 0
+        if self.s.direction == "upload" and not self._offset_writes(wire, t):
+            return 0  # it could only be sent again from its first byte
         try:
             if self.s.direction == "upload":
                 size = wire.stat(t.tmp, follow=False).size or 0
@@ -682,6 +711,8 @@ class _Runner:
             from .block_verify import make_upload_job
 
             try:
+                if (t.resumable or t.repair) and not self._offset_writes(wire, t):
+                    t.resumable, t.repair = False, None  # blocks land only in order: all of it again
                 if not t.resumable and not t.repair:
                     self.blocks.forget(i)
                 return make_upload_job(self.blocks, i, t, wire, self.s.stats, self._on_range, self._journal_block)
@@ -791,7 +822,6 @@ class _Runner:
                 for item, ok, _ in verdicts:
                     if ok:
                         t = self.tasks[item.index]
-                        ptype, payload = wire.p_rename(t.tmp, t.dst)
 
                         def on_reply(rt, r, i=item.index, path=t.dst):
                             try:
@@ -799,7 +829,7 @@ class _Runner:
                                 renamed[i] = None
                             except (OSError, SFTPProtocolError) as exc:
                                 renamed[i] = exc
-                        wire.send(ptype, payload, on_reply)
+                        wire.send_rename(t.tmp, t.dst, on_reply)
                 while wire.outstanding:
                     wire.pump(block=True)
             except (OSError, SFTPProtocolError, EOFError) as exc:

@@ -27,8 +27,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..integrity.algorithms import digest_file, new_hasher
-from ..integrity.remote import (ChecksumHelperClient, CoreutilsChecksummer, DigestRequest,
+from ..integrity.algorithms import COREUTILS_COMMANDS, algorithm_info, digest_file, new_hasher
+from ..integrity.remote import (BareChecksummer, ChecksumHelperClient, CoreutilsChecksummer, DigestRequest,
                                 RemoteChecksumError)
 
 
@@ -96,6 +96,7 @@ class DestinationDigests:
         self.algorithm = algorithm
         self.pool = pool  # SFTPPool of the destination, None for a local destination
         self.where = "local" if pool is None else ""
+        self.exec: str | None = None  # what SSH exec allowed: python3, shell, bare, forced, refused...
         self.reason = ""
         self._conn = None
         self._helper: ChecksumHelperClient | None = None
@@ -136,32 +137,46 @@ class DestinationDigests:
             for chan in channels:
                 chan.settimeout(DIGEST_TIMEOUT)
             if self.algorithm in helper.algorithms:
-                self._helper, self.where = helper, "helper"
+                self._helper, self.where, self.exec = helper, "helper", "python3"
                 return
-            self.reason = f"the helper on the destination cannot compute {self.algorithm}"
+            helper_error: object = f"it cannot compute {self.algorithm}"
             helper.close()
         except ExecRefused as exc:
             self.reason = str(exc)  # coreutils would be refused the same way
-            self.where = "read-back"
+            self.where, self.exec = "read-back", "refused"
             return
         except Exception as exc:  # noqa: BLE001 - any failure means: try the next method
-            self.reason = f"helper unavailable: {exc}"
+            helper_error = exc
+        self.where = "read-back"
+        where = self.pool.target.display
         try:
-            checker = CoreutilsChecksummer(run, where=self.pool.target.display)
-            # Where exec is forced to another command (ForceCommand), a probe's exit status
-            # says nothing: first check that our own command really ran.
+            # Where exec is forced to another command (ForceCommand internal-sftp), a probe's exit
+            # status says nothing: first check that our own command really ran.
             status, out, _ = run("echo airflow-transfer-exec-ok")
             if status != 0 or out.strip() != b"airflow-transfer-exec-ok":
-                self.reason += "; the host does not run commands over SSH exec"
-            elif checker.probe(self.algorithm):
-                self._coreutils, self.where = checker, "coreutils"
+                self.exec = "forced"
+                self.reason = ("the server runs no command of ours over SSH exec (a forced command such as "
+                               "ForceCommand internal-sftp answers instead), so the file is read back over SFTP")
                 return
-            self.reason += f"; no coreutils command for {self.algorithm}"
+            self.reason = f"python3 helper unavailable ({helper_error})"
+            checker = CoreutilsChecksummer(run, where=where)
+            if checker.probe(self.algorithm):
+                self._coreutils, self.where, self.exec = checker, "coreutils", "shell"
+                self.reason += f"; {self.algorithm} by a coreutils command per file, through sh"
+                return
+            bare = BareChecksummer(run, where=where)
+            if bare.probe(self.algorithm):
+                # rclone's serve sftp: a few checksum commands emulated, no shell.
+                self._coreutils, self.where, self.exec = bare, "coreutils", "bare"
+                tool = COREUTILS_COMMANDS[algorithm_info(self.algorithm).name]
+                self.reason += (f"; no sh there, but the server answers a bare {tool} "
+                                "(whole files, no fsync or cache drop possible)")
+                return
+            self.exec = "no-checksum-command"
+            self.reason += f"; neither sh nor a bare command computes {self.algorithm} there"
         except Exception as exc:  # noqa: BLE001
-            self.reason += f"; coreutils unavailable: {exc}"
-            if self._coreutils is not None:
-                self._coreutils, self.where = None, ""
-        self.where = "read-back"
+            self.reason = f"python3 helper unavailable ({helper_error}); checksum commands failed: {exc}"
+            self._coreutils, self.where = None, "read-back"
 
     def close(self) -> None:
         if self._local_threads is not None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Callable, Collection, Iterable, Sequence, Union
 
-from .algorithms import COREUTILS_COMMANDS, DEFAULT_ALGORITHM, algorithm_info
+from .algorithms import COREUTILS_COMMANDS, DEFAULT_ALGORITHM, algorithm_info, digest_bytes
 from .blocks import FileDigests
 
 HELPER_NAME = "airflow-transfer-checksum"
@@ -498,6 +498,48 @@ class CoreutilsChecksummer:
         return text[-1] if text else f"exit status {status}"
 
 
+def bare_path(path: str) -> str:
+    """`path` with a backslash before every character but [A-Za-z0-9/._-]: how a server that
+    runs a checksum command without a shell (rclone's serve sftp) unescapes its argument, and
+    still one word to a POSIX shell."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in "/._-") else "\\" + c for c in path)
+
+
+class BareChecksummer:
+    """Whole-file digests from a checksum command run without a shell (`md5sum FILE`), as
+    servers that emulate a few commands over exec offer (rclone: md5sum, sha1sum). No fsync and
+    no cache drop are possible there: the digest is of what the server reads back."""
+
+    def __init__(self, run: RunCommand, where: str = "destination") -> None:
+        self._run = run
+        self.where = where
+
+    def probe(self, algorithm: str) -> bool:
+        """True when `TOOL` with no file prints the digest of empty input (coreutils reads its
+        closed stdin; rclone answers the same)."""
+        info = algorithm_info(algorithm)
+        tool = COREUTILS_COMMANDS.get(info.name)
+        if tool is None:
+            return False
+        status, out, _ = self._run(tool)
+        return status == 0 and out.strip().lower().startswith(digest_bytes(info.name, b"").encode())
+
+    def digest(self, path: PathArg, algorithm: str = DEFAULT_ALGORITHM, fsync: bool = True,
+               drop_cache: bool = True) -> RemoteDigest:
+        name = algorithm_info(algorithm).name
+        text = _path_text(path)
+        status, out, err = self._run(f"{COREUTILS_COMMANDS[name]} {bare_path(text)}")
+        if status != 0:
+            detail = err.decode("utf-8", "replace").strip().splitlines()
+            code = "ENOENT" if b"does not exist" in err or b"No such file" in err else "EIO"
+            raise remote_error(code, detail[-1] if detail else f"exit status {status}", text, self.where)
+        size = algorithm_info(name).digest_size
+        digest = out[: 2 * size].decode("ascii", "replace").lower()
+        if not _is_hex(digest, size):
+            raise remote_error("EPROTO", f"no {name} digest in {out[:120]!r}", text, self.where)
+        return RemoteDigest(text, FileDigests(name, 0, 0, digest, 0, ()), "command", False, False)
+
+
 # -- which method ----------------------------------------------------------
 
 
@@ -528,6 +570,7 @@ def choose_remote_method(
 
 __all__ = [
     "BOOTSTRAP",
+    "BareChecksummer",
     "ChecksumHelperClient",
     "CoreutilsChecksummer",
     "CoreutilsOutput",
@@ -541,6 +584,7 @@ __all__ = [
     "RemoteOSError",
     "RemotePermissionError",
     "RunCommand",
+    "bare_path",
     "choose_remote_method",
     "coreutils_command",
     "helper_command",

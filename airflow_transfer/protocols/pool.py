@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ..errors import UsageError
 from . import openssh
+from .capabilities import ServerCapabilities
 from .sftp_wire import SFTPProtocolError, SFTPWire
 from .ssh import DEFAULT_WINDOW, SSH_CLIENTS, SSHTarget, open_sftp, open_transport
 
@@ -81,6 +82,7 @@ class SFTPPool:
     _warming: int = 0  # connections `warm` is opening now
     _waiting: int = 0  # acquirers waiting for one of them
     _closed: bool = False
+    caps: ServerCapabilities = field(default_factory=ServerCapabilities)  # found out once for the server
 
     def __post_init__(self) -> None:
         self._cond = threading.Condition(self._lock)
@@ -138,8 +140,10 @@ class SFTPPool:
             conn.close()  # the pool was closed while this one was being opened
 
     def _adopt(self, conn: Conn) -> None:
-        """Count a newly opened connection (lock held)."""
+        """Count a newly opened connection (lock held); it shares what is known of the server."""
         self.clients[conn.client] = self.clients.get(conn.client, 0) + 1
+        conn.wire.caps = self.caps
+        self.caps.saw_extensions(conn.wire.extensions)
 
     @property
     def opened(self) -> int:

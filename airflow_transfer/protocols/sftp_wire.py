@@ -179,6 +179,7 @@ class SFTPWire:
         self.max_read = DEFAULT_MAX_READ
         self.max_write = DEFAULT_MAX_WRITE
         self.closed = False
+        self.caps = None  # the server's capabilities.ServerCapabilities, shared by a pool's connections
         self._handshake()
 
     # -- framing ----------------------------------------------------------
@@ -327,11 +328,15 @@ class SFTPWire:
     def p_setstat(path: str, attrs: Attrs) -> bytes:
         return _path(path) + attrs.pack()
 
-    def p_rename(self, old: str, new: str) -> tuple[int, bytes]:
-        """Atomic replace where the server offers posix-rename (OpenSSH does)."""
+    def send_rename(self, old: str, new: str, callback: Callback) -> None:
+        """Rename `old` over `new`: atomically where the server offers posix-rename (OpenSSH does).
+        Elsewhere SFTP v3's RENAME refuses an existing target, so a REMOVE of it goes first, in the
+        same round trip (its reply is ignored: usually there is nothing to remove)."""
         if "posix-rename@openssh.com" in self.extensions:
-            return EXTENDED, _s(b"posix-rename@openssh.com") + _path(old) + _path(new)
-        return RENAME, _path(old) + _path(new)
+            self.send(EXTENDED, _s(b"posix-rename@openssh.com") + _path(old) + _path(new), callback)
+            return
+        self.send(REMOVE, _path(new), lambda t, r: None)
+        self.send(RENAME, _path(old) + _path(new), callback)
 
     # -- reply helpers ---------------------------------------------------------
     @staticmethod
@@ -378,9 +383,11 @@ class SFTPWire:
         self.expect_status(t, r, path)
 
     def rename(self, old: str, new: str) -> None:
-        ptype, payload = self.p_rename(old, new)
-        t, r = self.call(ptype, payload)
-        self.expect_status(t, r, new)
+        reply: list = []
+        self.send_rename(old, new, lambda t, r: reply.append((t, r)))
+        while not reply:
+            self.pump(block=True)
+        self.expect_status(*reply[0], new)
 
     def setstat(self, path: str, attrs: Attrs) -> None:
         t, r = self.call(SETSTAT, _path(path) + attrs.pack())
