@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 TEST_WORKERS ?= 3
 
-.PHONY: venv demo test docs bench bench-quick bench-loopback bench-query lock clean system-test chaos
+.PHONY: venv demo test docs bench bench-quick bench-loopback bench-query lock clean system-test chaos interop
 
 venv:
 	@bash scripts/bootstrap.sh
@@ -65,6 +65,14 @@ chaos: venv
 	@bash scripts/setup-test-deps.sh
 	@bash scripts/install-wan-deps.sh
 	@$(PY) -m benchmarks.chaos $(CHAOS_ARGS)
+
+# Interoperability (benchmarks/interop.py): the CLI against rclone serve sftp, asyncssh, ProFTPD mod_sftp,
+# dropbear, OpenSSH ForceCommand+chroot and plain OpenSSH; uploads and downloads in five modes, clean and
+# after kill -9. Writes benchmarks/results/interop.md. INTEROP_ARGS='--servers rclone --quick' for less.
+interop: venv
+	@bash scripts/setup-test-deps.sh
+	@bash scripts/install-interop-deps.sh
+	@$(PY) -m benchmarks.interop $(INTEROP_ARGS)
 
 lock:
 	uv pip compile -q pyproject.toml --extra airflow --extra test --extra celery -p 3.11 -o requirements.lock

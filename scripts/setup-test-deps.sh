@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs on a fresh Debian machine: OpenSSH server
-# and client, and an unprivileged login user for the test sshd. Idempotent.
+# and client, rclone, and an unprivileged login user for the test sshd. Idempotent.
 set -euo pipefail
 need=()
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v rclone >/dev/null 2>&1 || need+=(rclone)  # tests/test_interop.py serves SFTP with it
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup-test-deps: need ${need[*]} but not root; install them with: sudo apt-get install -y ${need[*]}" >&2

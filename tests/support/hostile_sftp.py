@@ -4,7 +4,9 @@ OpenSSH cannot be made to lie, so this one serves a real directory (`root`, show
 to clients as "/") and misbehaves as its `Behaviour` says: listings with names
 that escape, absolute names, names with '/' or control characters, symlinks
 reported as directories (loops), sizes that lie, reads that come back short or
-long, and requests that are never answered. It offers the sftp subsystem only:
+long (or of random length), writes that must be sequential (rclone without a VFS
+cache), reads that fail while the connection stays up, connections dropped mid-file,
+and requests that are never answered. It offers the sftp subsystem only:
 exec is refused, so the engine must list, verify and read back over SFTP.
 
 Every path a client asks for is recorded in `requests`, so a test can assert
@@ -14,8 +16,10 @@ that a hostile name was never followed.
 from __future__ import annotations
 
 import errno
+import fnmatch
 import os
 import posixpath
+import random
 import socket
 import struct
 import subprocess
@@ -42,8 +46,27 @@ class Behaviour:
     size_lies: dict[str, int] = field(default_factory=dict)
     read_extra: int = 0  # a read reply carries this many bytes more than asked for
     short_read: int = 0  # a read reply carries at most this many bytes
+    # a read reply carries a random length between short_read_min and the length asked for
+    # (rclone answers a 255 KiB READ with 32 KiB). The seed, not a shared generator, decides
+    # each length from the request itself, so a test replays the same lengths however the
+    # connections' requests interleave. None: off.
+    short_read_seed: int | None = None
+    short_read_min: int = 1024
+    # A WRITE must land at its handle's write position (bytes written through it so far, from
+    # 0): rclone serving a remote without --vfs-cache-mode streams each write handle as one
+    # upload (vfs/write.go). Elsewhere it fails with SSH_FX_FAILURE "Illegal seek"; a file
+    # that existed when it was opened without TRUNC cannot be written at all (rclone refuses
+    # to replace it: SSH_FX_FAILURE "permission denied", since pkg/sftp maps only errnos).
+    refuse_offset_writes: bool = False
+    # reads of paths matching one of these globs ("*.atpart") fail with SSH_FX_FAILURE (EIO
+    # at the client); open and stat work and the connection stays healthy
+    fail_reads: list[str] = field(default_factory=list)
     stall_ops: set[str] = field(default_factory=set)  # "open", "read", "stat", "list", "write", "close"
     stall_after_reads: int | None = None  # reads after this many answered ones are never answered
+    stall_after_writes: int | None = None  # writes after this many answered ones are never answered
+    # after this many answered reads the connection of the next read is closed, once: a link
+    # that drops mid-file while other reads are in flight; later connections are served
+    drop_after_reads: int | None = None
     # after this many answered reads, the next reply is cut off in the middle of its packet
     partial_after_reads: int | None = None
     read_only: bool = False
@@ -62,6 +85,15 @@ def _real_size(attr: SFTPAttributes, lie: int | None) -> SFTPAttributes:
     return attr
 
 
+class _Status(int):
+    """An SFTP status code with its own message (paramiko sends only the code's stock text)."""
+
+    def __new__(cls, code: int, desc: str) -> "_Status":
+        obj = super().__new__(cls, code)
+        obj.desc = desc
+        return obj
+
+
 def attr_endless(name: str) -> SFTPAttributes:
     attr = SFTPAttributes()
     attr.filename, attr.st_mode, attr.st_size, attr.st_mtime = name, 0o040755, 4096, 1_700_000_000
@@ -69,9 +101,15 @@ def attr_endless(name: str) -> SFTPAttributes:
 
 
 class _Handle(SFTPHandle):
-    def __init__(self, server: "HostileSFTPServer", spath: str, fd: int, flags: int, channel) -> None:
+    def __init__(self, server: "HostileSFTPServer", spath: str, fd: int, flags: int, channel,
+                 existed: bool = False) -> None:
         super().__init__(flags)
         self.srv, self.spath, self.fd, self.channel = server, spath, fd, channel
+        # refuse_offset_writes: the next offset this handle accepts, and whether it may write at
+        # all (rclone truncates what it writes to, so an existing file needs TRUNC)
+        self.wpos = 0
+        self.may_replace = bool(flags & os.O_TRUNC) or not existed
+        self.read_failed = False
 
     def read(self, offset, length):
         self.srv.stall("read")
@@ -80,12 +118,25 @@ class _Handle(SFTPHandle):
             n = self.srv.reads
         if self.srv.b.stall_after_reads is not None and n > self.srv.b.stall_after_reads:
             self.srv.block_forever()
+        if self.srv.b.drop_after_reads is not None and n == self.srv.b.drop_after_reads + 1:
+            self.channel.get_transport().close()  # replies already sent stay delivered
+            raise EOFError("connection dropped")
         if self.srv.b.partial_after_reads is not None and n > self.srv.b.partial_after_reads:
             # A DATA reply's length, type and a few bytes of its body, then nothing more.
             self.channel.sendall(struct.pack(">IB", 1 + 4 + 4 + length, 103) + b"\0\0")
             self.srv.block_forever()
+        if any(fnmatch.fnmatchcase(self.spath, g) for g in self.srv.b.fail_reads):
+            with self.srv.lock:
+                self.srv.failed_reads += 1
+            if not self.read_failed:  # once per handle: how often the client tried that file again
+                self.read_failed = True
+                self.srv.record("read-failed", self.spath)
+            return SFTP_FAILURE  # what OpenSSH sends for EIO; the session goes on
         if self.srv.b.short_read:
             length = min(length, self.srv.b.short_read)
+        if self.srv.b.short_read_seed is not None and length > 1:
+            rng = random.Random(f"{self.srv.b.short_read_seed}:{self.spath}:{offset}:{length}")
+            length = rng.randint(min(max(1, self.srv.b.short_read_min), length), length)
         data = os.pread(self.fd, length, offset)
         if data and self.srv.b.read_extra:
             data += b"\0" * self.srv.b.read_extra
@@ -93,6 +144,19 @@ class _Handle(SFTPHandle):
 
     def write(self, offset, data):
         self.srv.stall("write")
+        with self.srv.lock:
+            self.srv.writes += 1
+            n = self.srv.writes
+        if self.srv.b.stall_after_writes is not None and n > self.srv.b.stall_after_writes:
+            self.srv.block_forever()
+        if self.srv.b.refuse_offset_writes:
+            # rclone checks the offset first (after waiting --vfs-write-wait for writes that
+            # arrive out of order; a paramiko channel answers in order, so no wait here).
+            if offset != self.wpos:
+                return self.srv.refused(_Status(SFTP_FAILURE, "Illegal seek"))
+            if not self.may_replace:
+                return self.srv.refused(_Status(SFTP_FAILURE, "permission denied"))
+            self.wpos += len(data)
         os.pwrite(self.fd, data, offset)
         return SFTP_OK
 
@@ -193,11 +257,12 @@ class _Interface(SFTPServerInterface):
         self.h.stall("open")
         if self.h.b.read_only and flags & (os.O_WRONLY | os.O_RDWR):
             return SFTP_PERMISSION_DENIED
+        existed = os.path.lexists(self._real(path))
         try:
             fd = os.open(self._real(path), flags | getattr(os, "O_NOFOLLOW", 0), 0o600)
         except OSError as exc:
             return self._err(exc)
-        return _Handle(self.h, _norm(path), fd, flags, self.channel)
+        return _Handle(self.h, _norm(path), fd, flags, self.channel, existed)
 
     def remove(self, path):
         self.h.record("remove", path)
@@ -255,6 +320,9 @@ class _Subsystem(SFTPServer):
         super().__init__(channel, name, server, sftp_si, *args, **kwargs)
         self.server.channel = channel
 
+    def _send_status(self, request_number, code, desc=None):
+        super()._send_status(request_number, int(code), getattr(code, "desc", desc))
+
 
 class _Auth(paramiko.ServerInterface):
     def __init__(self, client_key: paramiko.PKey) -> None:
@@ -284,6 +352,10 @@ class HostileSFTPServer:
         self.b = behaviour or Behaviour()
         self.lock = threading.Lock()
         self.reads = 0
+        self.writes = 0
+        self.connections = 0  # accepted so far: a client that reconnects shows here
+        self.failed_reads = 0  # reads refused by fail_reads
+        self.refused_writes: list[str] = []  # refuse_offset_writes: the message of each refusal
         self.requests: list[tuple[str, str]] = []
         self._stopping = threading.Event()
         self._transports: list[paramiko.Transport] = []
@@ -316,6 +388,11 @@ class HostileSFTPServer:
         self._stopping.wait()
         raise EOFError("server stopped")
 
+    def refused(self, status: "_Status") -> "_Status":
+        with self.lock:
+            self.refused_writes.append(status.desc)
+        return status
+
     def stall(self, op: str) -> None:
         if op in self.b.stall_ops:
             self.block_forever()
@@ -344,6 +421,7 @@ class HostileSFTPServer:
             t.set_subsystem_handler("sftp", _Subsystem, _Interface, self)
             with self.lock:
                 self._transports.append(t)
+                self.connections += 1
             try:
                 t.start_server(server=_Auth(self.client_key))
             except (paramiko.SSHException, EOFError, OSError):
