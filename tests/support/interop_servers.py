@@ -208,6 +208,19 @@ class InteropServer:
             log.close()
         return self.proc
 
+    def _host_key(self) -> Path:
+        """The server's host key (made once), and a known_hosts file that trusts it."""
+        host_key = self.base / "host_key"
+        if not host_key.exists():
+            _keygen(host_key)
+        self._write_known_hosts(Path(f"{host_key}.pub").read_text())
+        return host_key
+
+    def _authorized_keys(self) -> Path:
+        authorized = self.base / "authorized_keys"
+        authorized.write_text(Path(f"{self.client_key}.pub").read_text())
+        return authorized
+
     def _write_known_hosts(self, public_key_line: str) -> None:
         kind, blob = public_key_line.split()[:2]
         self.known_hosts.write_text(f"[{self.host}]:{self.port} {kind} {blob}\n")
@@ -231,12 +244,8 @@ class RcloneServer(InteropServer):
 
     def _launch(self) -> None:
         exe = _need_exe("rclone", "rclone")
-        host_key = self.base / "host_key"
-        if not host_key.exists():
-            _keygen(host_key)
-        self._write_known_hosts(Path(f"{host_key}.pub").read_text())
-        authorized = self.base / "authorized_keys"
-        authorized.write_text(Path(f"{self.client_key}.pub").read_text())
+        host_key = self._host_key()
+        authorized = self._authorized_keys()
         conf = self.base / "rclone.conf"
         conf.touch()
         for p in (host_key, authorized, conf):
@@ -269,12 +278,8 @@ class AsyncsshServer(InteropServer):
             raise ServerUnavailable("asyncssh is not installed in .venv (bash scripts/install-interop-deps.sh)") \
                 from exc
         self.version = f"asyncssh {asyncssh.__version__}"
-        host_key = self.base / "host_key"
-        if not host_key.exists():
-            _keygen(host_key)
-        self._write_known_hosts(Path(f"{host_key}.pub").read_text())
-        authorized = self.base / "authorized_keys"
-        authorized.write_text(Path(f"{self.client_key}.pub").read_text())
+        host_key = self._host_key()
+        authorized = self._authorized_keys()
         argv = [sys.executable, "-m", "tests.support.asyncssh_sftpd", "--host", self.host, "--port", str(self.port),
                 "--host-key", str(host_key), "--authorized-keys", str(authorized), "--root", str(self.data),
                 "--user", self.user]
@@ -301,10 +306,7 @@ class ProftpdServer(InteropServer):
         if not Path("/usr/lib/proftpd/mod_sftp.so").exists():
             raise ServerUnavailable("/usr/lib/proftpd/mod_sftp.so is missing: install proftpd-mod-crypto")
         self.version = subprocess.run([exe, "-v"], capture_output=True, text=True).stdout.strip()
-        host_key = self.base / "host_key"
-        if not host_key.exists():
-            _keygen(host_key)
-        self._write_known_hosts(Path(f"{host_key}.pub").read_text())
+        host_key = self._host_key()
         # mod_sftp reads authorized keys in RFC 4716 form.
         authorized = self.base / "authorized_keys.rfc4716"
         authorized.write_text(subprocess.run(["ssh-keygen", "-e", "-f", f"{self.client_key}.pub"],
