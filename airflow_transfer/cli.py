@@ -8,43 +8,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+import threading
 
+from . import cmd_copy_list, cmd_profile, cmd_query
+from .cli_endpoint import endpoint
+from .engine.accounting import format_line
+from .engine.params import check_params
+from .engine.retry import RetryPolicy
 from .errors import TransferError, UsageError
+from .protocols.endpoint import Endpoint
+from .protocols.pool import SFTPPool, warm_count
+from .protocols.ssh import SSH_CLIENTS
 
 # pp, p, cc of `copy --algorithm fixed` when a knob is not given (the hand-picked wan50 setting's
 # pp and cc: docs/tuning.md).
 FIXED_DEFAULTS = (8, 1, 4)
-
-
-def _endpoint(url: str, args) -> "Endpoint":
-    from .protocols.endpoint import Endpoint, parse_url
-    from .protocols.ssh import from_ssh_config
-
-    parsed = parse_url(url)
-    if parsed.scheme == "file":
-        return Endpoint("file", parsed.path)
-    if parsed.scheme == "any":
-        # The host-protocol library picks; the other offered protocols become the fall-back list.
-        from .protocols.hostlib import resolve_any_cached
-
-        urls = resolve_any_cached(url, getattr(args, "store", None), writable=url == getattr(args, "dst", None))
-        if not getattr(args, "alt_protocols", "x"):
-            args.alt_protocols = ",".join(u.split("/", 3)[0] + "//" + u.split("/", 3)[2] for u in urls[1:])
-        return _endpoint(urls[0], args)
-    if parsed.scheme != "sftp":
-        from .protocols.sessions import endpoint_from_url
-
-        return endpoint_from_url(url)
-    target = from_ssh_config(parsed.host, parsed.port, parsed.user, args.ssh_config, args.identity, args.known_hosts)
-    stall = getattr(args, "stall_timeout", None)
-    if stall is not None:
-        if not 0 < stall < float("inf"):
-            raise UsageError(f"--stall-timeout must be positive seconds (got {stall})", "", "e.g. --stall-timeout 60")
-        target.idle_timeout = stall
-    target.client = getattr(args, "ssh_client", None) or target.client
-    return Endpoint("sftp", parsed.path, target)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,7 +38,6 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--bdp", type=int, help="bandwidth-delay product in bytes (instead of the two above)")
 
     def ssh_opts(p):
-        from .protocols.ssh import SSH_CLIENTS
 
         p.add_argument("--identity", help="private key file for SSH")
         p.add_argument("--known-hosts", help="known_hosts file to verify host keys against")
@@ -142,19 +122,12 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--out", required=True, help="manifest file to write (.parquet)")
     ssh_opts(ls)
 
-    from . import cmd_profile
-
     cmd_profile.add_parser(sub)
-
-    from . import cmd_query
-
     cmd_query.add_parser(sub)
     return ap
 
 
 def _progress_printer(stream, tty: bool):
-    from .engine.accounting import format_line
-
     def emit(snapshot: dict) -> None:
         line = format_line(snapshot)
         if tty:
@@ -174,15 +147,15 @@ def copy_algorithm(args) -> str:
 
 
 def _early_pool(args, src, dst):
-    """An SFTP pool to the remote end with its first handshakes started, for a plain upload or
-    download (no fall-back protocols, no replicas), or None.
+    """An SFTP pool to the remote end with its first handshakes started, for an upload or
+    download (with or without fall-back protocols: the fall-back's first phase is the same
+    engine; not with replicas), or None.
 
     The copy path's imports (pyarrow, SQLAlchemy, the engine) take most of a second on a small
     host; the handshakes (about 12 round trips each) wait on the network meanwhile instead of
     after them. run_copy's session adopts the pool."""
-    if {src.scheme, dst.scheme} != {"file", "sftp"} or args.alt_protocols or args.replica:
+    if {src.scheme, dst.scheme} != {"file", "sftp"} or args.replica:
         return None
-    from .protocols.pool import SFTPPool, warm_count
 
     pool = SFTPPool((src if src.scheme == "sftp" else dst).target)
     pool.warm(warm_count(args.algorithm, args.parallelism * args.concurrency, args.verify != "none"))
@@ -190,7 +163,6 @@ def _early_pool(args, src, dst):
 
 
 def cmd_copy(args) -> int:
-    from .engine.params import check_params
 
     args.algorithm = copy_algorithm(args)
     args.pp, args.parallelism, args.concurrency = (given if given is not None else default for given, default in
@@ -200,10 +172,9 @@ def cmd_copy(args) -> int:
         raise UsageError("give SRC and DST, or --from-list FILE", "",
                          "e.g. airflow-transfer copy ./data sftp://host/data")
     if args.from_list:
-        from .cmd_copy_list import run as copy_list
 
-        return copy_list(args, params)
-    src, dst = _endpoint(args.src, args), _endpoint(args.dst, args)
+        return cmd_copy_list.run(args, params)
+    src, dst = endpoint(args.src, args), endpoint(args.dst, args)
     pool = _early_pool(args, src, dst)
     try:
         return _copy(args, params, src, dst, pool)
@@ -213,13 +184,13 @@ def cmd_copy(args) -> int:
 
 
 def _copy(args, params, src, dst, pool) -> int:
+    # heavy: job, manifest, engine load pyarrow, tuning and the store (~0.5 s); --help needs none
     from .job import CopyRequest, link_from_args, run_copy
     from .manifest import Manifest
 
     manifest = Manifest.read(args.manifest) if args.manifest else None
     tty = sys.stderr.isatty()
     interval = args.progress_interval or (0.5 if tty else 5.0)
-    from .engine.retry import RetryPolicy
 
     req = CopyRequest(src, dst, params, manifest=manifest, skip_existing=not args.no_skip,
                       progress=_progress_printer(sys.stderr, tty), progress_interval=interval,
@@ -229,7 +200,7 @@ def _copy(args, params, src, dst, pool) -> int:
                       alt_protocols=[p for p in args.alt_protocols.split(",") if p.strip()],
                       replicas=list(args.replica),
                       switch_after=args.switch_after, probe_interval=args.probe_interval,
-                      make_endpoint=lambda url: _endpoint(url, args),
+                      make_endpoint=lambda url: endpoint(url, args),
                       log=lambda line: (sys.stderr.write(("\n" if tty else "") + line + "\n"), sys.stderr.flush()),
                       verify=None if args.verify == "none" else args.verify,
                       verify_mode=args.verify_mode, verify_block_size=args.verify_block_size,
@@ -256,10 +227,10 @@ def _copy(args, params, src, dst, pool) -> int:
 
 
 def cmd_plan(args) -> int:
+    # heavy: job, manifest, engine load pyarrow, tuning and the store (~0.5 s); --help needs none
     from .engine.transfer import TransferSession
     from .job import link_from_args, list_source, sftp_link
     from .manifest import Manifest
-    from .protocols.endpoint import Endpoint
     from .tuning import LinkInfo, get_algorithm
 
     if bool(args.src) == bool(args.manifest):
@@ -267,7 +238,7 @@ def cmd_plan(args) -> int:
     if args.manifest:
         manifest = Manifest.read(args.manifest)
     else:
-        src = _endpoint(args.src, args)
+        src = endpoint(args.src, args)
         with TransferSession(src, Endpoint("file", os.getcwd())) as session:
             manifest = list_source(session, src)
     manifest.validate()
@@ -293,11 +264,11 @@ def cmd_plan(args) -> int:
 
 
 def cmd_list(args) -> int:
+    # heavy: job, manifest, engine load pyarrow, tuning and the store (~0.5 s); --help needs none
     from .engine.transfer import TransferSession
     from .job import list_source
-    from .protocols.endpoint import Endpoint
 
-    src = _endpoint(args.src, args)
+    src = endpoint(args.src, args)
     with TransferSession(src, Endpoint("file", os.getcwd())) as session:
         manifest = list_source(session, src)
     manifest.write(args.out)
@@ -312,8 +283,6 @@ def cmd_list(args) -> int:
 def _quiet_libraries() -> None:
     """paramiko's transport thread logs tracebacks for dropped connections; the engine
     reports those failures itself, one line each, so keep library logs off the terminal."""
-    import logging
-
     for name in ("paramiko", "sqlalchemy"):
         logger = logging.getLogger(name)
         logger.addHandler(logging.NullHandler())
@@ -331,12 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "plan":
             return cmd_plan(args)
         if args.command == "profile":
-            from . import cmd_profile
-
             return cmd_profile.run(args)
         if args.command == "query":
-            from . import cmd_query
-
             return cmd_query.run(args)
     except TransferError as exc:
         sys.stderr.write(f"airflow-transfer: error: {exc.message}\n")
@@ -358,9 +323,6 @@ def run() -> None:
     store, journal and connections before main returns, so only the teardown is skipped: not
     when a non-daemon thread still runs (normal exit waits for it) or an output cannot be flushed."""
     rc = main()
-    import logging
-    import threading
-
     logging.shutdown()
     try:
         sys.stdout.flush()

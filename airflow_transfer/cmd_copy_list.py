@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import sys
 
+from .cli_endpoint import endpoint
+from .engine.retry import RetryPolicy
+from .protocols.endpoint import Endpoint
+
 
 def run(args, params) -> int:
-    from .cli import _endpoint
-    from .engine.retry import RetryPolicy
+    # heavy: job and request_list load the engine, pyarrow and the store (~0.5 s); `airflow-transfer` imports this
     from .job import CopyRequest, link_from_args
-    from .protocols.endpoint import Endpoint
     from .request_list import load_pairs, run_request_list
 
     pairs = load_pairs(args.from_list)
@@ -21,14 +23,14 @@ def run(args, params) -> int:
                        link=link_from_args(args.rtt_ms, args.bandwidth_mbit, args.bdp),
                        alt_protocols=[p for p in args.alt_protocols.split(",") if p.strip()],
                        switch_after=args.switch_after, probe_interval=args.probe_interval,
-                       make_endpoint=lambda url: _endpoint(url, args))
+                       make_endpoint=lambda url: endpoint(url, args))
 
     def said(g: dict) -> None:
         sys.stderr.write(f"group {g['src_host']} -> {g['dst_host']}: {g['pairs']} pairs, {g['files']} files, "
                          f"pp={g['params']['pp']} p={g['params']['p']} cc={g['params']['cc']} "
                          f"({g['params_source']}), {g['throughput_mbit']:.1f} Mbit/s, {len(g['failed'])} failed\n")
 
-    summary = run_request_list(base, pairs, lambda url: _endpoint(url, args), on_group=said)
+    summary = run_request_list(base, pairs, lambda url: endpoint(url, args), on_group=said)
     ok = not summary["failed"]
     sys.stderr.write(f"{'done' if ok else 'INCOMPLETE'}: {len(pairs)} pairs in {len(summary['groups'])} groups, "
                      f"{summary['files']} files, {summary['bytes']} bytes in {summary['seconds']:.1f}s\n")

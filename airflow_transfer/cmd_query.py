@@ -5,6 +5,11 @@ from __future__ import annotations
 import json
 import sys
 
+from .cli_endpoint import endpoint
+from .errors import UsageError
+from .query.expr import QueryError
+from .query.sources import is_http
+
 
 def add_parser(subparsers) -> None:
     q = subparsers.add_parser(
@@ -28,17 +33,12 @@ def add_parser(subparsers) -> None:
 
 def resolve(url: str, args):
     """An http(s) URL stays a string (query sources only); everything else is an Endpoint."""
-    from .cli import _endpoint
-    from .query.sources import is_http
-
-    return url if is_http(url) else _endpoint(url, args)
+    return url if is_http(url) else endpoint(url, args)
 
 
 def run(args) -> int:
-    from .errors import UsageError
-    from .query.expr import QueryError
+    # heavy: the query engine loads pyarrow's readers and writers (~0.2 s); `airflow-transfer` imports this
     from .query.run import QueryRequest, run_query
-    from .query.sources import is_http
 
     try:
         if is_http(args.dst):

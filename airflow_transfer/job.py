@@ -11,13 +11,18 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .engine.accounting import Reporter, Stats
+from .engine.backend_copy import BackendSession
+from .engine.fallback import FallbackSession
 from .engine.params import TransferParams
 from .engine.retry import RetryPolicy
 from .engine.transfer import TransferSession
 from .errors import TransferError, UsageError
 from .manifest import Manifest, list_local, list_remote
 from .protocols.endpoint import Endpoint
+from .protocols.fallback import alternate_endpoints
 from .protocols.pool import SFTPPool, warm_count
+from .protocols.replicas import ReplicaSet
+from .protocols.sessions import endpoint_from_url, uses_engine
 
 
 @dataclass
@@ -61,6 +66,44 @@ def list_source(session: TransferSession, src: Endpoint) -> Manifest:
     return list_local(src.path)
 
 
+def engine_options(req: CopyRequest) -> dict:
+    """The pipelined engine's verification options a CopyRequest carries (those it has)."""
+    out = {}
+    for name, key in (("verify_mode", "verify_mode"), ("verify_block_size", "block_size"),
+                      ("verify_threads", "verify_threads")):
+        if getattr(req, name, None) is not None:
+            out[key] = getattr(req, name)
+    return out
+
+
+def open_session(req: CopyRequest, stats: Stats | None):
+    """The session that moves `req` (opens nothing yet): the pipelined engine (TransferSession)
+    for local <-> SFTP, the generic path (BackendSession) for other pairs and for replicas, or
+    the fall-back over several protocols (FallbackSession), whose first phase is that same
+    engine when the preferred pair is one it moves."""
+    if getattr(req, "replicas", None):
+        make = req.make_endpoint or endpoint_from_url
+        rs = ReplicaSet([req.src, *[make(u) for u in req.replicas]], drop_after=req.switch_after)
+        src = Endpoint("replicas", req.src.path, options={"set": rs})
+        session = BackendSession(src, req.dst, stats=stats, skip_existing=req.skip_existing, retry=req.retry,
+                                 verify=req.verify)
+        session.summary_extra = lambda: {"replicas": rs.summary()}
+        return session
+    if req.alt_protocols:
+        side = "dst" if req.dst.scheme != "file" else "src"
+        primary = req.dst if side == "dst" else req.src
+        alts = alternate_endpoints(primary, list(req.alt_protocols), req.make_endpoint or endpoint_from_url)
+        return FallbackSession(req.src, req.dst, [primary, *alts], side=side, stats=stats,
+                               skip_existing=req.skip_existing, retry=req.retry, verify=req.verify,
+                               threshold=req.switch_after, probe_interval=req.probe_interval, log=req.log,
+                               engine_options=engine_options(req), pool=req.pool)
+    if uses_engine(req.src, req.dst):
+        return TransferSession(req.src, req.dst, stats=stats, skip_existing=req.skip_existing,
+                               retry=req.retry, verify=req.verify, pool=req.pool, **engine_options(req))
+    return BackendSession(req.src, req.dst, stats=stats, skip_existing=req.skip_existing, retry=req.retry,
+                          verify=req.verify)
+
+
 def default_key(src: Endpoint, dst: Endpoint) -> str:
     return "cli:" + hashlib.sha256(f"{src.display}\0{dst.display}".encode()).hexdigest()[:20]
 
@@ -102,14 +145,12 @@ def run_copy(req: CopyRequest) -> dict:
     t0 = time.monotonic()
     stats = Stats()
     _check_request(req)
-    from .protocols.sessions import open_session
-
     session = open_session(req, stats)  # opens nothing yet
     if req.pool is not None and getattr(session, "pool", None) is not req.pool:
         req.pool.close()  # warmed for a session this request did not get
     store = None
     with session:
-        if isinstance(session, TransferSession):
+        if hasattr(session, "warm"):  # the engine's, or the fall-back's first phase on the engine
             # The first SSH handshakes run while the store opens and the source is listed.
             session.warm(warm_count(req.algorithm, req.params.p * req.params.cc, req.verify is not None))
         if req.use_store:
@@ -191,11 +232,18 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
                 from .tuning import get_algorithm
 
                 # The pipelined engine also runs chunks at once (Multi-Chunk); other sessions one by one.
-                make = EngineSessionExecutor if isinstance(session, TransferSession) else EngineExecutor
-                executor = make(session, src_root, req.dst.path, modes, resume)
+                # A fall-back whose preferred pair the engine moves runs the algorithm on that engine,
+                # exactly as a plain copy would, and then carries what it left (complete()).
+                engine = session if isinstance(session, TransferSession) else \
+                    session.drive_engine() if hasattr(session, "drive_engine") else None
+                make = EngineSessionExecutor if engine is not None else EngineExecutor
+                executor = make(engine or session, src_root, req.dst.path, modes, resume)
                 executor.adjust = start.params  # tuned block size / TCP buffer where a plan leaves 0
                 algorithm = get_algorithm(req.algorithm)
                 chunks = algorithm.run(ordered.table, link, executor)
+                if hasattr(session, "complete"):
+                    chunks = session.complete(chunks, ordered.table, start.params(req.params), src_root=src_root,
+                                              dst_root=req.dst.path, modes=modes, resume=resume)
     finally:
         if journal is not None:
             journal.close()

@@ -66,8 +66,7 @@ def _group_params(base_req, members, algorithm: str, given: TransferParams) -> t
     """Parameters for a whole group: the given ones, or the algorithm's plan of the group's files."""
     if algorithm == "fixed":
         return given, "given"
-    from .job import list_source
-    from .protocols.sessions import open_session
+    from .job import list_source, open_session
     from .tuning import LinkInfo, get_algorithm
 
     tables = []

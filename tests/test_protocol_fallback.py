@@ -19,21 +19,14 @@ from airflow_transfer.protocols.ssh import SSHTarget
 from airflow_transfer.protocols.sessions import endpoint_from_url
 from tests.support.cli import run_cli, ssh_args
 from tests.support.data import make_tree, temp_files, tree_digest
-from tests.support.servers import FTPServer, HTTPServer, MotoServer
+from tests.support.servers import HTTPServer, MotoServer, ftp_at_root
 
 
 @pytest.fixture(scope="module")
 def ftp_root(test_base):
     """pyftpdlib as the sshd's login user, rooted at "/" so FTP and SFTP paths are the same."""
-    server = FTPServer(root="/", run_as="attest" if os.geteuid() == 0 else None).start(netrc_dir=test_base)
-    old = os.environ.get("NETRC")
-    os.environ["NETRC"] = str(server.netrc_path)
-    yield server
-    if old is None:
-        os.environ.pop("NETRC", None)
-    else:
-        os.environ["NETRC"] = old
-    server.stop()
+    with ftp_at_root(test_base) as server:
+        yield server
 
 
 def _target(sshd) -> SSHTarget:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_transfer.errors import TransferError
+from airflow_transfer.protocols import backends
 from airflow_transfer.protocols.endpoint import Endpoint
 from airflow_transfer.protocols.replicas import ReplicaSet, ReplicaSource
 from tests.support.cli import run_cli
@@ -35,7 +36,8 @@ def test_a_replica_lacking_files_is_dropped_and_the_others_serve_them(tmp_path):
 def test_a_file_no_replica_has_fails_with_what_where_and_what_to_do(tmp_path):
     _tree(tmp_path / "a", ["x"])
     _tree(tmp_path / "b", ["y"])
-    source = ReplicaSource(ReplicaSet([Endpoint("file", str(tmp_path / "a")), Endpoint("file", str(tmp_path / "b"))]))
+    source = ReplicaSource(ReplicaSet([Endpoint("file", str(tmp_path / "a")), Endpoint("file", str(tmp_path / "b"))]),
+                           backends.connect)
     try:
         with source.open_read(str(tmp_path / "a" / "x")) as f:  # a has it, b may be asked first: either way it reads
             assert f.read() == b"x" * 20_000

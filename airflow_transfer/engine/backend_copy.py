@@ -35,12 +35,14 @@ from ..paths import check_relative, temp_name
 from ..protocols import backends
 from ..protocols.endpoint import Endpoint
 from .accounting import Stats
+from .control import Control
 from .params import TransferParams
 from .result import ChunkResult, FileOutcome
 from .retry import RetryPolicy, classify
+from .sftp_jobs import SourceChanged  # the source changed while it was read: both paths send it again
+from .transfer import MAX_REPAIRS
 
 BLOCK = 1 << 20
-MAX_REPAIRS = 2
 
 
 class SizeMismatch(OSError):
@@ -49,25 +51,6 @@ class SizeMismatch(OSError):
 
 class DigestMismatch(OSError):
     """Source and destination digests differ."""
-
-
-class SourceChanged(OSError):
-    """The source's size changed while it was read."""
-
-
-class Control:
-    """Hooks a fall-back controller uses to watch and steer a run. The default does nothing."""
-
-    def stopping(self) -> bool:
-        """True: take no new files (switch back to a preferred protocol, or give up on this one)."""
-        return False
-
-    def aborted(self) -> bool:
-        """True: this protocol is being abandoned; in-flight failures are not retried here."""
-        return False
-
-    def event(self, ok: bool, kind: str = "", detail: str = "") -> None:
-        """A file finished (ok) or an operation failed (kind: error, connect, size, checksum)."""
 
 
 @dataclass

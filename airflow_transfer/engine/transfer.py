@@ -33,6 +33,7 @@ from ..protocols.endpoint import Endpoint
 from ..protocols.pool import WARM_CONNECTIONS, SFTPPool
 from ..protocols.sftp_wire import Attrs, SFTPProtocolError
 from .accounting import Stats
+from .control import NOT_FINISHED, Control
 from .params import TransferParams
 from .result import ChunkResult, FileOutcome
 from .retry import RetryPolicy, classify
@@ -50,6 +51,7 @@ class ChecksumMismatch(Exception):
 
 RANGE_MIN = 4 * 1024 * 1024  # smallest byte range worth its own connection
 DEFAULT_INFLIGHT = 8 * 1024 * 1024  # bytes outstanding per connection (bounded memory)
+ABANDON_GRACE = 5.0  # seconds a chunk waits for files in flight once a fall-back abandoned its protocol
 
 
 def _error_text(exc: BaseException, host: str, path: str) -> str:
@@ -60,6 +62,25 @@ def _error_text(exc: BaseException, host: str, path: str) -> str:
     if isinstance(exc, ConnectionError) and str(exc):
         return f"{exc} ({host}:{path})"  # already a sentence; the class name adds nothing
     return f"{exc.__class__.__name__}: {exc} ({host}:{path})"
+
+
+class _ReportedPool:
+    """The session's pool as its verifier sees it: a connection the verifier cannot open is
+    reported to the session's control like a worker's (a fall-back counts it), so a verifier
+    reconnecting to a server that went away does not hold the copy until the deadline."""
+
+    def __init__(self, session: "TransferSession") -> None:
+        self._session = session
+
+    def acquire(self, *args, **kwargs):
+        try:
+            return self._session.pool.acquire(*args, **kwargs)
+        except BaseException as exc:
+            self._session.control.event(False, "connect", _error_text(exc, self._session.pool.target.display, ""))
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self._session.pool, name)
 
 
 class TransferSession:
@@ -108,6 +129,7 @@ class TransferSession:
         self.on_runner: Callable[["_Runner"], None] | None = None  # sees each chunk's runner before it runs
         self._parent: TransferSession | None = None  # set on a sibling()
         self._retired: list[Verifier] = []  # stopped verifiers of siblings, for verify_summary
+        self.control: Control = Control()  # the fall-back's hooks (engine/control.py); default: none
 
     def sibling(self) -> "TransferSession":
         """A session over the same endpoints, connection pool, stats and journal with a verifier
@@ -119,8 +141,14 @@ class TransferSession:
                             verify=self.verify, verify_mode=self.verify_mode, block_size=self.block_size,
                             verify_threads=self.verify_threads)
         s.pool, s._dirs_made, s._parent = self.pool, self._dirs_made, self
+        s.control = self.control
         s.bandwidth_bps, s.resume_blocks, s.before_verify = self.bandwidth_bps, self.resume_blocks, self.before_verify
         return s
+
+    def time_left(self) -> float:
+        """Seconds the copy may still spend here: none once a fall-back abandons this protocol (the
+        verifier then stops reconnecting to a server that went away; the next protocol checks)."""
+        return 0.0 if self.control.aborted() else self.retry.time_left()
 
     def warm(self, connections: int = WARM_CONNECTIONS) -> None:
         """Open the first connections in the background, while the copy lists, journals and plans."""
@@ -144,17 +172,19 @@ class TransferSession:
 
             block = self.block_size or DEFAULT_BLOCK_SIZE
             threads, self.block_t, self.block_c = choose_threads(self.verify, block, self.bandwidth_bps)
-            self.verifier = BlockVerifier(lambda: DestinationDigests(self.verify, self.pool), self.verify, block,
-                                          self.verify_threads or threads, time_left=self.retry.time_left,
+            pool = _ReportedPool(self)
+            self.verifier = BlockVerifier(lambda: DestinationDigests(self.verify, pool), self.verify, block,
+                                          self.verify_threads or threads, time_left=self.time_left,
                                           before=lambda item: self.before_verify and self.before_verify(item.tmp),
                                           max_threads=self.verify_threads or max(1, min(4, os.cpu_count() or 1)))
             self.verifier.start()
             return self.verifier
+        pool = _ReportedPool(self) if self.pool is not None else None
         if self.direction == "download":
-            dest, src = DestinationDigests(self.verify, None), DestinationDigests(self.verify, self.pool)
+            dest, src = DestinationDigests(self.verify, None), DestinationDigests(self.verify, pool)
         else:
-            dest, src = DestinationDigests(self.verify, self.pool if self.direction == "upload" else None), None
-        self.verifier = Verifier(dest, lambda item, ok, err: None, src=src, time_left=self.retry.time_left,
+            dest, src = DestinationDigests(self.verify, pool if self.direction == "upload" else None), None
+        self.verifier = Verifier(dest, lambda item, ok, err: None, src=src, time_left=self.time_left,
                                  max_rounds=self.retry.max_attempts,
                                  before=lambda item: self.before_verify and self.before_verify(item.tmp))
         self.verifier.start()
@@ -322,8 +352,19 @@ class TransferSession:
         result = ChunkResult(chunk_id, params, files=len(tasks), bytes=sum(t.size for t in tasks), started=t0)
         self.stats.params = {"pp": params.pp, "p": params.p, "cc": params.cc}
         dirs = sorted({posixpath.dirname(t.rel) for t in tasks} - {""})
-        self.ensure_dirs(dst_root, dirs)
-        skip = self._already_there(tasks) if self.skip_existing and tasks else set()
+        why = "protocol switch" if self.control.stopping() else ""
+        if not why:
+            try:
+                self.ensure_dirs(dst_root, dirs)
+                skip = self._already_there(tasks) if self.skip_existing and tasks else set()
+            except Exception as exc:
+                if not self.control.absorb(exc):  # a fall-back carries these files elsewhere
+                    raise
+                why = _error_text(exc, self.remote.host_label if self.remote else "localhost", dst_root)
+        if why:
+            result.outcomes = [FileOutcome(t.rel, t.size, 0, 0.0, False, f"{NOT_FINISHED} ({why})") for t in tasks]
+            result.seconds = time.monotonic() - t0
+            return result
         outcomes: dict[int, FileOutcome] = {}
         for i in skip:
             t = tasks[i]
@@ -408,7 +449,7 @@ class _Runner:
         392 Mbit/s (benchmarks/results/wan50-openssh)."""
         with self.lock:
             self._promote()
-            if not self.queue or (carrying and len(self.queue) < self.wanted):
+            if not self.queue or (carrying and len(self.queue) < self.wanted) or self.s.control.stopping():
                 return None
             i = self.queue[0]
             if big is not None and self._is_big(self.tasks[i]) != big:
@@ -421,6 +462,8 @@ class _Runner:
         has nothing left to do."""
         with self.lock:
             while True:
+                if self.s.control.stopping():
+                    return False  # a fall-back takes the rest elsewhere; files in flight still finish
                 self._promote()
                 if self.queue or self.live > self.wanted:
                     return True
@@ -467,6 +510,7 @@ class _Runner:
                 self.outcomes[i] = FileOutcome(t.rel, t.size, t.moved_total, seconds, ok, error)
                 self.running -= 1
                 self.wake.notify_all()
+            self.s.control.event(ok, "error", error or "")
 
     def _failed(self, i: int, exc: BaseException, seconds: float, where: str) -> None:
         """Retry the file later if the error is transient and time allows, else fail it."""
@@ -480,14 +524,16 @@ class _Runner:
             retry = t.mismatches <= MAX_REPAIRS
             if not retry:
                 t.last_error = f"{t.last_error}; still wrong after {MAX_REPAIRS} re-sends"
-        if retry and t.attempts < self.policy.max_attempts and self.policy.time_left() > 0:
+        # time_left: none once a fall-back abandons this protocol; the file then fails here and the
+        # next protocol carries it.
+        if retry and t.attempts < self.policy.max_attempts and self.s.time_left() > 0:
             ready = time.monotonic() + (0 if isinstance(exc, SourceChanged) else self.policy.delay(t.attempts))
             with self.lock:
                 heapq.heappush(self.delayed, (ready, i))
                 self.running -= 1
                 self.wake.notify_all()
             return
-        if retry and self.policy.time_left() <= 0:
+        if retry and self.s.time_left() <= 0:
             t.last_error = f"deadline reached after {t.attempts} attempts; last error: {t.last_error}"
         elif retry:
             t.last_error = f"gave up after {t.attempts} attempts; last error: {t.last_error}"
@@ -571,8 +617,18 @@ class _Runner:
         # Files still being verified get their verdict first (the verifier gives up at the
         # deadline too), so every file ends with exactly one outcome.
         with self.lock:
+            last, still_since = self.running, time.monotonic()
             while self.running > 0:
                 self.wake.wait(0.5)
+                if self.running != last:
+                    last, still_since = self.running, time.monotonic()
+                elif (self.s.control.aborted() and time.monotonic() - still_since > ABANDON_GRACE
+                      and not any(th.is_alive() for th in self.threads)):
+                    # The protocol was abandoned, every worker is gone and nothing has moved for a
+                    # while: what is still counted as running will not end here (a file whose
+                    # connection died under it); the next protocol carries it.
+                    self.running = 0
+                    break
         # Whatever no worker could take (deadline, fatal connection error) fails with the reason.
         reason = self.fatal or (self.worker_errors[-1] if self.worker_errors else RuntimeError("no worker ran"))
         with self.lock:
@@ -581,12 +637,13 @@ class _Runner:
             self.delayed.clear()
             left += [i for i in range(len(self.tasks)) if i not in self.outcomes and i not in left]
             self.running += len(left)
+        switching = self.s.control.stopping()
         for i in left:
             t = self.tasks[i]
-            if self.stopped:  # not done, not failed: the journal keeps what it had, a re-run sends it
+            if self.stopped or switching:  # not done, not failed: the journal keeps what it had
+                why = "the transfer was stopped" if self.stopped else f"protocol switch: {t.last_error or 'not started'}"
                 with self.lock:
-                    self.outcomes[i] = FileOutcome(t.rel, t.size, t.moved_total, 0.0, False,
-                                                   "not finished: the transfer was stopped")
+                    self.outcomes[i] = FileOutcome(t.rel, t.size, t.moved_total, 0.0, False, f"{NOT_FINISHED}: {why}")
                     self.running -= 1
                 continue
             if t.last_error and not self.fatal:
@@ -616,14 +673,16 @@ class _Runner:
             except BaseException as exc:  # noqa: BLE001 - classified below
                 self.worker_errors.append(exc)
                 retry, _ = classify(exc)
+                self.s.control.event(False, "connect", _error_text(exc, self.host, self.s.remote.display
+                                                                   if self.s.remote else ""))
                 if not retry:
                     with self.lock:
                         self.fatal = exc
                         self.wake.notify_all()
                     return
                 attempt += 1
-                wait = min(self.policy.delay(attempt), self.policy.time_left())
-                if wait <= 0:
+                wait = min(self.policy.delay(attempt), self.s.time_left())
+                if wait <= 0 or self.s.control.stopping():
                     return
                 time.sleep(wait)
                 continue
@@ -652,7 +711,7 @@ class _Runner:
                     continue
                 with self.lock:
                     self._promote()
-                    if not self.queue:
+                    if not self.queue or self.s.control.stopping():
                         return
                 pipe.run(lambda: self._next_job(conn.wire, len(pipe.active)), self._job_done)
                 with self.lock:

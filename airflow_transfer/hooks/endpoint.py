@@ -1,11 +1,12 @@
-"""Airflow connections -> endpoints. Credentials come only from connections.
+"""Airflow connections -> endpoints. With a conn_id, credentials come only from the connection.
 
 Supported connection types: ssh and sftp (Airflow's own). Fields used: host,
 port, login, password; extras: key_file, private_key, private_key_passphrase,
 host_key (pins the server key), known_hosts (a file; default ~/.ssh/known_hosts),
 no_host_key_check (host keys are checked unless this is explicitly true).
-Compression is always off: scientific data rarely compresses and SSH
-compression costs ~3x throughput (DESIGN.md section 8).
+Without a conn_id a URL resolves exactly as on the command line (protocols/resolve.py:
+the worker user's ~/.ssh/config for sftp). Compression is always off: scientific data
+rarely compresses and SSH compression costs ~3x throughput (DESIGN.md section 8).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from airflow.sdk import BaseHook
 
 from ..errors import UsageError
 from ..protocols.endpoint import Endpoint, parse_url
+from ..protocols.resolve import resolve_endpoint
 from ..protocols.ssh import SSH_CLIENTS, SSHTarget
 
 _TRUE = ("true", "1", "yes", "on")
@@ -38,16 +40,10 @@ class TransferEndpointHook(BaseHook):
             raise UsageError("empty source or destination", f"connection {self.conn_id!r}" if self.conn_id else "",
                              "give a path or an sftp:// URL")
         parsed = parse_url(url) if "://" in url or not self.conn_id else None
-        if parsed is not None and parsed.scheme not in ("sftp", "file"):
-            from ..protocols.sessions import endpoint_from_url
-
-            return endpoint_from_url(url)  # ftp, http(s), fsspec, any: their own credentials (netrc, env)
-        if self.conn_id is None:
-            if parsed.scheme == "sftp":
-                target = SSHTarget(host=parsed.host, port=parsed.port or 22, username=parsed.user,
-                                   known_hosts=[os.path.expanduser("~/.ssh/known_hosts")])
-                return Endpoint("sftp", parsed.path, target)
-            return Endpoint("file", parsed.path)
+        if self.conn_id is None or parsed is not None and parsed.scheme not in ("sftp", "file"):
+            # No connection: sftp as OpenSSH would (~/.ssh/config), like the CLI; ftp, http(s),
+            # fsspec and any:// bring their own credentials (netrc, environment).
+            return resolve_endpoint(url)
         conn = self.get_connection(self.conn_id)
         extra = conn.extra_dejson or {}
         if parsed is not None and parsed.scheme == "file":

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 
+from .. import airflow_conf
 from ..engine.accounting import format_line
+from ..engine.params import check_params
+from ..engine.retry import RetryPolicy
 from ..errors import TransferError
+from ..hooks.endpoint import TransferEndpointHook
 from ..plugins.links import TransferPageLink
+from ..protocols.endpoint import Endpoint
+from ..protocols.resolve import resolve_endpoint
 from .arguments import choice, names, number, templated, text, whole
 
 
@@ -108,7 +115,6 @@ class TunedTransferOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        from ..engine.params import check_params
 
         check_params(pp, parallelism, concurrency)  # fail at DAG parse time, not at run time
         if not templated(algorithm):
@@ -142,10 +148,7 @@ class TunedTransferOperator(BaseOperator):
     def execute(self, context: Any) -> dict:
         if self.pairs:
             return _run_pairs(self)
-        from .. import airflow_conf
-        from ..engine.retry import RetryPolicy
-        from ..hooks.endpoint import TransferEndpointHook
-        from ..engine.params import check_params
+        # heavy: job imports the engine, tuning and the store (~0.5 s); DAG files import this module
         from ..job import CopyRequest, link_from_args, run_copy
 
         try:
@@ -186,18 +189,12 @@ class TunedTransferOperator(BaseOperator):
 
 def _run_pairs(op: TunedTransferOperator) -> dict:
     """pairs=: one request list, group by group (request_list.run_request_list)."""
-    from .. import airflow_conf
-    from ..engine.retry import RetryPolicy
-    from ..hooks.endpoint import TransferEndpointHook
-    from ..engine.params import check_params
+    # heavy: job and request_list import the engine, tuning and the store (~0.5 s); DAG files import this module
     from ..job import CopyRequest, link_from_args
-    from ..protocols.endpoint import Endpoint
     from ..request_list import run_request_list
 
     pairs = op.pairs
     if isinstance(pairs, str):  # rendered from a template
-        import json
-
         pairs = json.loads(pairs)
     try:
         base = CopyRequest(Endpoint("file", "/"), Endpoint("file", "/"),
@@ -223,12 +220,9 @@ def _run_pairs(op: TunedTransferOperator) -> dict:
 
 def _alternate_maker(conn_id: str | None):
     """URL -> Endpoint for alt_protocols: sftp alternates use the remote end's connection."""
-    from ..hooks.endpoint import TransferEndpointHook
-    from ..protocols.sessions import endpoint_from_url
-
     def make(url: str):
         if url.startswith("sftp://"):
             return TransferEndpointHook(conn_id).endpoint(url)
-        return endpoint_from_url(url)
+        return resolve_endpoint(url)
 
     return make

@@ -9,7 +9,10 @@ from urllib.parse import unquote, urlsplit
 from ..errors import UsageError
 from .ssh import SSHTarget
 
-SUPPORTED = ("file", "sftp", "ftp", "http", "https", "any")  # + fsspec protocols (backends.FSSPEC_SCHEMES)
+SUPPORTED = ("file", "sftp", "ftp", "http", "https", "any")  # + the fsspec protocols below
+
+# Schemes that go through fsspec when the URL names them (anything fsspec knows also works).
+FSSPEC_SCHEMES = ("s3", "s3a", "gs", "gcs", "memory", "abfs", "az", "hdfs", "webhdfs")
 
 
 @dataclass
@@ -73,8 +76,6 @@ def _split(url: str) -> ParsedURL:
     except ValueError as exc:  # unbalanced or invalid [IPv6] brackets
         raise UsageError(f"malformed URL: {exc}", url, "write IPv6 hosts as sftp://[::1]:22/path") from exc
     scheme = parts.scheme.lower()
-    from .backends import FSSPEC_SCHEMES
-
     if scheme in FSSPEC_SCHEMES:
         # s3://bucket/key -> path "/bucket/key"; memory://a/b -> "/a/b"
         return ParsedURL(scheme, None, None, None, "/" + (parts.netloc + unquote(parts.path)).strip("/"))

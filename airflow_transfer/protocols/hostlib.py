@@ -18,6 +18,7 @@ import socket
 import ssl
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -46,6 +47,7 @@ class ProbeResult:
 def _handshake(protocol: str, sock: socket.socket, host: str, timeout: float) -> str:
     sock.settimeout(timeout)
     if protocol == "sftp":
+        # heavy: paramiko costs ~0.3 s at import; ftp and http probes need none of it
         import paramiko
 
         t = paramiko.Transport(sock)
@@ -209,15 +211,35 @@ def resolve_any(url: str, library: HostProtocolLibrary, *, writable: bool = Fals
 
 def resolve_any_cached(url: str, store_url: str | None = None, *, writable: bool = False) -> list[str]:
     """resolve_any with the library kept in the store (probes are reused until their TTL ends)."""
+    with _cached_library(store_url) as library:
+        return resolve_any(url, library, writable=writable)
+
+
+def probe_round(host: str, protocols: list[str], ports: dict[str, int], mode: str,
+                store_url: str | None = None) -> tuple[bool, list[dict]]:
+    """One fresh probe of every protocol, refreshing the library in the store at `store_url`;
+    (any (mode "any") or all (mode "all") of them answered, the results as dicts).
+    ProtocolAvailableSensor pokes and ProtocolAvailableTrigger polls with this."""
+    with _cached_library(store_url) as library:
+        results = library.offered(host, protocols, ports, refresh=True)
+    ok = [r.available for r in results]
+    return (all(ok) if mode == "all" else any(ok)), [r.as_dict() for r in results]
+
+
+@contextmanager
+def _cached_library(store_url: str | None):
+    """The library over the store at `store_url` (the default store when None), or an uncached
+    one when the store cannot be opened: probing must not depend on the store."""
     store = None
     try:
+        # heavy: the store imports SQLAlchemy and pyarrow (~1 s), which probing without a cache never needs
         from ..store import Store
 
         store = Store.open(store_url)
     except Exception:  # noqa: BLE001 - no store: probe without a cache
         store = None
     try:
-        return resolve_any(url, HostProtocolLibrary(store), writable=writable)
+        yield HostProtocolLibrary(store)
     finally:
         if store is not None:
             store.close()

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import BinaryIO
 
 from ..errors import TransferError, describe_oserror
-from . import backends
 from .backends.base import Backend, Capabilities, FileInfo
 from .endpoint import Endpoint
 
@@ -129,14 +129,17 @@ class ReplicaSource(Backend):
 
     caps = Capabilities(write=False, rename=False)
 
-    def __init__(self, rs: ReplicaSet) -> None:
+    def __init__(self, rs: ReplicaSet, connect: Callable[[Endpoint], Backend]) -> None:
+        # `connect` is backends.connect, passed in by it: a replica is any backend, and the
+        # dispatcher that knows them all sits above this one (no import cycle).
         self.rs = rs
+        self.connect = connect
         self.scheme = "replicas"
         self.conns: dict[int, Backend] = {}
 
     def _conn(self, i: int) -> Backend:
         if i not in self.conns:
-            self.conns[i] = backends.connect(self.rs.replicas[i])
+            self.conns[i] = self.connect(self.rs.replicas[i])
         return self.conns[i]
 
     def _meta(self, fn: str, path: str):

@@ -10,13 +10,16 @@ caps one connection at window/RTT on long links.
 from __future__ import annotations
 
 import base64
+import getpass
 import hashlib
+import io
 import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import AuthError, ConnectError, HostKeyError, TransferError, UsageError
+from .sftp_wire import SFTPWire
 
 # Bytes the server may send us before we acknowledge: must exceed the link's
 # BDP per connection for downloads (500 Mbit/s x 100 ms = 6.25 MB).
@@ -84,6 +87,7 @@ def from_ssh_config(
     """Resolve a host the way OpenSSH's client would: ~/.ssh/config (or a given
     file) supplies HostName, Port, User, IdentityFile, UserKnownHostsFile and
     StrictHostKeyChecking; command-line values win over the file."""
+    # heavy: paramiko costs ~0.3 s at import; parsing URLs and the CLI's --help need none of it
     import paramiko
 
     cfg_path = ssh_config or os.path.expanduser("~/.ssh/config")
@@ -113,18 +117,15 @@ def from_ssh_config(
 
 
 def _local_user() -> str:
-    import getpass
-
     return getpass.getuser()
 
 
 def _load_pkeys(target: SSHTarget) -> list:
+    # heavy: paramiko costs ~0.3 s at import; parsing URLs and the CLI's --help need none of it
     import paramiko
 
     keys = []
     if target.private_key:
-        import io
-
         for cls in (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey):
             try:
                 keys.append(cls.from_private_key(io.StringIO(target.private_key), password=target.passphrase))
@@ -156,6 +157,7 @@ def pinned_blob(host_key: str) -> str:
 
 
 def _verify_host_key(target: SSHTarget, key) -> None:
+    # heavy: paramiko costs ~0.3 s at import; parsing URLs and the CLI's --help need none of it
     import paramiko
 
     if not target.check_host_key:
@@ -198,6 +200,7 @@ def _verify_host_key(target: SSHTarget, key) -> None:
 
 def open_transport(target: SSHTarget, window: int = DEFAULT_WINDOW):
     """Connect, verify the host key, authenticate. Returns a paramiko.Transport."""
+    # heavy: paramiko costs ~0.3 s at import; parsing URLs and the CLI's --help need none of it
     import paramiko
 
     try:
@@ -247,6 +250,7 @@ def _prefer_aead(transport) -> None:
 
 
 def _authenticate(transport, target: SSHTarget) -> None:
+    # heavy: paramiko costs ~0.3 s at import; parsing URLs and the CLI's --help need none of it
     import paramiko
 
     user = target.username or _local_user()
@@ -291,8 +295,6 @@ def open_sftp(transport, window: int = DEFAULT_WINDOW, idle_timeout: float = IDL
 
     A reply that does not come within `idle_timeout` seconds raises TimeoutError
     from the wire: the engine then treats the connection as lost and retries."""
-    from .sftp_wire import SFTPWire
-
     try:
         chan = transport.open_session(window_size=window, timeout=idle_timeout)
         chan.settimeout(idle_timeout)

@@ -5,30 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Sequence
 
-from airflow.sdk import BaseSensorOperator
+from airflow.sdk import BaseHook, BaseSensorOperator, PokeReturnValue
+
+from .. import airflow_conf
+from ..protocols.hostlib import DEFAULT_PORTS, probe_round
+from ..triggers.protocols import ProtocolAvailableTrigger
 
 MODES = ("any", "all")
-
-
-def probe_round(host: str, protocols: list[str], ports: dict[str, int], mode: str) -> tuple[bool, list[dict]]:
-    """One probe of every protocol (refreshing the host-protocol library); (condition met, results)."""
-    from .. import airflow_conf
-    from ..protocols.hostlib import HostProtocolLibrary
-
-    store = None
-    try:
-        from ..store import Store
-
-        store = Store.open(airflow_conf.store_url())
-    except Exception:  # noqa: BLE001 - no store: probe anyway, cache nothing
-        store = None
-    try:
-        results = HostProtocolLibrary(store).offered(host, protocols, ports, refresh=True)
-    finally:
-        if store is not None:
-            store.close()
-    ok = [r.available for r in results]
-    return (all(ok) if mode == "all" else any(ok)), [r.as_dict() for r in results]
 
 
 class ProtocolAvailableSensor(BaseSensorOperator):
@@ -56,8 +39,6 @@ class ProtocolAvailableSensor(BaseSensorOperator):
                  **kwargs: Any) -> None:
         kwargs.setdefault("poke_interval", 30.0)
         super().__init__(**kwargs)
-        from ..protocols.hostlib import DEFAULT_PORTS
-
         if bool(conn_id) == bool(host):
             raise ValueError("give exactly one of conn_id or host")
         if not isinstance(mode, str) or mode not in MODES:
@@ -78,8 +59,6 @@ class ProtocolAvailableSensor(BaseSensorOperator):
     def _target(self) -> tuple[str, dict[str, int]]:
         if not self.conn_id:
             return self.host, self.ports
-        from airflow.sdk import BaseHook
-
         conn = BaseHook.get_connection(self.conn_id)
         if not conn.host:
             raise ValueError(f"connection {self.conn_id!r} has no host")
@@ -92,8 +71,6 @@ class ProtocolAvailableSensor(BaseSensorOperator):
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        from ..triggers.protocols import ProtocolAvailableTrigger
-
         host, ports = self._target()
         self.defer(
             trigger=ProtocolAvailableTrigger(host=host, protocols=self.protocols, ports=ports, mode=self.mode,
@@ -110,10 +87,8 @@ class ProtocolAvailableSensor(BaseSensorOperator):
         return {k: event[k] for k in ("host", "available", "results")}
 
     def poke(self, context: Any):
-        from airflow.sdk import PokeReturnValue
-
         host, ports = self._target()
-        done, results = probe_round(host, self.protocols, ports, self.mode)
+        done, results = probe_round(host, self.protocols, ports, self.mode, airflow_conf.store_url())
         self.log.info("%s: %s", host, "; ".join(
             f"{r['protocol']}:{r['port']} {'up' if r['available'] else r['detail']}" for r in results))
         value = {"host": host, "available": [r["protocol"] for r in results if r["available"]], "results": results}

@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Sequence
 
-from airflow.sdk import BaseSensorOperator
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from ..errors import TransferError
+from ..hooks.endpoint import TransferEndpointHook
+from ..triggers.stable import DatasetStableTrigger
 
 
 class DatasetStableSensor(BaseSensorOperator):
@@ -57,8 +59,6 @@ class DatasetStableSensor(BaseSensorOperator):
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        from ..triggers.stable import DatasetStableTrigger
-
         self.defer(
             trigger=DatasetStableTrigger(src=self.src, conn_id=self.src_conn_id, stable_for=self._stable_seconds(),
                                          poll_interval=float(self.poke_interval)),
@@ -75,9 +75,7 @@ class DatasetStableSensor(BaseSensorOperator):
         return {k: event[k] for k in ("fingerprint", "files", "bytes", "changes", "held_for") if k in event}
 
     def poke(self, context: Any):
-        from airflow.sdk import PokeReturnValue
-
-        from ..hooks.endpoint import TransferEndpointHook
+        # heavy: stability lists trees with the engine and pyarrow (~0.5 s); DAG files import this module
         from ..stability import StableWatch, tree_state
 
         if self._watch is None:

@@ -15,7 +15,9 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from . import journal, transfers
+from . import protocols as hp
 from . import tuning_library as tl
+from .coltypes import utcnow
 from .config import mask_url, resolve_store_url
 from .connection import DEFAULT_BUSY_TIMEOUT_MS, make_engine, run_transaction
 from .errors import StoreError
@@ -223,27 +225,19 @@ class Store:
 
     def record_protocol_switch(self, transfer_id: int, rec: Mapping[str, Any]) -> None:
         """One switch of a transfer: {"at": ISO time, "from": protocol, "to": protocol, "reason": text}."""
-        from . import protocols as hp
-
         with _transfer_must_exist(transfer_id):
             self.write(lambda conn: hp.add_switch(conn, transfer_id, dict(rec)))
 
     def protocol_switches(self, transfer_id: int) -> list[dict[str, Any]]:
-        from . import protocols as hp
-
         return self.read(lambda conn: hp.list_switches(conn, transfer_id))
 
     def put_host_protocol(self, host: str, protocol: str, port: int, available: bool, *, detail: str | None = None,
                           ttl_s: float = 3600.0, probe_ms: int | None = None) -> None:
         """Record a probe result for (host, protocol, port), valid for ttl_s seconds."""
-        from . import protocols as hp
-
         self.write(lambda conn: hp.put_host_protocol(conn, host, protocol, port, available, detail, ttl_s, probe_ms))
 
     def host_protocols(self, host: str | None = None, *, fresh_only: bool = False) -> list[dict[str, Any]]:
         """The host-protocol library (plain dicts), optionally one host, optionally only unexpired entries."""
-        from . import protocols as hp
-
         return self.read(lambda conn: hp.host_protocols(conn, host, fresh_only))
 
     # --- tuning library (paper 003; docs/profilers.md "The tuning library") ----
@@ -292,8 +286,6 @@ class Store:
 
     def light_due(self, source_host: str, dest_host: str, now: datetime | None = None) -> bool:
         """Whether the light profiler should run for this pair now (never run, or its interval has passed)."""
-        from .coltypes import utcnow
-
         return self.read(lambda conn: tl.is_due(conn, source_host, dest_host, now or utcnow()))
 
     def record_light_result(

@@ -7,6 +7,9 @@ from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from .. import airflow_conf
+from ..protocols.hostlib import probe_round
+
 
 class ProtocolAvailableTrigger(BaseTrigger):
     """Probes `host` every `poll_interval` seconds (TCP connect + the protocol's handshake) and
@@ -31,12 +34,11 @@ class ProtocolAvailableTrigger(BaseTrigger):
                  "poll_interval": self.poll_interval})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from ..sensors.protocols import probe_round
-
         rounds = 0
         while True:
             rounds += 1
-            done, results = await asyncio.to_thread(probe_round, self.host, self.protocols, self.ports, self.mode)
+            done, results = await asyncio.to_thread(lambda: probe_round(
+                self.host, self.protocols, self.ports, self.mode, airflow_conf.store_url()))
             if done:
                 yield TriggerEvent({"status": "available", "host": self.host, "rounds": rounds,
                                     "available": [r["protocol"] for r in results if r["available"]],

@@ -7,6 +7,9 @@ from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from ..errors import TransferError
+from ..hooks.endpoint import TransferEndpointHook
+
 
 class DatasetStableTrigger(BaseTrigger):
     """Fires once the tree at `src` has kept the same listing for `stable_for` seconds.
@@ -33,9 +36,8 @@ class DatasetStableTrigger(BaseTrigger):
                  "poll_interval": self.poll_interval})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from ..errors import TransferError
+        # heavy: stability lists trees with the engine and pyarrow (~0.5 s); the triggerer imports this at start
         from ..stability import StableWatch, tree_state
-        from ..hooks.endpoint import TransferEndpointHook
 
         watch = StableWatch(self.stable_for)
         try:

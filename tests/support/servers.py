@@ -6,6 +6,7 @@ FTP, inside a network namespace as the sshd's login user (the WAN testbed).
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import re
@@ -234,3 +235,20 @@ class MotoServer:
 
     def stop(self) -> None:
         self.proc = _kill_group(self.proc)
+
+
+@contextlib.contextmanager
+def ftp_at_root(netrc_dir: Path):
+    """pyftpdlib as the sshd's login user, rooted at "/" so FTP and SFTP paths are the same, with
+    NETRC pointing at its credentials while it runs."""
+    server = FTPServer(root="/", run_as="attest" if os.geteuid() == 0 else None).start(netrc_dir=netrc_dir)
+    old = os.environ.get("NETRC")
+    os.environ["NETRC"] = str(server.netrc_path)
+    try:
+        yield server
+    finally:
+        if old is None:
+            os.environ.pop("NETRC", None)
+        else:
+            os.environ["NETRC"] = old
+        server.stop()

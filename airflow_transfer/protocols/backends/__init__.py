@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..endpoint import FSSPEC_SCHEMES
 from .base import Backend, Capabilities, FileInfo, Listing
 
 __all__ = ["Backend", "Capabilities", "FileInfo", "Listing", "connect", "capabilities", "register_wrapper",
            "FSSPEC_SCHEMES"]
-
-# Schemes that go through fsspec when the URL names them (anything fsspec knows also works).
-FSSPEC_SCHEMES = ("s3", "s3a", "gs", "gcs", "memory", "abfs", "az", "hdfs", "webhdfs")
 
 # Fault injection and instrumentation: scheme -> wrapper(backend) -> backend (tests, benchmarks).
 _wrappers: dict[str, Callable[[Backend], Backend]] = {}
@@ -38,26 +36,32 @@ def connect(endpoint) -> Backend:
     """One new connection for an Endpoint (protocols.endpoint)."""
     scheme = endpoint.scheme
     if scheme == "file":
+        # heavy: only the scheme used loads its library (paramiko, ftplib, fsspec)
         from .local import LocalBackend
 
         b: Backend = LocalBackend()
     elif scheme == "sftp":
+        # heavy: only the scheme used loads its library (paramiko, ftplib, fsspec)
         from .sftp import SFTPBackend
 
         b = SFTPBackend(endpoint.target)
     elif scheme == "ftp":
+        # heavy: only the scheme used loads its library (paramiko, ftplib, fsspec)
         from .ftp import FTPBackend
 
         b = FTPBackend(endpoint.host, endpoint.port, endpoint.user)
     elif scheme == "replicas":
+        # lazy: replicas imports backends.base, which runs this __init__ first (a cycle at the top)
         from ..replicas import ReplicaSource
 
-        b = ReplicaSource(endpoint.options["set"])
+        b = ReplicaSource(endpoint.options["set"], connect)  # it opens each replica through this function
     elif scheme in ("http", "https"):
+        # heavy: only the scheme used loads its library (paramiko, ftplib, fsspec)
         from .http import HTTPBackend
 
         b = HTTPBackend(scheme, endpoint.host, endpoint.port, verify_tls=(endpoint.options or {}).get("verify", True))
     else:
+        # heavy: only the scheme used loads its library (paramiko, ftplib, fsspec)
         from .fsspec_backend import FsspecBackend
 
         b = FsspecBackend(scheme, endpoint.options)
@@ -68,23 +72,28 @@ def connect(endpoint) -> Backend:
 def capabilities(scheme: str) -> Capabilities:
     """What a scheme can do, without connecting."""
     if scheme == "file":
+        # heavy: only the scheme used loads its library (paramiko, ftplib, fsspec)
         from .local import LocalBackend
 
         return LocalBackend.caps
     if scheme == "sftp":
+        # heavy: only the scheme used loads its library (paramiko, ftplib, fsspec)
         from .sftp import SFTPBackend
 
         return SFTPBackend.caps
     if scheme == "ftp":
+        # heavy: only the scheme used loads its library (paramiko, ftplib, fsspec)
         from .ftp import FTPBackend
 
         return FTPBackend.caps
     if scheme in ("http", "https"):
+        # heavy: only the scheme used loads its library (paramiko, ftplib, fsspec)
         from .http import HTTPBackend
 
         return HTTPBackend.caps
     if scheme == "replicas":
         return Capabilities(write=False, rename=False)
+    # heavy: only the scheme used loads its library (paramiko, ftplib, fsspec)
     from .fsspec_backend import _OBJECT_STORES
 
     obj = scheme in _OBJECT_STORES

@@ -29,12 +29,12 @@ from types import ModuleType
 
 from sqlalchemy import Column, Integer, MetaData, String, Table, func, inspect, insert, select
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.schema import CreateColumn
 
 from ..coltypes import UTCDateTime, utcnow
 from ..connection import lock_key, run_transaction
 from ..errors import StoreError
 from . import v0001_transfers_journal, v0002_tuning_library, v0003_block_digests, v0004_protocols
+from .ddl import add_column  # noqa: F401 - public here too (docs/store.md: migrations.add_column)
 
 
 @dataclass(frozen=True)
@@ -116,14 +116,3 @@ def _refuse_newer(version: int, target: int) -> None:
             f"the store's schema is version {version}, newer than this airflow-transfer knows ({target})",
             todo="upgrade airflow-transfer on this worker to the version that migrated the store",
         )
-
-
-def add_column(conn: Connection, table_name: str, column: Column) -> None:
-    """ALTER TABLE ... ADD COLUMN, the one ALTER that SQLite and PostgreSQL both do in place.
-
-    SQLite adds only nullable columns or ones with a constant default; for
-    anything else a migration creates the new table, copies, drops, renames.
-    """
-    ddl = CreateColumn(column).compile(dialect=conn.dialect)
-    quoted = conn.dialect.identifier_preparer.quote(table_name)
-    conn.exec_driver_sql(f"ALTER TABLE {quoted} ADD COLUMN {ddl}")

@@ -10,12 +10,12 @@ from __future__ import annotations
 from sqlalchemy import Column, Text
 from sqlalchemy.engine import Connection
 
+from .ddl import add_column
+
 VERSION = 3
 NAME = "block digests in the file journal"
 
 
 def upgrade(conn: Connection) -> None:
-    from . import add_column
-
     # JSON [[offset, length, "algorithm:hexdigest"], ...]; NULL when none were recorded.
     add_column(conn, "at_files", Column("blocks", Text, nullable=True))

@@ -1,0 +1,164 @@
+"""Fall-back rides the tuned engine: asking for an alternate protocol costs nothing while the
+preferred one is healthy, and the alternate takes over only when it fails (real sshd, real FTP)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from airflow_transfer.engine.params import TransferParams
+from airflow_transfer.engine.retry import RetryPolicy
+from airflow_transfer.job import CopyRequest, run_copy
+from airflow_transfer.protocols import backends
+from airflow_transfer.protocols.endpoint import Endpoint
+from airflow_transfer.protocols.sessions import endpoint_from_url
+from airflow_transfer.protocols.ssh import SSHTarget
+from tests.support.data import temp_files, tree_digest, write_random
+from tests.support.servers import ftp_at_root
+from tests.support.sshd import SSHServer, chown_to_user
+
+
+@pytest.fixture(scope="module")
+def ftp(test_base):
+    with ftp_at_root(test_base) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fbdata") / "src"
+    for i in range(80):
+        write_random(root / f"d{i % 4}" / f"f{i:03d}.bin", 64 * 1024 + (i * 5471) % (448 * 1024), seed=700 + i)
+    return root
+
+
+class _FTPWatch:
+    """Every FTP backend the copy opens, and what went over it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.connects = self.reads = self.writes = 0
+
+    def wrap(self, inner):
+        watch = self
+        with self.lock:
+            self.connects += 1
+
+        class Watched:
+            def __getattr__(self, name):
+                return getattr(inner, name)
+
+            def open_write(self, path, offset=0):
+                with watch.lock:
+                    watch.writes += 1
+                return inner.open_write(path, offset)
+
+            def open_read(self, path, offset=0):
+                with watch.lock:
+                    watch.reads += 1
+                return inner.open_read(path, offset)
+
+        return Watched()
+
+
+def _target(sshd) -> SSHTarget:
+    return SSHTarget(host=sshd.host, port=sshd.port, username=sshd.user, key_filenames=[str(sshd.client_key)],
+                     known_hosts=[str(sshd.known_hosts)], look_for_keys=False)
+
+
+def _copy(sshd, src, dst, algorithm, alt, progress, **kw):
+    target = _target(sshd)
+    return run_copy(CopyRequest(
+        Endpoint("file", str(src)), Endpoint("sftp", str(dst), target), TransferParams(pp=8, cc=2),
+        algorithm=algorithm, alt_protocols=alt, progress=progress, progress_interval=0.05,
+        make_endpoint=lambda url: endpoint_from_url(url), **kw))
+
+
+def _auths(sshd, mark: int) -> int:
+    with open(sshd.log_file, "rb") as f:
+        f.seek(mark)
+        return f.read().count(b"Accepted publickey")
+
+
+@pytest.mark.parametrize("algorithm", ["fixed", "auto"])
+def test_healthy_sftp_with_alternate_opens_the_same_connections(sshd, ftp, dataset, remote_dir, algorithm):
+    watch = _FTPWatch()
+    backends.register_wrapper("ftp", watch.wrap)
+    runs = {}
+    try:
+        for name, alt in (("plain", []), ("alt", [f"ftp://{ftp.user}@{ftp.host}:{ftp.port}"])):
+            dst = remote_dir / f"{algorithm}-{name}"
+            snaps: list[dict] = []
+            auth_mark, sftp_mark = sshd.log_file.stat().st_size, sshd.log_mark()
+            summary = _copy(sshd, dataset, dst, algorithm, alt, snaps.append)
+            time.sleep(0.3)  # sftp-server's log lines go through a pipe
+            sessions = sum(1 for e in sshd.sftp_events(sftp_mark) if e[1] == "session opened")
+            runs[name] = (summary, snaps, _auths(sshd, auth_mark), sessions)
+            assert summary["failed"] == [], summary["failed"]
+            assert tree_digest(dst) == tree_digest(dataset)
+            assert temp_files(dst) == []
+    finally:
+        backends.register_wrapper("ftp", None)
+    plain, alt = runs["plain"], runs["alt"]
+    # The same engine moved both: the same number of SSH connections and SFTP sessions (+1 at most).
+    assert alt[2] <= plain[2] + 1, (alt[2], plain[2])
+    assert alt[3] <= plain[3] + 1, (alt[3], plain[3])
+    # The alternate was never used: no FTP connection, so no FTP data transfer.
+    assert watch.connects == watch.writes == watch.reads == 0
+    s = alt[0]
+    assert s["protocol_switches"] == []
+    assert s["protocols"]["sftp"]["files"] == s["files"] and s["protocols"]["sftp"]["phases"] == 1
+    # Nothing was sent twice: what the summary says moved is what the dataset holds, no more.
+    assert s["bytes_moved"] == s["bytes"] == plain[0]["bytes_moved"]
+    assert s["protocols"]["sftp"]["bytes_moved"] == s["bytes_moved"]
+    assert s["verify"]["verified"] == plain[0]["verify"]["verified"]
+    assert s["verify"]["mode"] == plain[0]["verify"]["mode"]
+    for snap in alt[1]:
+        assert snap["bytes_done"] <= snap["bytes_total"], snap
+    assert alt[1] and alt[1][-1]["files_failed"] == 0
+
+
+def test_sftp_dying_mid_run_hands_the_rest_to_ftp(test_base, ftp, dataset, tmp_path):
+    """The tuned engine carries the copy until sshd goes away; FTP finishes it from the journal."""
+    server = SSHServer(test_base / "sshd-dying").start()
+    dst = test_base / "remote-dying" / "ds"
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(dst.parent, 0o777)
+    chown_to_user(dst.parent, server.user)
+    snaps: list[dict] = []
+    stopped = threading.Event()
+
+    def progress(snap):
+        snaps.append(snap)
+        if not stopped.is_set() and snap["bytes_done"] > snap["bytes_total"] * 0.3:
+            stopped.set()
+            server.stop()
+
+    lines: list[str] = []
+    try:
+        summary = _copy(server, dataset, dst, "auto", [f"ftp://{ftp.user}@{ftp.host}:{ftp.port}"], progress,
+                        switch_after=2, probe_interval=60, log=lines.append,
+                        retry=RetryPolicy(backoff_base=0.2, backoff_max=1.0, deadline_s=150))
+    finally:
+        server.stop()
+    assert stopped.is_set(), "sshd was never stopped: the copy finished before 30 %"
+    assert summary["failed"] == [], summary["failed"][:5]
+    assert tree_digest(dst) == tree_digest(dataset)
+    assert temp_files(dst) == []
+    sw = summary["protocol_switches"]
+    assert sw and sw[0]["from"] == "sftp" and sw[0]["to"] == "ftp", sw
+    assert summary["protocols"]["ftp"]["files"] >= 1
+    assert summary["protocols"]["sftp"]["files"] + summary["protocols"]["ftp"]["files"] == summary["files"]
+    assert summary["verify"]["verified"] >= summary["files"] - summary["files_skipped"]
+    for snap in snaps:
+        assert snap["bytes_done"] <= snap["bytes_total"], snap
+    # What moved is about what the dataset holds: re-sent tails of files cut off mid-way add some;
+    # writes the dying server stored but never acknowledged are not counted, yet FTP continues
+    # after them (it resumes from the temporary file's size).
+    assert summary["bytes"] * 0.8 <= summary["bytes_moved"] <= summary["bytes"] * 1.5, (
+        summary["bytes"], summary["bytes_moved"], summary["protocols"], summary["files_skipped"])
+    assert summary["bytes_moved"] == sum(p["bytes_moved"] for p in summary["protocols"].values())
+    assert any("protocol switch: sftp -> ftp" in line for line in lines)
