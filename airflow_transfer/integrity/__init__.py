@@ -1,5 +1,7 @@
 """End-to-end integrity: checksum algorithms, block digests, the destination
-helper's client, the paper 002 time model and the source-side block pipeline.
+helper's client and the paper 002 time model. Block-level verification of
+transfers (source digests as blocks are sent, destination digests per block)
+is the engine's: airflow_transfer/engine/block_verify.py.
 
 Nothing here imports Airflow or an SSH library. See docs/integrity.md.
 """
@@ -18,14 +20,12 @@ from .algorithms import (
     new_hasher,
 )
 from .blocks import FileDigests, block_digests, concat_ranges, file_digests, mismatched_blocks
-from .pipeline import BlockPipeline
 
 __all__ = [
     "ALGORITHMS",
     "COREUTILS_COMMANDS",
     "DEFAULT_ALGORITHM",
     "STDLIB_ALGORITHMS",
-    "BlockPipeline",
     "FileDigests",
     "Hasher",
     "ShortReadError",

@@ -116,8 +116,8 @@ def _xxh128() -> Hasher:
 def _blake3() -> Hasher:
     import blake3
 
-    # One thread per hasher: parallelism is the pipeline's job (pipeline.py),
-    # and blake3's own pool would fight it for the same cores.
+    # One thread per hasher: parallelism is the engine's (one hashing thread per
+    # connection), and blake3's own pool would fight it for the same cores.
     return _Named("blake3", blake3.blake3(max_threads=1), 32)
 
 

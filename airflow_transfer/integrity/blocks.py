@@ -70,7 +70,8 @@ class FileDigests:
 class BlockSplitter:
     """Feeds a byte stream to a whole-stream hasher and to one hasher per block.
 
-    Used by the one-pass readers here; the threaded equivalent is pipeline.py.
+    Used by the one-pass readers here; a transfer's block digests are computed
+    as the blocks are sent, by engine/block_verify.py's BlockSource.
     """
 
     def __init__(self, algorithm: str, block_size: int) -> None:
