@@ -103,9 +103,17 @@ def test_healthy_sftp_with_alternate_opens_the_same_connections(sshd, ftp, datas
     finally:
         backends.register_wrapper("ftp", None)
     plain, alt = runs["plain"], runs["alt"]
-    # The same engine moved both: the same number of SSH connections and SFTP sessions (+1 at most).
-    assert alt[2] <= plain[2] + 1, (alt[2], plain[2])
-    assert alt[3] <= plain[3] + 1, (alt[3], plain[3])
+    if algorithm == "fixed":
+        # The same engine moved both: the same number of SSH connections and SFTP sessions (+1 at most).
+        assert alt[2] <= plain[2] + 1, (alt[2], plain[2])
+        assert alt[3] <= plain[3] + 1, (alt[3], plain[3])
+    else:
+        # auto adapts cc to what it measures, so two runs may differ (5 and 9 on a loaded CI
+        # machine): each run opens no more connections than its own chunks' channels at once, plus
+        # the verifier's and one spare (the generic path opened one per file and chunk: 195 for 400).
+        for run in (plain, alt):
+            channels = sum(c["cc"] * c["p"] for c in run[0]["chunks"])
+            assert run[2] <= channels + 2 and run[3] <= channels + 2, (run[2], run[3], channels)
     # The alternate was never used: no FTP connection, so no FTP data transfer.
     assert watch.connects == watch.writes == watch.reads == 0
     s = alt[0]
