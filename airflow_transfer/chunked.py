@@ -38,6 +38,7 @@ from .engine.transfer import TransferSession
 from .errors import TransferError, UsageError
 from .manifest import Manifest
 from .protocols.endpoint import Endpoint
+from .summary import TransferSummary
 
 SPEC_VERSION = 1
 # Size classes of the manifest histogram: small files are dominated by per-file
@@ -289,31 +290,13 @@ def run_chunk(spec: dict, src: Endpoint, dst: Endpoint, *, store_url: str | None
     finally:
         if store is not None:
             store.close()
-    seconds = time.monotonic() - t0
-    failed = [{"path": o.path, "error": o.error} for o in result.outcomes if not o.ok]
-    return {
-        "files": result.files,
-        "bytes": result.bytes,
-        "seconds": round(seconds, 3),
-        "throughput_mbit": round(result.bytes_moved * 8 / seconds / 1e6, 2) if seconds > 0 else 0.0,
-        "algorithm": spec.get("algorithm", "fixed"),
-        "src": src.display,
-        "dst": dst.display,
-        "direction": session.direction,
-        "files_skipped": sum(1 for o in result.outcomes if o.skipped),
-        "bytes_moved": result.bytes_moved,
-        "verify": verify_summary,
-        "chunks": [result.summary()],
-        "protocol_switches": [],
-        "failed": failed,
-        "files_resumed": result.resumed,
-        "files_retried": result.retried,
-        "bytes_resent": result.bytes_resent,
-        "transfer_key": spec["transfer_key"],
-        "transfer_id": record.id if record else None,
-        "host": _hostname(),
-        "pid": os.getpid(),
-    }
+    return TransferSummary.from_results(
+        "chunk", [result],
+        files=result.files, bytes=result.bytes, seconds=time.monotonic() - t0,
+        algorithm=spec.get("algorithm", "fixed"), src=src.display, dst=dst.display, direction=session.direction,
+        verify=verify_summary, transfer_key=spec["transfer_key"], transfer_id=record.id if record else None,
+        host=_hostname(), pid=os.getpid(),
+    ).as_dict()
 
 
 def _hostname() -> str:
@@ -426,35 +409,21 @@ def transfer_summary(store_url: str | None, transfer_key: str, verify: dict | No
             return None
         chunks = store.chunks(rec.id)
         counts = store.journal_counts(rec.id)
-        files = sum(v["files"] for v in counts.values())
-        nbytes = sum(v["bytes"] for v in counts.values())
         failed_files = counts.get("failed", {}).get("files", 0)
-        moved = sum(c.bytes_moved for c in chunks)
         starts = [c.started_at for c in chunks if c.started_at] or [rec.started_at]
         ends = [c.ended_at for c in chunks if c.ended_at] or [rec.updated_at]
-        wall = max((max(ends) - min(starts)).total_seconds(), 1e-6)
-        summary = {
-            "files": files,
-            "bytes": nbytes,
-            "seconds": round(wall, 3),
-            "throughput_mbit": round(moved * 8 / wall / 1e6, 2),
-            "algorithm": rec.algorithm or "fixed",
-            "src": rec.src_url,
-            "dst": rec.dst_url,
-            "bytes_moved": moved,
-            "files_skipped": 0,
-            "verify": verify or {},
-            "chunks": [{"id": c.chunk_id, "files": c.files, "bytes": c.bytes, "pp": c.pp, "p": c.p, "cc": c.cc,
-                        "seconds": round(c.seconds, 3), "throughput_mbit": round(c.throughput_mbit, 2)}
-                       for c in chunks],
-            "protocol_switches": [],
-            "tuning": {},
-            "failed": [{"path": p["path"], "error": p["problem"]} for p in (verify or {}).get("problems", [])],
-            "journal": counts,
-            "transfer_key": transfer_key,
-            "transfer_id": rec.id,
-            "store": store.masked_url,
-        }
+        summary = TransferSummary(
+            "transfer",
+            files=sum(v["files"] for v in counts.values()), bytes=sum(v["bytes"] for v in counts.values()),
+            seconds=max((max(ends) - min(starts)).total_seconds(), 1e-6),
+            bytes_moved=sum(c.bytes_moved for c in chunks),
+            algorithm=rec.algorithm or "fixed", src=rec.src_url, dst=rec.dst_url, verify=verify or {},
+            chunks=[{"id": c.chunk_id, "files": c.files, "bytes": c.bytes, "pp": c.pp, "p": c.p, "cc": c.cc,
+                     "seconds": round(c.seconds, 3), "throughput_mbit": round(c.throughput_mbit, 2)}
+                    for c in chunks],
+            failed=[{"path": p["path"], "error": p["problem"]} for p in (verify or {}).get("problems", [])],
+            journal=counts, transfer_key=transfer_key, transfer_id=rec.id, store=store.masked_url,
+        ).as_dict()
         if finish and rec.state == "running":
             # A verification (with repair) is the final word on the destination.
             ok = verify.get("ok", False) if verify is not None else failed_files == 0

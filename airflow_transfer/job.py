@@ -23,6 +23,7 @@ from .protocols.fallback import alternate_endpoints
 from .protocols.pool import SFTPPool, warm_count
 from .protocols.replicas import ReplicaSet
 from .protocols.sessions import endpoint_from_url, uses_engine
+from .summary import TransferSummary
 
 
 @dataclass
@@ -249,46 +250,27 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
             journal.close()
     verify_summary = session.verify_summary()
     seconds = time.monotonic() - t0
-    moved = sum(c.bytes_moved for c in chunks)
-    failed = [{"path": o.path, "error": o.error} for c in chunks for o in c.outcomes if not o.ok]
-    skipped = sum(1 for c in chunks for o in c.outcomes if o.skipped)
-    summary = {
-        "files": ordered.files,
-        "bytes": ordered.bytes,
-        "seconds": round(seconds, 3),
-        "throughput_mbit": round(moved * 8 / seconds / 1e6, 2) if seconds > 0 else 0.0,
-        "algorithm": req.algorithm,
-        "src": req.src.display,
-        "dst": req.dst.display,
-        "direction": session.direction,
-        "files_skipped": skipped,
-        "bytes_moved": moved,
-        "skipped_entries": dict(manifest.skipped),
-        "verify": verify_summary,
-        "chunks": [c.summary(origin=t0) for c in chunks],
-        "protocol_switches": list(getattr(session, "switches", [])),
-        "ssh_client": getattr(getattr(session, "pool", None), "client", None),
-        "tuning": start.summary(),
-        "failed": failed,
-        "files_resumed": sum(c.resumed for c in chunks),
-        "files_retried": sum(c.retried for c in chunks),
-        "bytes_resent": sum(c.bytes_resent for c in chunks),
-        "transfer_key": key,
-        "transfer_id": record.id if record else None,
-        "store": store.masked_url if store is not None else None,
-    }
+    tuning = start.summary()
+    server = None
     if hasattr(session, "server_summary"):
         server, notes = session.server_summary()
-        if server is not None:
-            summary["server"] = server
         if notes:
-            summary["tuning"]["notes"] = summary["tuning"].get("notes", []) + notes
-    if hasattr(session, "summary_extra"):
-        summary.update(session.summary_extra())  # fall-back: per-protocol totals
+            tuning["notes"] = tuning.get("notes", []) + notes
+    summary = TransferSummary.from_results(
+        "copy", chunks, origin=t0,
+        files=ordered.files, bytes=ordered.bytes, seconds=seconds, algorithm=req.algorithm,
+        src=req.src.display, dst=req.dst.display, direction=session.direction,
+        skipped_entries=dict(manifest.skipped), verify=verify_summary,
+        protocol_switches=list(getattr(session, "switches", [])),
+        ssh_client=getattr(getattr(session, "pool", None), "client", None), tuning=tuning,
+        transfer_key=key, transfer_id=record.id if record else None,
+        store=store.masked_url if store is not None else None, server=server,
+        extra=session.summary_extra() if hasattr(session, "summary_extra") else {},  # fall-back: per-protocol totals
+    ).as_dict()
     if store is not None:
         for c in chunks:
             store.record_chunk(record.id, c)
-        store.finish_transfer(record.id, "failed" if failed else "succeeded", summary)
+        store.finish_transfer(record.id, "failed" if summary["failed"] else "succeeded", summary)
     return summary
 
 

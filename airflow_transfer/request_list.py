@@ -19,6 +19,7 @@ import pyarrow as pa
 from .engine.params import TransferParams
 from .errors import UsageError
 from .protocols.endpoint import Endpoint
+from .summary import throughput_mbit
 
 
 def load_pairs(path: str) -> list[tuple[str, str]]:
@@ -103,7 +104,7 @@ def run_request_list(base_req, pairs: list[tuple[str, str]], make_endpoint: Call
                  "params": {"pp": params.pp, "p": params.p, "cc": params.cc}, "params_source": source,
                  "files": sum(r["files"] for r in runs), "bytes": sum(r["bytes"] for r in runs),
                  "seconds": round(seconds, 3),
-                 "throughput_mbit": round(moved * 8 / seconds / 1e6, 2) if seconds > 0 else 0.0,
+                 "throughput_mbit": throughput_mbit(moved, seconds),
                  "failed": [f for r in runs for f in r["failed"]],
                  "transfers": [{"src": r["src"], "dst": r["dst"], "files": r["files"], "transfer_id": r["transfer_id"]}
                                for r in runs]}

@@ -20,11 +20,8 @@ from airflow.sdk import BaseOperator
 
 from ..engine.accounting import format_line, human_bytes
 from ..errors import TransferError
+from .failures import task_error
 from .transfer import ALGORITHMS, summary_table
-
-
-def _fail(exc: TransferError) -> RuntimeError:
-    return RuntimeError(exc.message)
 
 
 def _endpoint(conn_id: str | None, url: str):
@@ -104,7 +101,7 @@ class DatasetManifestOperator(_TransferStep):
             src = _endpoint(self.src_conn_id, self.src)
             info = stage_manifest(src, self.staging_dir or airflow_conf.staging_dir(), name)
         except TransferError as exc:
-            raise _fail(exc) from None
+            raise task_error(exc) from exc
         self.log.info("listed %s into %s\n%s", info["src"], info["manifest"], histogram_table(info))
         return info
 
@@ -185,7 +182,7 @@ class ChunkPlanOperator(_TransferStep):
                                 link=link, transfer_key=key, min_chunks=int(self.min_chunks),
                                 chunk_bytes=self.chunk_bytes, options=self.algorithm_options, start=start)
         except TransferError as exc:
-            raise _fail(exc) from None
+            raise task_error(exc) from exc
         tuning = start.summary()
         self.log.info("link figures: %s", tuning["source"])
         ti.xcom_push(key="tuning", value=tuning)
@@ -256,7 +253,7 @@ class ChunkTransferOperator(_TransferStep):
                                 progress_interval=self.progress_interval, verify=self.verify,
                                 retry=RetryPolicy(max_attempts=self.retries_per_file, deadline_s=self.deadline))
         except TransferError as exc:
-            raise _fail(exc) from None
+            raise task_error(exc) from exc
         self.log.info("chunk summary (host %s, pid %s):\n%s", summary["host"], summary["pid"], summary_table(summary))
         if summary["failed"]:
             context["ti"].xcom_push(key="summary", value=summary)
@@ -314,7 +311,7 @@ class VerifyTransferOperator(_TransferStep):
             summary = transfer_summary(airflow_conf.store_url(), self.transfer_key, verify=report) \
                 if self.transfer_key else None
         except TransferError as exc:
-            raise _fail(exc) from None
+            raise task_error(exc) from exc
         self.log.info("verification of %s against %s:\n%s", dst.display, src.display, verify_table(report))
         for p in report["found"][:20]:
             self.log.warning("%s: %s", p["path"], p["problem"])

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 from airflow.sdk import BaseOperator
 
 from ..errors import TransferError
+from .failures import task_error
 
 
 class AttributeQueryTransferOperator(BaseOperator):
@@ -54,7 +55,6 @@ class AttributeQueryTransferOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict:
         from ..hooks.endpoint import TransferEndpointHook
-        from ..query.expr import QueryError
         from ..query.run import QueryRequest, run_query
         from ..query.sources import is_http
 
@@ -71,10 +71,8 @@ class AttributeQueryTransferOperator(BaseOperator):
                 progress=lambda p: self.log.info("%d rows out, %d bytes read, file %d/%d", p["rows"],
                                                  p["bytes_read"], p["files_done"] + 1, p["files"]),
                 progress_interval=self.progress_interval))
-        except QueryError as exc:
-            raise ValueError(f"{exc.message}\n{exc.caret}") from None
-        except TransferError as exc:
-            raise RuntimeError(exc.message) from None
+        except TransferError as exc:  # a bad where / select: ValueError with a caret (failures.task_error)
+            raise task_error(exc) from exc
         self.log.info("query summary: %d of %d rows, read %d of %d source bytes (%.1f %%), wrote %d bytes, "
                       "sha256 %s, %.2fs", summary["rows"], summary["rows_scanned"], summary["bytes_read"],
                       summary["bytes_source"], summary["read_fraction"] * 100, summary["bytes_written"],

@@ -17,6 +17,7 @@ from ..plugins.links import TransferPageLink
 from ..protocols.endpoint import Endpoint
 from ..protocols.resolve import resolve_endpoint
 from .arguments import choice, names, number, templated, text, whole
+from .failures import task_error
 
 
 def summary_table(summary: dict) -> str:
@@ -176,7 +177,7 @@ class TunedTransferOperator(BaseOperator):
                 make_endpoint=_alternate_maker(self.dst_conn_id if dst.scheme != "file" else self.src_conn_id),
             ))
         except TransferError as exc:
-            raise RuntimeError(exc.message) from None
+            raise task_error(exc) from exc
         self.log.info("transfer summary:\n%s", summary_table(summary))
         if summary["failed"]:
             context["ti"].xcom_push(key="summary", value=summary)
@@ -211,7 +212,7 @@ def _run_pairs(op: TunedTransferOperator) -> dict:
                                        g["dst_host"], g["pairs"], g["files"], g["params"]["pp"], g["params"]["p"],
                                        g["params"]["cc"], g["params_source"]))
     except TransferError as exc:
-        raise RuntimeError(exc.message) from None
+        raise task_error(exc) from exc
     if summary["failed"]:
         raise RuntimeError(f"{len(summary['failed'])} of {summary['files']} files failed; "
                            "re-run the task to finish (completed files are kept)")

@@ -196,7 +196,7 @@ class PipeChannel:
         except BlockingIOError:
             return None
         except (ValueError, OSError) as exc:  # the pipe was closed under us
-            raise self._gone(exc) from None
+            raise self._gone(exc) from exc
 
     def sendall(self, data) -> None:
         view = memoryview(data).cast("B")
@@ -208,7 +208,7 @@ class PipeChannel:
             except BlockingIOError:
                 pass
             except (BrokenPipeError, ValueError, OSError) as exc:
-                raise self._gone(exc) from None
+                raise self._gone(exc) from exc
             readers = [self._r] if len(self._early) < _EARLY_LIMIT else []
             r, w, _ = select.select(readers, [self._w], [], self._timeout)
             if not r and not w:

@@ -9,6 +9,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from ..errors import TransferError
 from ..hooks.endpoint import TransferEndpointHook
+from ..operators.failures import task_error
 from ..triggers.stable import DatasetStableTrigger
 
 
@@ -83,7 +84,7 @@ class DatasetStableSensor(BaseSensorOperator):
         try:
             state = tree_state(TransferEndpointHook(self.src_conn_id).endpoint(self.src))
         except TransferError as exc:
-            raise RuntimeError(exc.message) from None
+            raise task_error(exc) from exc
         stable = self._watch.observe(state)
         self.log.info("%d files, %d bytes; unchanged for %.0f of %.0f s", state.files, state.bytes,
                       self._watch.held_for(), self._watch.stable_for)
