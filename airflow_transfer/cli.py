@@ -1,4 +1,4 @@
-"""`airflow-transfer` command line (DESIGN.md section 9): the same core as the operators.
+"""`airflow-transfer` command line (reference: docs/cli.md): the same core as the operators.
 
 Human output goes to stderr; with --json exactly one JSON object goes to stdout.
 Exit status: 0 when every file arrived, 1 when some failed, 2 for bad usage.

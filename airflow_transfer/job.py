@@ -142,7 +142,7 @@ def _resume_map(store, transfer_id: int, manifest: Manifest) -> dict[str, list]:
 
 
 def run_copy(req: CopyRequest) -> dict:
-    """Copy and return the summary of DESIGN.md section 9 (fields later issues fill stay empty)."""
+    """Copy and return the summary (fields: docs/summary.md; those a copy does not fill stay empty)."""
     t0 = time.monotonic()
     stats = Stats()
     _check_request(req)

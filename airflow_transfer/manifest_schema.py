@@ -1,4 +1,4 @@
-"""Column layout of a dataset manifest (DESIGN.md section 3).
+"""Column layout of a dataset manifest (docs/transfers.md, "The transfer primitive").
 
 Kept apart from the listing code so planners can import it without pulling
 in SSH or filesystem code.

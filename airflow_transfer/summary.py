@@ -8,7 +8,7 @@ One builder for its three shapes, so the keys, their order and their types canno
     transfer  all chunks journalled under one key (chunked.transfer_summary):
               VerifyTransferOperator, plus the journal's per-state counts
 
-The fields are a stable interface (DESIGN.md section 9, docs/durability.md "Summary fields"):
+The fields are a stable interface (docs/summary.md, docs/durability.md "Summary fields"):
 add keys at the end of a shape, never rename or drop one. No Airflow imports here.
 """
 

@@ -4,9 +4,12 @@
     python -m benchmarks.datasets small --files 20      # a 20-file variant for development
 
 The shapes follow the papers' datasets: many small files, a middle ground and
-a few large files (000_9708b470430da548.txt, section 5), and a "random" set of
-sizes drawn uniformly between 1 byte and a maximum (001_f8d7d2e175ffc04d.txt,
-1000 files of 1 B - 10 MB, scaled here to 4 MiB so the set fits a quick run).
+a few large files (Yildirim, Arslan, Kim, Kosar, Application-Level Optimization
+of Big Data Transfers Through Pipelining, Parallelism and Concurrency, IEEE TCC
+2016, section 5), and a "random" set of sizes drawn uniformly between 1 byte
+and a maximum (Kim, Yildirim, Kosar, A Flexible Client for GridFTP-based Data
+Scheduling: 1000 files of 1 B - 10 MB, scaled here to 4 MiB so the set fits a
+quick run).
 
 Content is incompressible pseudo-random data from numpy's PCG64 stream, seeded
 per file from (dataset seed, file index): a file's bytes never depend on any

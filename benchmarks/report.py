@@ -3,7 +3,7 @@
     python -m benchmarks.report                            # benchmarks/results/report.md + PNG charts
     python -m benchmarks.report --docs docs/benchmarks.md  # only refresh the results table in the docs
 
-Inputs: `latest.json` (DESIGN.md section 9) and, when present,
+Inputs: `latest.json` (schema: docs/summary.md) and, when present,
 `latest-details.json` (every run, failures, unavailable contenders, load).
 """
 

@@ -8,8 +8,8 @@ Needs root (network namespaces). For each link profile: bring up the link
 and an sshd in `dst`; for each dataset, repeat the contenders interleaved
 (A B C A B C ...) so that drift in the machine's load spreads over all of
 them; after each run check the destination against the dataset's manifest
-and empty it. Writes `latest.json` (DESIGN.md section 9, exactly that
-schema), `latest-details.json` (every run, failures, unavailable
+and empty it. Writes `latest.json` (exactly the schema of docs/summary.md),
+`latest-details.json` (every run, failures, unavailable
 contenders, the load average), `report.md` and charts: see docs/benchmarks.md.
 
 The full matrix (3 profiles x 5 datasets x every contender x 3 repetitions)
@@ -152,7 +152,7 @@ def busy_cores(before: tuple[float, float], after: tuple[float, float]) -> float
 
 # -- aggregation -----------------------------------------------------------------------
 def summarise(runs: list[dict]) -> list[dict]:
-    """One row per (dataset, link, contender) over its successful runs (DESIGN.md section 9)."""
+    """One row per (dataset, link, contender) over its successful runs (latest.json's `runs`: docs/summary.md)."""
     groups: dict[tuple[str, str, str], list[dict]] = {}
     for r in runs:
         groups.setdefault((r["dataset"], r["link"], r["contender"]), []).append(r)

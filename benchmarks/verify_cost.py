@@ -3,7 +3,8 @@
     python -m benchmarks.verify_cost                       # the full run (lead, quiet machine)
     python -m benchmarks.verify_cost --quick               # smoke: tiny data, lan, 1 repetition
 
-Datasets, scaled from paper 002 (002_54ad864b1e564bbe.txt, section IV) so a
+Datasets, scaled from Liu, Jung, Kettimuthu, Sun, Towards Optimizing Large-Scale
+Data Transfers with End-to-End Integrity Verification (section IV) so a
 run fits this machine: `20-10G` (20 files of 10 GB) -> 8 x 256 MiB;
 `10G-500M` (10 GB and 500 MB files alternating) -> 4 x 256 MiB + 4 x 12 MiB;
 and `mixed` from benchmarks/datasets.py (1000 files of 1 B - 4 MiB).

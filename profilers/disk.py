@@ -1,9 +1,10 @@
 """Disk profiler: write and read bandwidth of one directory over I/O block sizes.
 
-Implements the disk profiler of Stork (paper 003_03c1be99ca261165.txt, section
-4.1): for a directory and an average file size it finds the best write and
-read block sizes, the bandwidth they reach, and the increment that can be added
-to the best block size without losing performance (here: staying within 5 %).
+Implements the disk profiler of Stork (Kola, Kosar, Livny, Run-time Adaptation
+of Grid Data Placement Jobs, 2003, section 4.1): for a directory and an average
+file size it finds the best write and read block sizes, the bandwidth they
+reach, and the increment that can be added to the best block size without
+losing performance (here: staying within 5 %).
 
 How it measures:
 - write: files of the average size are written in block-size chunks and

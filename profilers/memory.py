@@ -1,8 +1,8 @@
 """Memory profiler: memory-to-memory copy bandwidth over block sizes.
 
-Implements the memory profiler of Stork (paper 003_03c1be99ca261165.txt,
-section 4.1): "finds the maximum memory-to-memory copy bandwidth and the block
-size to be used to achieve it".
+Implements the memory profiler of Stork (Kola, Kosar, Livny, Run-time Adaptation
+of Grid Data Placement Jobs, 2003, section 4.1): "finds the maximum
+memory-to-memory copy bandwidth and the block size to be used to achieve it".
 
 How it measures: a source region is copied into a destination region of the
 same size (default 64 MiB each, larger than any CPU cache, so the figure is

@@ -1,7 +1,7 @@
 """Network profiler: kernel TCP limits, RTT, bottleneck bandwidth, hops.
 
-Implements the network profiler of Stork (paper 003_03c1be99ca261165.txt,
-section 4.2) with the standard library only:
+Implements the network profiler of Stork (Kola, Kosar, Livny, Run-time Adaptation
+of Grid Data Placement Jobs, 2003, section 4.2) with the standard library only:
 
 - kernel TCP parameters from /proc (tcp_rmem, tcp_wmem, rmem_max, wmem_max,
   congestion control, window scaling);

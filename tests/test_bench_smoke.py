@@ -2,7 +2,7 @@
 
 Two real contenders (airflow-transfer untuned and OpenSSH sftp) upload 10
 files of 64 KiB from `src` to a real sshd in `dst`; the results must follow
-DESIGN.md section 9's schema exactly and the report must name both rows.
+the schema of docs/summary.md exactly and the report must name both rows.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Paper 002 (002_54ad864b1e564bbe.txt) Table I and section III.B, with worked numbers."""
+"""Liu, Jung, Kettimuthu, Sun (end-to-end integrity verification) Table I and section III.B, worked."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Stork parameter tuner's rules (paper 003_03c1be99ca261165.txt section 4.3)."""
+"""The Stork parameter tuner's rules (Kola, Kosar, Livny 2003, section 4.3)."""
 
 from __future__ import annotations
 

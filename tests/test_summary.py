@@ -10,7 +10,7 @@ from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.engine.result import ChunkResult, FileOutcome
 from airflow_transfer.summary import SHAPES, TransferSummary, throughput_mbit
 
-# The `copy --json` object (DESIGN.md section 9, docs/durability.md "Summary fields"), in output order.
+# The `copy --json` object (docs/summary.md, docs/durability.md "Summary fields"), in output order.
 COPY_KEYS = ["files", "bytes", "seconds", "throughput_mbit", "algorithm", "src", "dst", "direction",
              "files_skipped", "bytes_moved", "skipped_entries", "verify", "chunks", "protocol_switches",
              "ssh_client", "tuning", "failed", "files_resumed", "files_retried", "bytes_resent",

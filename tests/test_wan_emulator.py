@@ -58,8 +58,8 @@ def test_ping_rtt_matches_target(link: EmulatedLink, rtt_ms: int) -> None:
 @pytest.mark.parametrize("rtt_ms", [50, 100])
 def test_one_stream_is_window_limited(link: EmulatedLink, rtt_ms: int) -> None:
     # -w 256K: Linux doubles the request and advertises about 1.25 x 256 KiB,
-    # so one stream carries window / RTT (paper 004_7b07d4fbd123fe88.txt: a
-    # single TCP stream is bounded by window / RTT on a high-BDP path).
+    # so one stream carries window / RTT (Grossman, Gu et al., Computer Networks
+    # 2004: a single TCP stream is bounded by window / RTT on a high-BDP path).
     link.set(rtt_ms=rtt_ms, rate_mbit=500)
     expected = 1.25 * 256 * KIB * 8 / (rtt_ms / 1000) / 1e6
     got = iperf_mbit(link, "-w", "256K")

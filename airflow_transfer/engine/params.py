@@ -1,4 +1,4 @@
-"""The three knobs of a transfer (DESIGN.md section 3) and their validation."""
+"""The three knobs of a transfer (docs/transfers.md, docs/concepts.md) and their validation."""
 
 from __future__ import annotations
 

@@ -3,7 +3,9 @@
 A `Pipeline` keeps up to `pp` jobs open on one `SFTPWire` and keeps up to
 `inflight` bytes of reads or writes outstanding across them, so control
 round trips (open, close, rename) of one file overlap the data of others
-(paper 000_9708b470430da548.txt, section 2, Fig. 2-3).
+(Yildirim, Arslan, Kim, Kosar, Application-Level Optimization of Big Data
+Transfers Through Pipelining, Parallelism and Concurrency, IEEE TCC 2016,
+section 2, Fig. 2-3).
 
 A job moves the byte range [start, stop) of one file. A whole-file job also
 finalizes: mode and mtime are set on the temporary file, it is closed, and

@@ -1,4 +1,4 @@
-"""perform_transfer: move a set of files with given pp, p and cc (DESIGN.md section 3).
+"""perform_transfer: move a set of files with given pp, p and cc (docs/transfers.md).
 
 cc worker threads each hold one SFTP connection and pull files from a shared
 queue; on its connection a worker keeps pp files in flight (Pipeline). A file

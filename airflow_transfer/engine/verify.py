@@ -1,6 +1,7 @@
 """End-to-end verification of files at the destination, before their final name.
 
-Paper 002 (002_54ad864b1e564bbe.txt): the source digest is computed from the
+After Liu, Jung, Kettimuthu, Sun, Towards Optimizing Large-Scale Data Transfers
+with End-to-End Integrity Verification (docs/integrity.md): the source digest is computed from the
 bytes as they are read for sending (no second read); the destination digest
 from the destination's disk after the data is written (fsync, page cache
 dropped, read back), and a file gets its final name only when they match.

@@ -7,8 +7,9 @@ big-endian value, which is what `CRC32CHash.hexdigest()` prints and what
 people compare against for adler32.
 
 Remote computability matters because the destination digest is computed at
-the destination after the data is on disk (DESIGN.md section 4, paper
-002_54ad864b1e564bbe.txt): by the stdlib-only helper when python3 is there,
+the destination after the data is on disk (docs/integrity.md, after Liu, Jung,
+Kettimuthu, Sun, Towards Optimizing Large-Scale Data Transfers with End-to-End
+Integrity Verification): by the stdlib-only helper when python3 is there,
 else by a coreutils command. `AlgorithmInfo.stdlib` and
 `AlgorithmInfo.coreutils` say which algorithms each of those can do.
 

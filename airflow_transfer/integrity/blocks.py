@@ -1,7 +1,8 @@
 """Per-block digests and how a file's digest relates to them.
 
-Policy (DESIGN.md section 4; block-level pipelining from paper
-002_54ad864b1e564bbe.txt):
+Policy (docs/integrity.md; block-level pipelining from Liu, Jung, Kettimuthu,
+Sun, Towards Optimizing Large-Scale Data Transfers with End-to-End Integrity
+Verification):
 
 * The file digest is the algorithm applied to the whole content, exactly
   what `sha256sum FILE` prints. It is NOT derived from the block digests

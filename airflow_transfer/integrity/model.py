@@ -1,7 +1,8 @@
 """Time model of transfer + checksum: sequential, file-level and block-level pipelining.
 
-Everything here comes from paper 002_54ad864b1e564bbe.txt (Liu, Jung,
-Kettimuthu, Sun), section III:
+Everything here comes from Liu, Jung, Kettimuthu, Sun, Towards Optimizing
+Large-Scale Data Transfers with End-to-End Integrity Verification (paper 002
+in docs/papers.md), section III:
 
 * Transfer and checksum times are linear in the data size (their finding
   for md5sum and GridFTP), so the model needs two numbers: t, the time to

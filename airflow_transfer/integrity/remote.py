@@ -1,6 +1,7 @@
 """Destination-side digests: the stdlib helper over an exec channel, or coreutils.
 
-DESIGN.md section 4 (from paper 002_54ad864b1e564bbe.txt): the destination
+docs/integrity.md (after Liu, Jung, Kettimuthu, Sun, Towards Optimizing
+Large-Scale Data Transfers with End-to-End Integrity Verification): the destination
 digest is computed where the data landed, after it is on disk. First choice
 is the long-lived helper (airflow_transfer/remote/checksum_helper.py) started
 with python3 over SSH exec; if python3 is missing there, one coreutils

@@ -214,7 +214,7 @@ class ChunkTransferOperator(_TransferStep):
     :param retries_per_file: attempts per file for transient errors.
     :param deadline: seconds after which transient errors are no longer retried.
 
-    Returns (XCom) the chunk's summary (DESIGN.md section 9 fields, one entry in
+    Returns (XCom) the chunk's summary (fields: docs/summary.md; one entry in
     ``chunks``) plus ``host`` and ``pid`` of the worker that ran it.
     """
 

@@ -80,7 +80,7 @@ class TunedTransferOperator(BaseOperator):
     :param switch_after: consecutive failures before switching protocol.
     :param probe_interval: seconds between probes of the preferred protocol while on an alternate.
 
-    Returns the transfer summary (DESIGN.md section 9) as XCom: counts and
+    Returns the transfer summary (fields: docs/summary.md) as XCom: counts and
     per-chunk figures only, never the file list. Fails if any file failed,
     after pushing the summary under the key ``summary``.
     """

@@ -1,7 +1,7 @@
 """Pooled SFTP connections, reused across chunks (GridFTP's data-channel caching).
 
-One `Conn` is one TCP connection + SSH transport + one SFTP channel: DESIGN.md
-section 3 requires separate TCP connections for p and cc, since channels inside
+One `Conn` is one TCP connection + SSH transport + one SFTP channel: p and cc
+need separate TCP connections (docs/transfers.md), since channels inside
 one SSH connection share one TCP window. The SSH layer is paramiko, or OpenSSH's
 `ssh` client when the target asks for it (`SSHTarget.client`, openssh.py).
 `warm` opens the first connections of a copy in the background.

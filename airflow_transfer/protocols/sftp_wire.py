@@ -4,8 +4,10 @@ paramiko's SFTPClient waits for each open/close/rename before the next, so a
 file costs several round trips no matter how many are in flight elsewhere.
 Here every request is asynchronous: it is sent at once and its reply is handed
 to a callback when it arrives. The engine keeps `pp` files' operations
-outstanding on one connection this way (paper 000, 000_9708b470430da548.txt,
-section 2: pipelining hides the per-file control round trips).
+outstanding on one connection this way (Yildirim, Arslan, Kim, Kosar,
+Application-Level Optimization of Big Data Transfers Through Pipelining,
+Parallelism and Concurrency, IEEE TCC 2016, section 2: pipelining hides the
+per-file control round trips).
 
 One thread drives one SFTPWire: it calls `send_*` and `pump()`. Replies are
 matched by request id, so they may arrive in any order.

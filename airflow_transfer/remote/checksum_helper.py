@@ -1,8 +1,9 @@
 """Destination-side checksum helper: stdlib only, python3 >= 3.8, one file.
 
 Computes digests of files after they are on the destination's disk, for the
-end-to-end verification of paper 002_54ad864b1e564bbe.txt (DESIGN.md
-section 4). It is meant to be sent over SSH exec and kept running:
+end-to-end verification of Liu, Jung, Kettimuthu, Sun, Towards Optimizing
+Large-Scale Data Transfers with End-to-End Integrity Verification
+(docs/integrity.md). It is meant to be sent over SSH exec and kept running:
 
     python3 -I -c 'import sys;exec(sys.stdin.read(int(sys.stdin.readline())))'
 

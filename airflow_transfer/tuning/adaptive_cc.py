@@ -1,6 +1,7 @@
 """`adaptive-cc`: the Adaptive Concurrency algorithm of paper 001.
 
-Paper 001 (001_f8d7d2e175ffc04d.txt) section 4.1: cut the file list into
+Paper 001 (Kim, Yildirim, Kosar, A Flexible Client for GridFTP-based Data
+Scheduling; docs/papers.md) section 4.1: cut the file list into
 chunks of a fixed number of files; move the first with concurrency 1 (here: the
 connections the SSH channel window needs on a measured link,
 `streams_for_channel_window`, see pcp.py); for each

@@ -1,6 +1,6 @@
 """What an algorithm needs from whatever moves the bytes.
 
-Algorithms never touch sockets (DESIGN.md section 3): they plan chunks, hand
+Algorithms never touch sockets (docs/transfers.md, "The transfer primitive"): they plan chunks, hand
 one to an executor, read the throughput back, and decide. Two levels:
 
 1. `ChunkExecutor` - one call, one chunk, blocking::

@@ -1,7 +1,10 @@
 """`globus`: Globus Online's static heuristic, the baseline of paper 000.
 
-Paper 000 (000_9708b470430da548.txt) section 1, with paper 001
-(001_f8d7d2e175ffc04d.txt) section 2 naming the three groups by average size:
+Paper 000 (Yildirim, Arslan, Kim, Kosar, Application-Level Optimization of Big
+Data Transfers Through Pipelining, Parallelism and Concurrency, IEEE TCC 2016)
+section 1, with paper 001 (Kim, Yildirim, Kosar, A Flexible Client for
+GridFTP-based Data Scheduling) section 2 naming the three groups by average size
+(docs/papers.md):
 
     more than 100 files averaging under 50 MB  -> pipelining 20, parallelism 2
     average over 250 MB                        -> pipelining  5, parallelism 8

@@ -1,6 +1,7 @@
 """Where a transfer's starting point comes from: given, the tuning library, or measured now.
 
-Paper 003: parameters are measured once (and re-measured periodically by the
+Paper 003 (Kola, Kosar, Livny, Run-time Adaptation of Grid Data Placement Jobs,
+2003; docs/papers.md): parameters are measured once (and re-measured periodically by the
 light profiler), kept in the tuning library, and every transfer starts from
 them instead of measuring first. Order of precedence:
 
@@ -70,7 +71,7 @@ class StartingPoint:
         )
 
     def summary(self) -> dict[str, Any]:
-        """The summary's `tuning` object (DESIGN.md section 9) plus what the library contributed."""
+        """The summary's `tuning` object (docs/summary.md) plus what the library contributed."""
         link = self.link
         out: dict[str, Any] = {
             "source": self.source,

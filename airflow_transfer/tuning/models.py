@@ -6,7 +6,9 @@ Units: sizes and windows in bytes, times in seconds, rates in bits per second
 Pipelining has two counting conventions, and mixing them up costs a factor
 of two on files near the BDP:
 
-* paper 000 (000_9708b470430da548.txt, section 1 and eq. 3) counts GridFTP's
+* paper 000 (Yildirim, Arslan, Kim, Kosar, Application-Level Optimization of
+  Big Data Transfers Through Pipelining, Parallelism and Concurrency, IEEE TCC
+  2016; docs/papers.md; section 1 and eq. 3) counts GridFTP's
   *pipelining level*: "if the pipelining level is set to four, five
   outstanding commands are issued". A level L keeps L + 1 files in flight, and
   eq. 3 says one RTT then carries FS x (L + 1) bytes.
@@ -18,8 +20,9 @@ convert once with `pp_param` when they build `TransferParams`.
 
 Eq. 4 vs paper 001 eq. 1. Paper 000 eq. 4 gives level = ceil(BDP / FS) - 1,
 i.e. ceil(BDP / FS) files in flight: the fewest that put one BDP on the wire
-per RTT (eq. 3 with B = BDP). Paper 001 (001_f8d7d2e175ffc04d.txt) eq. 1
-writes BDP / FS + 1 (6 for 1 MB files at a 5 MB BDP, where eq. 4 gives 4).
+per RTT (eq. 3 with B = BDP). Paper 001 (Kim, Yildirim, Kosar, A Flexible
+Client for GridFTP-based Data Scheduling) eq. 1 writes BDP / FS + 1 (6 for
+1 MB files at a 5 MB BDP, where eq. 4 gives 4).
 We use eq. 4: it is derived from the measured relation eq. 3 (Fig. 2), while
 eq. 1 is stated without derivation and keeps two more files outstanding than
 fill the pipe - extra server-side opens that buy no bandwidth once the BDP is
@@ -192,7 +195,8 @@ def pp_param(level: int) -> int:
 
 def mathis_bps(rtt_s: float, loss_rate: float, mss: int = ETHERNET_MSS, c: float = MATHIS_C) -> float:
     """Mathis et al. bound on one TCP stream: MSS x C / (RTT x sqrt(p)) (paper 000 eq. 1,
-    paper 004 004_7b07d4fbd123fe88.txt). Infinite when there is no loss."""
+    and Grossman, Gu et al., Computer Networks 2004: paper 004 in docs/papers.md).
+    Infinite when there is no loss."""
     if rtt_s <= 0:
         raise ValueError(f"RTT must be > 0 (got {rtt_s!r})")
     if loss_rate <= 0:

@@ -1,6 +1,8 @@
 """`mc`: the Multi-Chunk algorithm of paper 000 section 4.2.
 
-Paper 000 (000_9708b470430da548.txt) section 4.2 (after Arslan et al.,
+Paper 000 (Yildirim, Arslan, Kim, Kosar, Application-Level Optimization of Big
+Data Transfers Through Pipelining, Parallelism and Concurrency, IEEE TCC 2016;
+docs/papers.md) section 4.2 (after Arslan et al.,
 Euro-Par'13): split the sorted dataset into Small, Middle, Large and Huge
 chunks by file size relative to the BDP, set pipelining and parallelism per
 chunk up front, hand out a fixed number of channels round robin over

@@ -1,7 +1,9 @@
 """`pcp`: Adaptive Pipelining-Concurrency-Parallelism, paper 000 Alg. 2.
 
-Paper 000 (000_9708b470430da548.txt) section 4.1, also paper 001
-(001_f8d7d2e175ffc04d.txt) section 4.2. The sorted dataset is split at the BDP:
+Paper 000 (Yildirim, Arslan, Kim, Kosar, Application-Level Optimization of Big
+Data Transfers Through Pipelining, Parallelism and Concurrency, IEEE TCC 2016)
+section 4.1, also paper 001 (Kim, Yildirim, Kosar, A Flexible Client for
+GridFTP-based Data Scheduling) section 4.2; see docs/papers.md. The sorted dataset is split at the BDP:
 
 Set 1 (files < BDP): Recursive Chunk Division gives chunks with their own
 pipelining level (eq. 4); the largest chunk is halved until there are

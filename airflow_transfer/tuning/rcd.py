@@ -1,6 +1,8 @@
 """Recursive Chunk Division and the chunk revisions of Adaptive PCP.
 
-Paper 000 (000_9708b470430da548.txt) Alg. 1 splits a size-sorted range at its
+Paper 000 (Yildirim, Arslan, Kim, Kosar, Application-Level Optimization of Big
+Data Transfers Through Pipelining, Parallelism and Concurrency, IEEE TCC 2016;
+docs/papers.md) Alg. 1 splits a size-sorted range at its
 mean-size index while the pipelining level of the piece differs from its
 parent's; Alg. 2 then divides the largest chunk until there are enough chunks
 to ramp concurrency over, and combines chunks that ended up with the same

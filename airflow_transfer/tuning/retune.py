@@ -1,6 +1,7 @@
 """Run-time re-tuning of a long final phase (used by `auto`).
 
-Paper 003 (003_03c1be99ca261165.txt, section 1): parameters optimal when a
+Paper 003 (Kola, Kosar, Livny, Run-time Adaptation of Grid Data Placement Jobs,
+2003; docs/papers.md; section 1): parameters optimal when a
 job is submitted may no longer be optimal when it executes. PCP ends with
 "transfer the rest in one chunk with the optimal values"; for a long rest
 that freezes a decision the link may invalidate. `RestRunner` instead moves

@@ -27,7 +27,7 @@ Per chunk of files with (pp, p, cc) on a link of bandwidth B and RTT R:
   CPU (open/close/rename), which is why parallelism on small files hurts.
 * Start-up. Every chunk starts in slow start from `initial_window`: about
   log2(window / IW) - 1 RTTs lost; connections beyond those already pooled
-  cost `setup_rtts` x R to open (data-channel caching, DESIGN.md section 3).
+  cost `setup_rtts` x R to open (data-channel caching: the engine's connection pool, docs/transfers.md).
 * Rate changes. `rate_changes=[(t, bandwidth_bps), ...]` switches the
   bandwidth at simulated time t, also in the middle of a chunk.
 

@@ -1,6 +1,7 @@
 """Stork parameter tuner: profiler figures -> streams, TCP buffer, block size.
 
-Paper 003 (003_03c1be99ca261165.txt) section 4.3, per direction (X->Y and
+Paper 003 (Kola, Kosar, Livny, Run-time Adaptation of Grid Data Placement Jobs,
+2003; docs/papers.md) section 4.3, per direction (X->Y and
 Y->X, section 4.4) and per protocol (section 4.3, last paragraph):
 
 1. one stream per hop whose latency exceeds 10 ms (at least one stream);
@@ -17,7 +18,7 @@ Y->X, section 4.4) and per protocol (section 4.3, last paragraph):
    and the destination's writes.
 
 It also proposes a starting point for the tuning algorithms: BDP, p = streams,
-cc = 1 and the pipelining level of paper 000 (000_9708b470430da548.txt) eq. 4,
+cc = 1 and the pipelining level of paper 000 (Yildirim et al., IEEE TCC 2016) eq. 4,
 ceil(BDP / mean file size) - 1, clamped to [1, max_pp]. The level counts the
 paper's way (level L keeps L + 1 files in flight); `to_transfer_params`
 converts it to `TransferParams.pp`, which counts files in flight.

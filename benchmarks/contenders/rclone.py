@@ -1,8 +1,9 @@
 """rclone's sftp backend (Debian package `rclone`): defaults, a small hand-tuned grid, a download.
 
 rclone checks each uploaded file by running `md5sum` on the server over SSH
-exec unless `--sftp-disable-hashcheck` is given (DESIGN.md section 8 measured
-what that costs on small files); every row's name says which. The remote is
+exec unless `--sftp-disable-hashcheck` is given: one `md5sum` per file, which
+shows on small files (docs/benchmarks.md has rows with the check on and off);
+every row's name says which. The remote is
 defined in a config file written per testbed (`rclone.conf`) with the hash
 commands set explicitly, so rclone does not probe the server's shell first.
 """

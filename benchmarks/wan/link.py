@@ -88,7 +88,7 @@ class _State:
 
 
 def bdp_bytes(rtt_ms: float, rate_mbit: float) -> int:
-    """Bandwidth-delay product (paper 000_9708b470430da548.txt: BDP = bandwidth x RTT)."""
+    """Bandwidth-delay product, BDP = bandwidth x RTT (Yildirim et al., IEEE TCC 2016)."""
     return int(rate_mbit * 1e6 / 8 * rtt_ms / 1e3)
 
 
