@@ -22,7 +22,8 @@ from .protocols.endpoint import Endpoint
 from .protocols.fallback import alternate_endpoints
 from .protocols.pool import SFTPPool, warm_count
 from .protocols.replicas import ReplicaSet
-from .protocols.sessions import endpoint_from_url, uses_engine
+from .protocols.resolve import resolve_endpoint
+from .protocols.sessions import uses_engine
 from .summary import TransferSummary
 
 
@@ -83,7 +84,7 @@ def open_session(req: CopyRequest, stats: Stats | None):
     the fall-back over several protocols (FallbackSession), whose first phase is that same
     engine when the preferred pair is one it moves."""
     if getattr(req, "replicas", None):
-        make = req.make_endpoint or endpoint_from_url
+        make = req.make_endpoint or resolve_endpoint
         rs = ReplicaSet([req.src, *[make(u) for u in req.replicas]], drop_after=req.switch_after)
         src = Endpoint("replicas", req.src.path, options={"set": rs})
         session = BackendSession(src, req.dst, stats=stats, skip_existing=req.skip_existing, retry=req.retry,
@@ -93,7 +94,7 @@ def open_session(req: CopyRequest, stats: Stats | None):
     if req.alt_protocols:
         side = "dst" if req.dst.scheme != "file" else "src"
         primary = req.dst if side == "dst" else req.src
-        alts = alternate_endpoints(primary, list(req.alt_protocols), req.make_endpoint or endpoint_from_url)
+        alts = alternate_endpoints(primary, list(req.alt_protocols), req.make_endpoint or resolve_endpoint)
         return FallbackSession(req.src, req.dst, [primary, *alts], side=side, stats=stats,
                                skip_existing=req.skip_existing, retry=req.retry, verify=req.verify,
                                threshold=req.switch_after, probe_interval=req.probe_interval, log=req.log,

@@ -14,7 +14,7 @@ from airflow_transfer.engine.retry import RetryPolicy
 from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols import backends
 from airflow_transfer.protocols.endpoint import Endpoint
-from airflow_transfer.protocols.sessions import endpoint_from_url
+from airflow_transfer.protocols.resolve import resolve_endpoint
 from airflow_transfer.protocols.ssh import SSHTarget
 from tests.support.data import temp_files, tree_digest, write_random
 from tests.support.servers import ftp_at_root
@@ -74,7 +74,7 @@ def _copy(sshd, src, dst, algorithm, alt, progress, **kw):
     return run_copy(CopyRequest(
         Endpoint("file", str(src)), Endpoint("sftp", str(dst), target), TransferParams(pp=8, cc=2),
         algorithm=algorithm, alt_protocols=alt, progress=progress, progress_interval=0.05,
-        make_endpoint=lambda url: endpoint_from_url(url), **kw))
+        make_endpoint=lambda url: resolve_endpoint(url), **kw))
 
 
 def _auths(sshd, mark: int) -> int:

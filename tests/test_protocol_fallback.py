@@ -16,7 +16,7 @@ from airflow_transfer.protocols import backends
 from airflow_transfer.protocols.backends.base import Backend
 from airflow_transfer.protocols.endpoint import Endpoint
 from airflow_transfer.protocols.ssh import SSHTarget
-from airflow_transfer.protocols.sessions import endpoint_from_url
+from airflow_transfer.protocols.resolve import resolve_endpoint
 from tests.support.cli import run_cli, ssh_args
 from tests.support.data import make_tree, temp_files, tree_digest
 from tests.support.servers import HTTPServer, MotoServer, ftp_at_root
@@ -142,7 +142,7 @@ def test_silent_truncation_detected_by_size_and_resent_over_alternate(sshd, ftp_
                           TransferParams(cc=2), alt_protocols=[f"ftp://{ftp_root.user}@{ftp_root.host}:{ftp_root.port}"],
                           probe_interval=0.5, log=lines.append, transfer_key=f"silent-{remote_dir.name}",
                           make_endpoint=lambda url: Endpoint("sftp", url.split(str(sshd.port), 1)[1], target)
-                          if url.startswith("sftp") else endpoint_from_url(url))
+                          if url.startswith("sftp") else resolve_endpoint(url))
         summary = run_copy(req)
     finally:
         backends.register_wrapper("sftp", None)
