@@ -40,7 +40,6 @@ class FileTask:
     tmp: str  # temporary destination path
     mode: int = 0o644
     attempts: int = 0
-    resume_from: int = 0  # single stream: bytes already at the destination's temporary file
     todo_ranges: list | None = None  # p ranges still missing (from the journal), None = all
     moved_total: int = 0  # bytes sent over every attempt (re-sends included)
     resumable: bool = False  # its temporary file may hold this very source version

@@ -556,7 +556,7 @@ class _Runner:
             return False
         self.s.stats.add_total(0, size - t.size)
         t.size, t.mtime = size, mtime
-        t.resume_from, t.todo_ranges, t.resumable, t.repair, t.done = 0, None, False, None, None
+        t.todo_ranges, t.resumable, t.repair, t.done = None, False, None, None
         return True
 
     # -- workers: their number may change while the chunk runs (Multi-Chunk) ----------
