@@ -19,7 +19,9 @@ test: venv
 	@# 2 cores; --dist loadfile keeps a module on one worker, so its sshd, Airflow home or
 	@# api-server start once. Tests on the emulated WAN measure rates, so they run after,
 	@# alone (marker `wan`).
-	@s=0; $(PY) -m pytest -q -p no:cacheprovider --timeout=900 --durations=15 -n $(TEST_WORKERS) --dist loadfile -m "not wan" || s=1; \
+	@# ruff (format + lint) and mypy first; a failure there fails the run after the tests ran.
+	@s=0; LINT_TYPES=0 bash scripts/lint.sh || s=1; \
+	$(PY) -m pytest -q -p no:cacheprovider --timeout=900 --durations=15 -n $(TEST_WORKERS) --dist loadfile -m "not wan" || s=1; \
 	$(PY) -m pytest -q -p no:cacheprovider --timeout=900 --durations=15 -m wan || s=1; \
 	exit $$s
 

@@ -22,8 +22,8 @@ import os
 import posixpath
 import re
 import time
-from datetime import datetime, timezone
-from typing import Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
 from urllib.parse import unquote, urlparse
 
 import numpy as np
@@ -55,8 +55,11 @@ def manifest_path(uri: str) -> str:
     if uri.startswith("file://"):
         return unquote(urlparse(uri).path)
     if "://" in uri:
-        raise UsageError(f"staged manifests are local files; {uri!r} is not", uri,
-                         "use a staging directory every worker can read (a shared mount on many hosts)")
+        raise UsageError(
+            f"staged manifests are local files; {uri!r} is not",
+            uri,
+            "use a staging directory every worker can read (a shared mount on many hosts)",
+        )
     return uri
 
 
@@ -80,8 +83,7 @@ def size_histogram(sizes: np.ndarray) -> list[dict]:
     idx = np.searchsorted(np.asarray(HISTOGRAM_EDGES, dtype=np.int64), sizes, side="right")
     files = np.bincount(idx, minlength=len(HISTOGRAM_LABELS))
     nbytes = np.bincount(idx, weights=sizes, minlength=len(HISTOGRAM_LABELS))
-    return [{"size": label, "files": int(f), "bytes": int(b)}
-            for label, f, b in zip(HISTOGRAM_LABELS, files, nbytes)]
+    return [{"size": label, "files": int(f), "bytes": int(b)} for label, f, b in zip(HISTOGRAM_LABELS, files, nbytes)]
 
 
 def list_tree(src: Endpoint) -> Manifest:
@@ -106,8 +108,9 @@ def stage_manifest(src: Endpoint, staging_dir: str, name: str) -> dict:
     try:
         ordered.write(path)
     except OSError as exc:
-        raise TransferError(f"cannot write the manifest: {exc.strerror or exc}", path,
-                            "check the staging directory and its permissions") from exc
+        raise TransferError(
+            f"cannot write the manifest: {exc.strerror or exc}", path, "check the staging directory and its permissions"
+        ) from exc
     sizes = ordered.table[ms.SIZE].to_numpy() if ordered.files else np.zeros(0, dtype=np.int64)
     return {
         "manifest": "file://" + path,
@@ -126,16 +129,18 @@ def read_manifest(uri: str) -> Manifest:
 
 
 # -- planning ---------------------------------------------------------------------
-def starting_point(src: Endpoint | None, dst: Endpoint | None, given_link, *, store_url: str | None = None,
-                   algorithm: str = "fixed"):
+def starting_point(
+    src: Endpoint | None, dst: Endpoint | None, given_link, *, store_url: str | None = None, algorithm: str = "fixed"
+):
     """(link for the planners, StartingPoint): given figures, else the tuning library's row for
     src host -> dst host (docs/profilers.md), else unknown. Without endpoints: given or unknown."""
     from .job import sftp_link
     from .tuning.library import GIVEN, StartingPoint, choose
 
     if src is None or dst is None:
-        start = StartingPoint(given_link, GIVEN if given_link is not None or algorithm == "fixed"
-                              else "unknown (adapting by measurement)")
+        start = StartingPoint(
+            given_link, GIVEN if given_link is not None or algorithm == "fixed" else "unknown (adapting by measurement)"
+        )
     else:
         store = _open_store(store_url)
         try:
@@ -148,9 +153,19 @@ def starting_point(src: Endpoint | None, dst: Endpoint | None, given_link, *, st
     return link, start
 
 
-def plan_chunks(manifest, *, algorithm: str = "fixed", params: TransferParams | None = None,
-                link=None, transfer_key: str, min_chunks: int = 1, chunk_bytes: int | None = None,
-                root_is_file: bool = False, options: dict | None = None, start=None) -> list[dict]:
+def plan_chunks(
+    manifest,
+    *,
+    algorithm: str = "fixed",
+    params: TransferParams | None = None,
+    link=None,
+    transfer_key: str,
+    min_chunks: int = 1,
+    chunk_bytes: int | None = None,
+    root_is_file: bool = False,
+    options: dict | None = None,
+    start=None,
+) -> list[dict]:
     """Chunk specs (plain dicts, XCom-sized) for the staged manifest.
 
     `algorithm` picks the per-chunk pp/p/cc (fixed: `params` for every chunk). The
@@ -178,8 +193,16 @@ def plan_chunks(manifest, *, algorithm: str = "fixed", params: TransferParams | 
     try:
         if algorithm == "fixed":
             p = params or TransferParams()
-            algo = get_algorithm("fixed", pp=p.pp, p=p.p, cc=p.cc, block_size=p.block_size,
-                                 tcp_buffer=p.tcp_buffer, chunk_bytes=chunk_bytes, **options)
+            algo = get_algorithm(
+                "fixed",
+                pp=p.pp,
+                p=p.p,
+                cc=p.cc,
+                block_size=p.block_size,
+                tcp_buffer=p.tcp_buffer,
+                chunk_bytes=chunk_bytes,
+                **options,
+            )
         else:
             algo = get_algorithm(algorithm, **options)
     except ValueError as exc:
@@ -198,15 +221,22 @@ def plan_chunks(manifest, *, algorithm: str = "fixed", params: TransferParams | 
             k = max(splittable, key=lambda i: ranges[i][1] - ranges[i][0])
             lo, hi, prm = ranges[k]
         half = ss.bytes(lo, hi) / 2
-        cut = int(np.searchsorted(ss.cum[lo:hi + 1] - ss.cum[lo], half, side="left")) + lo
+        cut = int(np.searchsorted(ss.cum[lo : hi + 1] - ss.cum[lo], half, side="left")) + lo
         cut = min(max(cut, lo + 1), hi - 1)
-        ranges[k:k + 1] = [(lo, cut, prm), (cut, hi, prm)]
+        ranges[k : k + 1] = [(lo, cut, prm), (cut, hi, prm)]
     out = []
     n = len(ranges)
     for i, (lo, hi, prm) in enumerate(ranges):
         spec = make_spec(ss, f"chunk-{i + 1:03d}-of-{n:03d}", lo, hi, prm).to_dict()
-        spec.update(manifest="file://" + os.path.abspath(manifest_path(uri)), transfer_key=transfer_key,
-                    algorithm=algorithm, root_is_file=root_is_file, index=i, count=n, v=SPEC_VERSION)
+        spec.update(
+            manifest="file://" + os.path.abspath(manifest_path(uri)),
+            transfer_key=transfer_key,
+            algorithm=algorithm,
+            root_is_file=root_is_file,
+            index=i,
+            count=n,
+            v=SPEC_VERSION,
+        )
         out.append(spec)
     return out
 
@@ -234,13 +264,21 @@ def _open_store(store_url: str | None):
     try:
         return Store.open(store_url)
     except StoreError as exc:
-        raise TransferError(f"cannot open the transfer store: {exc}", "",
-                            "check [airflow_transfer] store_url") from exc
+        raise TransferError(f"cannot open the transfer store: {exc}", "", "check [airflow_transfer] store_url") from exc
 
 
-def run_chunk(spec: dict, src: Endpoint, dst: Endpoint, *, store_url: str | None = None,
-              progress: Callable[[dict], None] | None = None, progress_interval: float = 5.0,
-              retry: RetryPolicy | None = None, verify: str | None = "sha256", use_store: bool = True) -> dict:
+def run_chunk(
+    spec: dict,
+    src: Endpoint,
+    dst: Endpoint,
+    *,
+    store_url: str | None = None,
+    progress: Callable[[dict], None] | None = None,
+    progress_interval: float = 5.0,
+    retry: RetryPolicy | None = None,
+    verify: str | None = "sha256",
+    use_store: bool = True,
+) -> dict:
     """Move rows [start, stop) of the spec's manifest; return a summary shaped like run_copy's."""
     from .job import _resume_map
 
@@ -250,9 +288,12 @@ def run_chunk(spec: dict, src: Endpoint, dst: Endpoint, *, store_url: str | None
     rows = m.table.slice(start, stop - start)
     got_bytes = int(pc.sum(rows[ms.SIZE]).as_py() or 0) if rows.num_rows else 0
     if rows.num_rows != spec["files"] or got_bytes != spec["bytes"]:
-        raise TransferError(f"chunk {spec['id']} does not match its manifest (rows {rows.num_rows}, "
-                            f"{got_bytes} bytes; the plan said {spec['files']}, {spec['bytes']})",
-                            spec["manifest"], "re-run the manifest and plan tasks")
+        raise TransferError(
+            f"chunk {spec['id']} does not match its manifest (rows {rows.num_rows}, "
+            f"{got_bytes} bytes; the plan said {spec['files']}, {spec['bytes']})",
+            spec["manifest"],
+            "re-run the manifest and plan tasks",
+        )
     chunk_manifest = Manifest(rows, root=m.root)
     chunk_manifest.validate(src.display)
     t0 = time.monotonic()
@@ -260,11 +301,13 @@ def run_chunk(spec: dict, src: Endpoint, dst: Endpoint, *, store_url: str | None
     store = _open_store(store_url) if use_store else None
     record = journal = None
     try:
-        with TransferSession(src, dst, stats=stats, skip_existing=True, retry=retry or RetryPolicy(),
-                             verify=verify) as session:
+        with TransferSession(
+            src, dst, stats=stats, skip_existing=True, retry=retry or RetryPolicy(), verify=verify
+        ) as session:
             if store is not None:
-                record = store.begin_transfer(spec["transfer_key"], src.display, dst.display,
-                                              algorithm=spec.get("algorithm"), resume=True)
+                record = store.begin_transfer(
+                    spec["transfer_key"], src.display, dst.display, algorithm=spec.get("algorithm"), resume=True
+                )
                 resume = _resume_map(store, record.id, chunk_manifest) if record.resumed else {}
                 store.record_listing(record.id, rows)
                 journal = store.journal_writer(record.id, max_delay_ms=200)
@@ -276,12 +319,18 @@ def run_chunk(spec: dict, src: Endpoint, dst: Endpoint, *, store_url: str | None
                 session.ensure_dirs(dst.path, m.empty_dirs)
             try:
                 # wall-clock times: chunks run on several workers, the UI lays them on one time axis
-                started_at = datetime.now(timezone.utc)
+                started_at = datetime.now(UTC)
                 with Reporter(stats, progress or (lambda s: None), progress_interval):
-                    result = session.perform(rows, params, src_root=_src_root(src, spec.get("root_is_file", False)),
-                                             dst_root=dst.path, chunk_id=spec["id"], resume=resume)
+                    result = session.perform(
+                        rows,
+                        params,
+                        src_root=_src_root(src, spec.get("root_is_file", False)),
+                        dst_root=dst.path,
+                        chunk_id=spec["id"],
+                        resume=resume,
+                    )
             finally:
-                ended_at = datetime.now(timezone.utc)
+                ended_at = datetime.now(UTC)
                 if journal is not None:
                     journal.close()
             verify_summary = session.verify_summary()
@@ -291,11 +340,20 @@ def run_chunk(spec: dict, src: Endpoint, dst: Endpoint, *, store_url: str | None
         if store is not None:
             store.close()
     return TransferSummary.from_results(
-        "chunk", [result],
-        files=result.files, bytes=result.bytes, seconds=time.monotonic() - t0,
-        algorithm=spec.get("algorithm", "fixed"), src=src.display, dst=dst.display, direction=session.direction,
-        verify=verify_summary, transfer_key=spec["transfer_key"], transfer_id=record.id if record else None,
-        host=_hostname(), pid=os.getpid(),
+        "chunk",
+        [result],
+        files=result.files,
+        bytes=result.bytes,
+        seconds=time.monotonic() - t0,
+        algorithm=spec.get("algorithm", "fixed"),
+        src=src.display,
+        dst=dst.display,
+        direction=session.direction,
+        verify=verify_summary,
+        transfer_key=spec["transfer_key"],
+        transfer_id=record.id if record else None,
+        host=_hostname(),
+        pid=os.getpid(),
     ).as_dict()
 
 
@@ -306,9 +364,18 @@ def _hostname() -> str:
 
 
 # -- verification -----------------------------------------------------------------------
-def verify_tree(src: Endpoint, dst: Endpoint, manifest, *, algorithm: str = "sha256", repair: bool = False,
-                params: TransferParams | None = None, retry: RetryPolicy | None = None,
-                batch: int = 256, progress: Callable[[str], None] | None = None) -> dict:
+def verify_tree(
+    src: Endpoint,
+    dst: Endpoint,
+    manifest,
+    *,
+    algorithm: str = "sha256",
+    repair: bool = False,
+    params: TransferParams | None = None,
+    retry: RetryPolicy | None = None,
+    batch: int = 256,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
     """Digest every manifest file at the source and at the destination and compare.
 
     Digests are computed where the bytes are (the stdlib helper over SSH exec on a
@@ -351,8 +418,11 @@ def verify_tree(src: Endpoint, dst: Endpoint, manifest, *, algorithm: str = "sha
                         problems.append({"path": paths[i], "problem": f"source unreadable: {_short(s)}"})
                         continue
                     if isinstance(d, BaseException):
-                        what = "missing" if isinstance(d, FileNotFoundError) or getattr(d, "code", "") == "ENOENT" \
+                        what = (
+                            "missing"
+                            if isinstance(d, FileNotFoundError) or getattr(d, "code", "") == "ENOENT"
                             else f"unreadable: {_short(d)}"
+                        )
                         problems.append({"path": paths[i], "problem": what})
                         bad_rows.append(i)
                     elif s != d:
@@ -367,8 +437,9 @@ def verify_tree(src: Endpoint, dst: Endpoint, manifest, *, algorithm: str = "sha
         still_bad = list(problems)
         if repair and bad_rows:
             rows = table.take(pa.array(bad_rows, pa.int64()))
-            result = session.perform(rows, params or TransferParams(pp=8, cc=2), src_root=src_root,
-                                     dst_root=dst.path, chunk_id="repair")
+            result = session.perform(
+                rows, params or TransferParams(pp=8, cc=2), src_root=src_root, dst_root=dst.path, chunk_id="repair"
+            )
             fixed = {o.path for o in result.outcomes if o.ok}
             repaired = len(fixed)
             still_bad = [p for p in problems if p["path"] not in fixed]
@@ -398,8 +469,9 @@ def _short(exc: BaseException) -> str:
 
 
 # -- the shared store record -------------------------------------------------------------
-def transfer_summary(store_url: str | None, transfer_key: str, verify: dict | None = None,
-                     finish: bool = True) -> dict | None:
+def transfer_summary(
+    store_url: str | None, transfer_key: str, verify: dict | None = None, finish: bool = True
+) -> dict | None:
     """The summary of all chunks journalled under `transfer_key`; with `finish`, close the record."""
     store = _open_store(store_url)
     try:
@@ -414,15 +486,32 @@ def transfer_summary(store_url: str | None, transfer_key: str, verify: dict | No
         ends = [c.ended_at for c in chunks if c.ended_at] or [rec.updated_at]
         summary = TransferSummary(
             "transfer",
-            files=sum(v["files"] for v in counts.values()), bytes=sum(v["bytes"] for v in counts.values()),
+            files=sum(v["files"] for v in counts.values()),
+            bytes=sum(v["bytes"] for v in counts.values()),
             seconds=max((max(ends) - min(starts)).total_seconds(), 1e-6),
             bytes_moved=sum(c.bytes_moved for c in chunks),
-            algorithm=rec.algorithm or "fixed", src=rec.src_url, dst=rec.dst_url, verify=verify or {},
-            chunks=[{"id": c.chunk_id, "files": c.files, "bytes": c.bytes, "pp": c.pp, "p": c.p, "cc": c.cc,
-                     "seconds": round(c.seconds, 3), "throughput_mbit": round(c.throughput_mbit, 2)}
-                    for c in chunks],
+            algorithm=rec.algorithm or "fixed",
+            src=rec.src_url,
+            dst=rec.dst_url,
+            verify=verify or {},
+            chunks=[
+                {
+                    "id": c.chunk_id,
+                    "files": c.files,
+                    "bytes": c.bytes,
+                    "pp": c.pp,
+                    "p": c.p,
+                    "cc": c.cc,
+                    "seconds": round(c.seconds, 3),
+                    "throughput_mbit": round(c.throughput_mbit, 2),
+                }
+                for c in chunks
+            ],
             failed=[{"path": p["path"], "error": p["problem"]} for p in (verify or {}).get("problems", [])],
-            journal=counts, transfer_key=transfer_key, transfer_id=rec.id, store=store.masked_url,
+            journal=counts,
+            transfer_key=transfer_key,
+            transfer_id=rec.id,
+            store=store.masked_url,
         ).as_dict()
         if finish and rec.state == "running":
             # A verification (with repair) is the final word on the destination.

@@ -42,78 +42,145 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--identity", help="private key file for SSH")
         p.add_argument("--known-hosts", help="known_hosts file to verify host keys against")
         p.add_argument("--ssh-config", help="OpenSSH client config file (default ~/.ssh/config)")
-        p.add_argument("--stall-timeout", type=float, default=None,
-                       help="seconds an SFTP request may go unanswered before the connection is treated "
-                            "as lost and retried (default 120)")
-        p.add_argument("--ssh-client", choices=SSH_CLIENTS, default=None,
-                       help="what carries SFTP data connections: paramiko (default), OpenSSH's ssh client "
-                            "(one process per connection, for CPU-bound clients), or auto (OpenSSH when the "
-                            "key allows it, else paramiko; docs/transfers.md)")
+        p.add_argument(
+            "--stall-timeout",
+            type=float,
+            default=None,
+            help="seconds an SFTP request may go unanswered before the connection is treated "
+            "as lost and retried (default 120)",
+        )
+        p.add_argument(
+            "--ssh-client",
+            choices=SSH_CLIENTS,
+            default=None,
+            help="what carries SFTP data connections: paramiko (default), OpenSSH's ssh client "
+            "(one process per connection, for CPU-bound clients), or auto (OpenSSH when the "
+            "key allows it, else paramiko; docs/transfers.md)",
+        )
         p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
     cp = sub.add_parser("copy", help="copy SRC to DST (DST is a directory root)")
     cp.add_argument("src", nargs="?")
     cp.add_argument("dst", nargs="?")
-    cp.add_argument("--from-list", help="a request list: 'SRC DST' per line, grouped by host pair "
-                                        "(docs/protocols.md)")
+    cp.add_argument("--from-list", help="a request list: 'SRC DST' per line, grouped by host pair (docs/protocols.md)")
     algos = ["fixed", "globus", "pcp", "mc", "adaptive-cc", "auto"]
-    cp.add_argument("--algorithm", default=None, choices=algos,
-                    help="how pp/p/cc are chosen per chunk: auto (the default) tunes them; fixed (the default "
-                         "when --pp, -p or -c is given) uses them as given; see docs/tuning.md")
+    cp.add_argument(
+        "--algorithm",
+        default=None,
+        choices=algos,
+        help="how pp/p/cc are chosen per chunk: auto (the default) tunes them; fixed (the default "
+        "when --pp, -p or -c is given) uses them as given; see docs/tuning.md",
+    )
     link_opts(cp)
-    cp.add_argument("--pp", type=int, default=None, help="file operations kept in flight per connection "
-                                                          f"(fixed; default {FIXED_DEFAULTS[0]})")
-    cp.add_argument("--parallelism", "-p", type=int, default=None,
-                    help=f"connections per large file (fixed; default {FIXED_DEFAULTS[1]})")
-    cp.add_argument("--concurrency", "-c", type=int, default=None,
-                    help=f"files moved at once on separate connections (fixed; default {FIXED_DEFAULTS[2]})")
+    cp.add_argument(
+        "--pp",
+        type=int,
+        default=None,
+        help=f"file operations kept in flight per connection (fixed; default {FIXED_DEFAULTS[0]})",
+    )
+    cp.add_argument(
+        "--parallelism",
+        "-p",
+        type=int,
+        default=None,
+        help=f"connections per large file (fixed; default {FIXED_DEFAULTS[1]})",
+    )
+    cp.add_argument(
+        "--concurrency",
+        "-c",
+        type=int,
+        default=None,
+        help=f"files moved at once on separate connections (fixed; default {FIXED_DEFAULTS[2]})",
+    )
     cp.add_argument("--manifest", help="copy exactly the files of this Parquet manifest")
-    cp.add_argument("--verify", default="sha256",
-                    help="checksum every file end to end before its final name: md5, sha1, sha256 (default), "
-                         "blake2b, adler32, crc32c, xxh128, blake3, or none")
-    cp.add_argument("--verify-mode", default="auto", choices=["auto", "sequential", "file", "block"],
-                    help="auto (default): block for uploads, file otherwise; sequential: all transfers, then "
-                         "all checksums; file: each file's destination digest overlaps the transfer of the "
-                         "next files; block: each block is checksummed at both ends while the next is sent, "
-                         "only bad blocks are re-sent (uploads; docs/integrity.md)")
-    cp.add_argument("--verify-block-size", type=int, default=None,
-                    help="block mode: bytes per checksum block (default 8 MiB)")
-    cp.add_argument("--verify-threads", type=int, default=None,
-                    help="block mode: destination checksum threads (default: balanced from measured "
-                         "transfer and checksum time per block)")
+    cp.add_argument(
+        "--verify",
+        default="sha256",
+        help="checksum every file end to end before its final name: md5, sha1, sha256 (default), "
+        "blake2b, adler32, crc32c, xxh128, blake3, or none",
+    )
+    cp.add_argument(
+        "--verify-mode",
+        default="auto",
+        choices=["auto", "sequential", "file", "block"],
+        help="auto (default): block for uploads, file otherwise; sequential: all transfers, then "
+        "all checksums; file: each file's destination digest overlaps the transfer of the "
+        "next files; block: each block is checksummed at both ends while the next is sent, "
+        "only bad blocks are re-sent (uploads; docs/integrity.md)",
+    )
+    cp.add_argument(
+        "--verify-block-size", type=int, default=None, help="block mode: bytes per checksum block (default 8 MiB)"
+    )
+    cp.add_argument(
+        "--verify-threads",
+        type=int,
+        default=None,
+        help="block mode: destination checksum threads (default: balanced from measured "
+        "transfer and checksum time per block)",
+    )
     cp.add_argument("--no-skip", action="store_true", help="re-send files already present with same size and mtime")
     cp.add_argument("--progress-interval", type=float, default=None, help="seconds between progress lines")
-    cp.add_argument("--store", help="store URL for the journal and history (default: SQLite under "
-                                    "$AIRFLOW_HOME or ~/.airflow-transfer)")
+    cp.add_argument(
+        "--store",
+        help="store URL for the journal and history (default: SQLite under $AIRFLOW_HOME or ~/.airflow-transfer)",
+    )
     cp.add_argument("--transfer-key", help="journal key; a re-run with the same key resumes (default: from SRC+DST)")
-    cp.add_argument("--resume", dest="restart", action="store_false", default=False,
-                    help="continue from the journal of an earlier attempt (the default)")
-    cp.add_argument("--restart", dest="restart", action="store_true",
-                    help="ignore the journal of earlier attempts (files already complete are still skipped)")
-    cp.add_argument("--measure-link", action=argparse.BooleanOptionalAction, default=None,
-                    help="when the tuning library has nothing for this link, measure it now (light profile + "
-                         "tuner); default: only when an adaptive algorithm would move 1 GiB or more blind")
+    cp.add_argument(
+        "--resume",
+        dest="restart",
+        action="store_false",
+        default=False,
+        help="continue from the journal of an earlier attempt (the default)",
+    )
+    cp.add_argument(
+        "--restart",
+        dest="restart",
+        action="store_true",
+        help="ignore the journal of earlier attempts (files already complete are still skipped)",
+    )
+    cp.add_argument(
+        "--measure-link",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="when the tuning library has nothing for this link, measure it now (light profile + "
+        "tuner); default: only when an adaptive algorithm would move 1 GiB or more blind",
+    )
     cp.add_argument("--retries", type=int, default=5, help="attempts per file for transient errors")
-    cp.add_argument("--replica", action="append", default=[],
-                    help="another URL of the same source tree; files are read from every replica at once, "
-                         "weighted by measured throughput (repeatable; docs/protocols.md)")
-    cp.add_argument("--alt-protocols", default="",
-                    help="fall-back protocols for the remote end, in order, e.g. ftp or ftp://user@host:2121 "
-                         "(docs/protocols.md)")
+    cp.add_argument(
+        "--replica",
+        action="append",
+        default=[],
+        help="another URL of the same source tree; files are read from every replica at once, "
+        "weighted by measured throughput (repeatable; docs/protocols.md)",
+    )
+    cp.add_argument(
+        "--alt-protocols",
+        default="",
+        help="fall-back protocols for the remote end, in order, e.g. ftp or ftp://user@host:2121 (docs/protocols.md)",
+    )
     cp.add_argument("--switch-after", type=int, default=3, help="consecutive failures before switching protocol")
-    cp.add_argument("--probe-interval", type=float, default=5.0,
-                    help="seconds between probes of the preferred protocol while on an alternate")
-    cp.add_argument("--deadline", type=float, default=3600.0,
-                    help="seconds after which transient errors are no longer retried")
+    cp.add_argument(
+        "--probe-interval",
+        type=float,
+        default=5.0,
+        help="seconds between probes of the preferred protocol while on an alternate",
+    )
+    cp.add_argument(
+        "--deadline", type=float, default=3600.0, help="seconds after which transient errors are no longer retried"
+    )
     ssh_opts(cp)
 
     pl = sub.add_parser("plan", help="print the chunks and pp/p/cc an algorithm chooses, moving no data")
     pl.add_argument("src", nargs="?")
     pl.add_argument("--manifest", help="plan this Parquet manifest instead of listing SRC")
     pl.add_argument("--algorithm", default="auto", choices=algos)
-    pl.add_argument("--protocol", default="sftp", choices=["sftp", "paper"],
-                    help="pipelining model: sftp (two control round trips per file, what `copy` uses; default) "
-                         "or paper (paper 000 eq. 4 as written: one)")
+    pl.add_argument(
+        "--protocol",
+        default="sftp",
+        choices=["sftp", "paper"],
+        help="pipelining model: sftp (two control round trips per file, what `copy` uses; default) "
+        "or paper (paper 000 eq. 4 as written: one)",
+    )
     link_opts(pl)
     ssh_opts(pl)
 
@@ -165,14 +232,16 @@ def _early_pool(args, src, dst):
 def cmd_copy(args) -> int:
 
     args.algorithm = copy_algorithm(args)
-    args.pp, args.parallelism, args.concurrency = (given if given is not None else default for given, default in
-                                                   zip((args.pp, args.parallelism, args.concurrency), FIXED_DEFAULTS))
+    args.pp, args.parallelism, args.concurrency = (
+        given if given is not None else default
+        for given, default in zip((args.pp, args.parallelism, args.concurrency), FIXED_DEFAULTS)
+    )
     params = check_params(args.pp, args.parallelism, args.concurrency)
     if bool(args.from_list) == bool(args.src and args.dst) or bool(args.src) != bool(args.dst):
-        raise UsageError("give SRC and DST, or --from-list FILE", "",
-                         "e.g. airflow-transfer copy ./data sftp://host/data")
+        raise UsageError(
+            "give SRC and DST, or --from-list FILE", "", "e.g. airflow-transfer copy ./data sftp://host/data"
+        )
     if args.from_list:
-
         return cmd_copy_list.run(args, params)
     src, dst = endpoint(args.src, args), endpoint(args.dst, args)
     pool = _early_pool(args, src, dst)
@@ -192,21 +261,33 @@ def _copy(args, params, src, dst, pool) -> int:
     tty = sys.stderr.isatty()
     interval = args.progress_interval or (0.5 if tty else 5.0)
 
-    req = CopyRequest(src, dst, params, manifest=manifest, skip_existing=not args.no_skip,
-                      progress=_progress_printer(sys.stderr, tty), progress_interval=interval,
-                      store_url=args.store, transfer_key=args.transfer_key, restart=args.restart,
-                      retry=RetryPolicy(max_attempts=args.retries, deadline_s=args.deadline),
-                      algorithm=args.algorithm,
-                      alt_protocols=[p for p in args.alt_protocols.split(",") if p.strip()],
-                      replicas=list(args.replica),
-                      switch_after=args.switch_after, probe_interval=args.probe_interval,
-                      make_endpoint=lambda url: endpoint(url, args),
-                      log=lambda line: (sys.stderr.write(("\n" if tty else "") + line + "\n"), sys.stderr.flush()),
-                      verify=None if args.verify == "none" else args.verify,
-                      verify_mode=args.verify_mode, verify_block_size=args.verify_block_size,
-                      verify_threads=args.verify_threads,
-                      link=link_from_args(args.rtt_ms, args.bandwidth_mbit, args.bdp),
-                      measure_link=args.measure_link, pool=pool)
+    req = CopyRequest(
+        src,
+        dst,
+        params,
+        manifest=manifest,
+        skip_existing=not args.no_skip,
+        progress=_progress_printer(sys.stderr, tty),
+        progress_interval=interval,
+        store_url=args.store,
+        transfer_key=args.transfer_key,
+        restart=args.restart,
+        retry=RetryPolicy(max_attempts=args.retries, deadline_s=args.deadline),
+        algorithm=args.algorithm,
+        alt_protocols=[p for p in args.alt_protocols.split(",") if p.strip()],
+        replicas=list(args.replica),
+        switch_after=args.switch_after,
+        probe_interval=args.probe_interval,
+        make_endpoint=lambda url: endpoint(url, args),
+        log=lambda line: (sys.stderr.write(("\n" if tty else "") + line + "\n"), sys.stderr.flush()),
+        verify=None if args.verify == "none" else args.verify,
+        verify_mode=args.verify_mode,
+        verify_block_size=args.verify_block_size,
+        verify_threads=args.verify_threads,
+        link=link_from_args(args.rtt_ms, args.bandwidth_mbit, args.bdp),
+        measure_link=args.measure_link,
+        pool=pool,
+    )
     summary = run_copy(req)
     if tty:
         sys.stderr.write("\n")
@@ -248,16 +329,28 @@ def cmd_plan(args) -> int:
         link = sftp_link(link)
     algorithm = get_algorithm(args.algorithm)
     specs = algorithm.plan(ordered.table, link)
-    out = {"algorithm": args.algorithm, "files": ordered.files, "bytes": ordered.bytes,
-           "link": {"rtt_ms": link.rtt_s * 1000, "bandwidth_mbit": link.bandwidth_bps / 1e6,
-                    "bdp_bytes": int(link.bdp_bytes), "source": link.source},
-           "decision": getattr(algorithm, "last_decision", None),
-           "chunks": [s.to_dict() for s in specs]}
-    sys.stderr.write(f"{args.algorithm}: {ordered.files} files, {ordered.bytes} bytes, {len(specs)} chunks "
-                     f"(BDP {int(link.bdp_bytes)} bytes, {link.source})\n")
+    out = {
+        "algorithm": args.algorithm,
+        "files": ordered.files,
+        "bytes": ordered.bytes,
+        "link": {
+            "rtt_ms": link.rtt_s * 1000,
+            "bandwidth_mbit": link.bandwidth_bps / 1e6,
+            "bdp_bytes": int(link.bdp_bytes),
+            "source": link.source,
+        },
+        "decision": getattr(algorithm, "last_decision", None),
+        "chunks": [s.to_dict() for s in specs],
+    }
+    sys.stderr.write(
+        f"{args.algorithm}: {ordered.files} files, {ordered.bytes} bytes, {len(specs)} chunks "
+        f"(BDP {int(link.bdp_bytes)} bytes, {link.source})\n"
+    )
     for s in specs:
-        sys.stderr.write(f"  {s.id}: {s.files} files, {s.bytes} bytes, sizes {s.min_size}-{s.max_size}, "
-                         f"pp={s.params.pp} p={s.params.p} cc={s.params.cc}\n")
+        sys.stderr.write(
+            f"  {s.id}: {s.files} files, {s.bytes} bytes, sizes {s.min_size}-{s.max_size}, "
+            f"pp={s.params.pp} p={s.params.p} cc={s.params.cc}\n"
+        )
     if args.json:
         sys.stdout.write(json.dumps(out, default=str) + "\n")
     return 0
@@ -272,8 +365,13 @@ def cmd_list(args) -> int:
     with TransferSession(src, Endpoint("file", os.getcwd())) as session:
         manifest = list_source(session, src)
     manifest.write(args.out)
-    info = {"manifest": os.path.abspath(args.out), "files": manifest.files, "bytes": manifest.bytes,
-            "empty_dirs": len(manifest.empty_dirs), "skipped_entries": manifest.skipped}
+    info = {
+        "manifest": os.path.abspath(args.out),
+        "files": manifest.files,
+        "bytes": manifest.bytes,
+        "empty_dirs": len(manifest.empty_dirs),
+        "skipped_entries": manifest.skipped,
+    }
     sys.stderr.write(f"listed {manifest.files} files ({manifest.bytes} bytes) into {args.out}\n")
     if args.json:
         sys.stdout.write(json.dumps(info) + "\n")
@@ -310,7 +408,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"airflow-transfer: error: {exc}\n")
         return 2
     except KeyboardInterrupt:
-        sys.stderr.write("airflow-transfer: interrupted; re-run the same command to finish (completed files are kept)\n")
+        sys.stderr.write(
+            "airflow-transfer: interrupted; re-run the same command to finish (completed files are kept)\n"
+        )
         return 130
     return 2
 

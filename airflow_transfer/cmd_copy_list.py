@@ -16,24 +16,36 @@ def run(args, params) -> int:
     from .request_list import load_pairs, run_request_list
 
     pairs = load_pairs(args.from_list)
-    base = CopyRequest(Endpoint("file", "/"), Endpoint("file", "/"), params, skip_existing=not args.no_skip,
-                       store_url=args.store, restart=args.restart,
-                       retry=RetryPolicy(max_attempts=args.retries, deadline_s=args.deadline),
-                       algorithm=args.algorithm, verify=None if args.verify == "none" else args.verify,
-                       link=link_from_args(args.rtt_ms, args.bandwidth_mbit, args.bdp),
-                       alt_protocols=[p for p in args.alt_protocols.split(",") if p.strip()],
-                       switch_after=args.switch_after, probe_interval=args.probe_interval,
-                       make_endpoint=lambda url: endpoint(url, args))
+    base = CopyRequest(
+        Endpoint("file", "/"),
+        Endpoint("file", "/"),
+        params,
+        skip_existing=not args.no_skip,
+        store_url=args.store,
+        restart=args.restart,
+        retry=RetryPolicy(max_attempts=args.retries, deadline_s=args.deadline),
+        algorithm=args.algorithm,
+        verify=None if args.verify == "none" else args.verify,
+        link=link_from_args(args.rtt_ms, args.bandwidth_mbit, args.bdp),
+        alt_protocols=[p for p in args.alt_protocols.split(",") if p.strip()],
+        switch_after=args.switch_after,
+        probe_interval=args.probe_interval,
+        make_endpoint=lambda url: endpoint(url, args),
+    )
 
     def said(g: dict) -> None:
-        sys.stderr.write(f"group {g['src_host']} -> {g['dst_host']}: {g['pairs']} pairs, {g['files']} files, "
-                         f"pp={g['params']['pp']} p={g['params']['p']} cc={g['params']['cc']} "
-                         f"({g['params_source']}), {g['throughput_mbit']:.1f} Mbit/s, {len(g['failed'])} failed\n")
+        sys.stderr.write(
+            f"group {g['src_host']} -> {g['dst_host']}: {g['pairs']} pairs, {g['files']} files, "
+            f"pp={g['params']['pp']} p={g['params']['p']} cc={g['params']['cc']} "
+            f"({g['params_source']}), {g['throughput_mbit']:.1f} Mbit/s, {len(g['failed'])} failed\n"
+        )
 
     summary = run_request_list(base, pairs, lambda url: endpoint(url, args), on_group=said)
     ok = not summary["failed"]
-    sys.stderr.write(f"{'done' if ok else 'INCOMPLETE'}: {len(pairs)} pairs in {len(summary['groups'])} groups, "
-                     f"{summary['files']} files, {summary['bytes']} bytes in {summary['seconds']:.1f}s\n")
+    sys.stderr.write(
+        f"{'done' if ok else 'INCOMPLETE'}: {len(pairs)} pairs in {len(summary['groups'])} groups, "
+        f"{summary['files']} files, {summary['bytes']} bytes in {summary['seconds']:.1f}s\n"
+    )
     if args.json:
         sys.stdout.write(json.dumps(summary) + "\n")
     return 0 if ok else 1

@@ -17,15 +17,26 @@ from .errors import UsageError
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("profile", help="profile hosts and the link between them; store the tuned parameters")
-    p.add_argument("host", help="localhost, a local directory, or sftp://[user@]host[:port][/dir] "
-                                "(the directory is where the disk profiler writes)")
+    p.add_argument(
+        "host",
+        help="localhost, a local directory, or sftp://[user@]host[:port][/dir] "
+        "(the directory is where the disk profiler writes)",
+    )
     p.add_argument("host2", nargs="?", help="second host; default: this machine when HOST is an SSH host")
-    p.add_argument("--protocol", action="append", dest="protocols",
-                   help="tune for this protocol (repeatable; default sftp)")
-    p.add_argument("--via", choices=("direct", "ssh"), default="direct",
-                   help="reach the remote bandwidth sink by direct TCP (default: the raw link) or through SSH")
-    p.add_argument("--light", action="store_true",
-                   help="only the light network profile and the tuner (reuses stored host profiles)")
+    p.add_argument(
+        "--protocol", action="append", dest="protocols", help="tune for this protocol (repeatable; default sftp)"
+    )
+    p.add_argument(
+        "--via",
+        choices=("direct", "ssh"),
+        default="direct",
+        help="reach the remote bandwidth sink by direct TCP (default: the raw link) or through SSH",
+    )
+    p.add_argument(
+        "--light",
+        action="store_true",
+        help="only the light network profile and the tuner (reuses stored host profiles)",
+    )
     p.add_argument("--quick", action="store_true", help="small budgets: a few seconds per profiler")
     p.add_argument("--store", help="store URL (default: as for copy)")
     p.add_argument("--identity", help="private key file for SSH")
@@ -35,11 +46,11 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    from .errors import TransferError
     from .profiling.hosts import LOCALHOST, ProfileHost, parse_host
     from .profiling.library import light_run, profile_host, profile_link, tune_link
     from .profiling.remote import HostRunner
     from .store import Store, StoreError
-    from .errors import TransferError
 
     ssh = (args.ssh_config, args.identity, args.known_hosts)
     first = parse_host(args.host, *ssh)
@@ -60,7 +71,9 @@ def run(args) -> int:
     try:
         store = Store.open(args.store)
     except StoreError as exc:
-        raise TransferError(f"cannot open the store: {exc}", "", "check --store / [airflow_transfer] store_url") from exc
+        raise TransferError(
+            f"cannot open the store: {exc}", "", "check --store / [airflow_transfer] store_url"
+        ) from exc
     runners = [HostRunner(h) for h in (first, second) if h is not None]
     result: dict[str, Any] = {"hosts": {}, "links": [], "tuned": [], "store": store.masked_url}
     try:
@@ -71,25 +84,35 @@ def run(args) -> int:
             client = LOCALHOST if any(r.host.is_local for r in runners) else None
             for src, dst in (runners, runners[::-1]):
                 if args.light:
-                    step = light_run(store, src, dst, protocols=protocols, via=args.via, quick=args.quick,
-                                     progress=progress)
-                    result["links"].append({**step["profile"], "source": src.host.key,
-                                            "destination": dst.host.key, "schedule": step["schedule"]})
+                    step = light_run(
+                        store, src, dst, protocols=protocols, via=args.via, quick=args.quick, progress=progress
+                    )
+                    result["links"].append(
+                        {
+                            **step["profile"],
+                            "source": src.host.key,
+                            "destination": dst.host.key,
+                            "schedule": step["schedule"],
+                        }
+                    )
                     result["tuned"].extend(step["tuned"])
                     continue
                 link = profile_link(store, src, dst, via=args.via, quick=args.quick, progress=progress)
                 result["links"].append({**link, "source": src.host.key, "destination": dst.host.key})
-                result["tuned"].extend(tune_link(store, src.host.key, dst.host.key, protocols=protocols,
-                                                 client=client))
+                result["tuned"].extend(tune_link(store, src.host.key, dst.host.key, protocols=protocols, client=client))
         elif args.light:
-            raise UsageError("--light profiles a link: give an SSH host", "", "airflow-transfer profile sftp://host --light")
+            raise UsageError(
+                "--light profiles a link: give an SSH host", "", "airflow-transfer profile sftp://host --light"
+            )
     finally:
         for runner in runners:
             runner.close()
         store.close()
     for t in result["tuned"]:
-        progress(f"tuned {t['source']} -> {t['destination']} ({t['protocol']}): streams {t['streams']}, "
-                 f"TCP buffer {t['tcp_buffer']} B, block {t['block_size']} B, BDP {t['bdp_bytes']} B")
+        progress(
+            f"tuned {t['source']} -> {t['destination']} ({t['protocol']}): streams {t['streams']}, "
+            f"TCP buffer {t['tcp_buffer']} B, block {t['block_size']} B, BDP {t['bdp_bytes']} B"
+        )
     if args.json:
         sys.stdout.write(json.dumps(result, default=str) + "\n")
     return 0

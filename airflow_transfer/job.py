@@ -7,8 +7,8 @@ import math
 import os
 import posixpath
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .engine.accounting import Reporter, Stats
 from .engine.backend_copy import BackendSession
@@ -71,8 +71,11 @@ def list_source(session: TransferSession, src: Endpoint) -> Manifest:
 def engine_options(req: CopyRequest) -> dict:
     """The pipelined engine's verification options a CopyRequest carries (those it has)."""
     out = {}
-    for name, key in (("verify_mode", "verify_mode"), ("verify_block_size", "block_size"),
-                      ("verify_threads", "verify_threads")):
+    for name, key in (
+        ("verify_mode", "verify_mode"),
+        ("verify_block_size", "block_size"),
+        ("verify_threads", "verify_threads"),
+    ):
         if getattr(req, name, None) is not None:
             out[key] = getattr(req, name)
     return out
@@ -87,23 +90,44 @@ def open_session(req: CopyRequest, stats: Stats | None):
         make = req.make_endpoint or resolve_endpoint
         rs = ReplicaSet([req.src, *[make(u) for u in req.replicas]], drop_after=req.switch_after)
         src = Endpoint("replicas", req.src.path, options={"set": rs})
-        session = BackendSession(src, req.dst, stats=stats, skip_existing=req.skip_existing, retry=req.retry,
-                                 verify=req.verify)
+        session = BackendSession(
+            src, req.dst, stats=stats, skip_existing=req.skip_existing, retry=req.retry, verify=req.verify
+        )
         session.summary_extra = lambda: {"replicas": rs.summary()}
         return session
     if req.alt_protocols:
         side = "dst" if req.dst.scheme != "file" else "src"
         primary = req.dst if side == "dst" else req.src
         alts = alternate_endpoints(primary, list(req.alt_protocols), req.make_endpoint or resolve_endpoint)
-        return FallbackSession(req.src, req.dst, [primary, *alts], side=side, stats=stats,
-                               skip_existing=req.skip_existing, retry=req.retry, verify=req.verify,
-                               threshold=req.switch_after, probe_interval=req.probe_interval, log=req.log,
-                               engine_options=engine_options(req), pool=req.pool)
+        return FallbackSession(
+            req.src,
+            req.dst,
+            [primary, *alts],
+            side=side,
+            stats=stats,
+            skip_existing=req.skip_existing,
+            retry=req.retry,
+            verify=req.verify,
+            threshold=req.switch_after,
+            probe_interval=req.probe_interval,
+            log=req.log,
+            engine_options=engine_options(req),
+            pool=req.pool,
+        )
     if uses_engine(req.src, req.dst):
-        return TransferSession(req.src, req.dst, stats=stats, skip_existing=req.skip_existing,
-                               retry=req.retry, verify=req.verify, pool=req.pool, **engine_options(req))
-    return BackendSession(req.src, req.dst, stats=stats, skip_existing=req.skip_existing, retry=req.retry,
-                          verify=req.verify)
+        return TransferSession(
+            req.src,
+            req.dst,
+            stats=stats,
+            skip_existing=req.skip_existing,
+            retry=req.retry,
+            verify=req.verify,
+            pool=req.pool,
+            **engine_options(req),
+        )
+    return BackendSession(
+        req.src, req.dst, stats=stats, skip_existing=req.skip_existing, retry=req.retry, verify=req.verify
+    )
 
 
 def default_key(src: Endpoint, dst: Endpoint) -> str:
@@ -118,8 +142,9 @@ def _resume_blocks(store, transfer_id: int, resume: dict[str, list]) -> dict[str
     from .store import decode_blocks
 
     old = store.file_states(transfer_id)
-    return {p: decode_blocks(b) for p, b in zip(old["path"].to_pylist(), old["blocks"].to_pylist())
-            if b and p in resume}
+    return {
+        p: decode_blocks(b) for p, b in zip(old["path"].to_pylist(), old["blocks"].to_pylist()) if b and p in resume
+    }
 
 
 def _resume_map(store, transfer_id: int, manifest: Manifest) -> dict[str, list]:
@@ -131,11 +156,16 @@ def _resume_map(store, transfer_id: int, manifest: Manifest) -> dict[str, list]:
     old = store.file_states(transfer_id)
     if old.num_rows == 0:
         return {}
-    prev = {p: (sz, mt, rg) for p, sz, mt, rg in zip(old["path"].to_pylist(), old["size"].to_pylist(),
-                                                     old["mtime"].to_pylist(), old["ranges"].to_pylist())}
+    prev = {
+        p: (sz, mt, rg)
+        for p, sz, mt, rg in zip(
+            old["path"].to_pylist(), old["size"].to_pylist(), old["mtime"].to_pylist(), old["ranges"].to_pylist()
+        )
+    }
     out: dict[str, list] = {}
-    for p, sz, mt in zip(manifest.table["path"].to_pylist(), manifest.table["size"].to_pylist(),
-                         manifest.table["mtime"].to_pylist()):
+    for p, sz, mt in zip(
+        manifest.table["path"].to_pylist(), manifest.table["size"].to_pylist(), manifest.table["mtime"].to_pylist()
+    ):
         hit = prev.get(p)
         if hit and hit[0] == sz and hit[1] is not None and abs(hit[1] - mt) < 1e-6:
             out[p] = decode(hit[2]) if isinstance(hit[2], str) or hit[2] is None else hit[2]
@@ -161,8 +191,9 @@ def run_copy(req: CopyRequest) -> dict:
             try:
                 store = Store.open(req.store_url)
             except StoreError as exc:
-                raise TransferError(f"cannot open the transfer store: {exc}", "",
-                                    "check [airflow_transfer] store_url / --store") from exc
+                raise TransferError(
+                    f"cannot open the transfer store: {exc}", "", "check [airflow_transfer] store_url / --store"
+                ) from exc
         try:
             return _run(req, t0, stats, store, session)
         finally:
@@ -179,13 +210,17 @@ def _check_request(req: CopyRequest) -> None:
         except ValueError as exc:
             raise UsageError(str(exc), "", "use --verify none to turn verification off") from exc
     if not 0 < req.progress_interval <= 86400:  # a negative or NaN wait would spin; inf overflows the timer
-        raise UsageError(f"progress interval must be 0-86400 seconds (got {req.progress_interval})", "",
-                         "e.g. --progress-interval 5")
+        raise UsageError(
+            f"progress interval must be 0-86400 seconds (got {req.progress_interval})", "", "e.g. --progress-interval 5"
+        )
     if req.verify_mode not in VERIFY_MODES:
         raise UsageError(f"unknown verify mode {req.verify_mode!r}", "", f"use one of {', '.join(VERIFY_MODES)}")
     if req.verify_block_size is not None and req.verify_block_size < 64 * 1024:
-        raise UsageError(f"verify block size {req.verify_block_size} is below 64 KiB", "",
-                         "give at least 65536 bytes (the default is 8 MiB)")
+        raise UsageError(
+            f"verify block size {req.verify_block_size} is below 64 KiB",
+            "",
+            "give at least 65536 bytes (the default is 8 MiB)",
+        )
     if req.verify_threads is not None and req.verify_threads < 1:
         raise UsageError("verify threads must be >= 1", "", "omit it to balance them from measured t and c")
 
@@ -200,8 +235,9 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
     manifest = req.manifest or list_source(session, req.src)
     manifest.validate(req.src.display)
     if store is not None:
-        record = store.begin_transfer(key, req.src.display, req.dst.display, algorithm=req.algorithm,
-                                      resume=not req.restart)
+        record = store.begin_transfer(
+            key, req.src.display, req.dst.display, algorithm=req.algorithm, resume=not req.restart
+        )
         resume = _resume_map(store, record.id, manifest) if record.resumed else {}
         if resume and req.verify is not None and getattr(session, "verify_mode", req.verify_mode) == "block":
             session.resume_blocks = _resume_blocks(store, record.id, resume)
@@ -220,32 +256,61 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
     emit = req.progress or (lambda s: None)
     from .tuning.library import choose
 
-    start = choose(req.src, req.dst, req.link, store, measure=req.measure_link, algorithm=req.algorithm,
-                   total_bytes=ordered.bytes, progress=req.log)
+    start = choose(
+        req.src,
+        req.dst,
+        req.link,
+        store,
+        measure=req.measure_link,
+        algorithm=req.algorithm,
+        total_bytes=ordered.bytes,
+        progress=req.log,
+    )
     link = start.link or _unknown_link()
     if session.remote is not None:
         link = sftp_link(link)
     try:
         with Reporter(stats, emit, req.progress_interval):
             if req.algorithm == "fixed":
-                chunks = [session.perform(ordered.table, start.params(req.params), src_root=src_root, dst_root=req.dst.path,
-                                          chunk_id="chunk-0", modes=modes, resume=resume)]
+                chunks = [
+                    session.perform(
+                        ordered.table,
+                        start.params(req.params),
+                        src_root=src_root,
+                        dst_root=req.dst.path,
+                        chunk_id="chunk-0",
+                        modes=modes,
+                        resume=resume,
+                    )
+                ]
             else:
                 from .tuning import get_algorithm
 
                 # The pipelined engine also runs chunks at once (Multi-Chunk); other sessions one by one.
                 # A fall-back whose preferred pair the engine moves runs the algorithm on that engine,
                 # exactly as a plain copy would, and then carries what it left (complete()).
-                engine = session if isinstance(session, TransferSession) else \
-                    session.drive_engine() if hasattr(session, "drive_engine") else None
+                engine = (
+                    session
+                    if isinstance(session, TransferSession)
+                    else session.drive_engine()
+                    if hasattr(session, "drive_engine")
+                    else None
+                )
                 make = EngineSessionExecutor if engine is not None else EngineExecutor
                 executor = make(engine or session, src_root, req.dst.path, modes, resume)
                 executor.adjust = start.params  # tuned block size / TCP buffer where a plan leaves 0
                 algorithm = get_algorithm(req.algorithm)
                 chunks = algorithm.run(ordered.table, link, executor)
                 if hasattr(session, "complete"):
-                    chunks = session.complete(chunks, ordered.table, start.params(req.params), src_root=src_root,
-                                              dst_root=req.dst.path, modes=modes, resume=resume)
+                    chunks = session.complete(
+                        chunks,
+                        ordered.table,
+                        start.params(req.params),
+                        src_root=src_root,
+                        dst_root=req.dst.path,
+                        modes=modes,
+                        resume=resume,
+                    )
     finally:
         if journal is not None:
             journal.close()
@@ -258,14 +323,25 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
         if notes:
             tuning["notes"] = tuning.get("notes", []) + notes
     summary = TransferSummary.from_results(
-        "copy", chunks, origin=t0,
-        files=ordered.files, bytes=ordered.bytes, seconds=seconds, algorithm=req.algorithm,
-        src=req.src.display, dst=req.dst.display, direction=session.direction,
-        skipped_entries=dict(manifest.skipped), verify=verify_summary,
+        "copy",
+        chunks,
+        origin=t0,
+        files=ordered.files,
+        bytes=ordered.bytes,
+        seconds=seconds,
+        algorithm=req.algorithm,
+        src=req.src.display,
+        dst=req.dst.display,
+        direction=session.direction,
+        skipped_entries=dict(manifest.skipped),
+        verify=verify_summary,
         protocol_switches=list(getattr(session, "switches", [])),
-        ssh_client=getattr(getattr(session, "pool", None), "client", None), tuning=tuning,
-        transfer_key=key, transfer_id=record.id if record else None,
-        store=store.masked_url if store is not None else None, server=server,
+        ssh_client=getattr(getattr(session, "pool", None), "client", None),
+        tuning=tuning,
+        transfer_key=key,
+        transfer_id=record.id if record else None,
+        store=store.masked_url if store is not None else None,
+        server=server,
         extra=session.summary_extra() if hasattr(session, "summary_extra") else {},  # fall-back: per-protocol totals
     ).as_dict()
     if store is not None:
@@ -278,8 +354,9 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
 class EngineExecutor:
     """The tuning algorithms' ChunkExecutor over the real engine (tuning/executor.py)."""
 
-    def __init__(self, session: TransferSession, src_root: str, dst_root: str,
-                 modes: list[int] | None, resume: dict | None) -> None:
+    def __init__(
+        self, session: TransferSession, src_root: str, dst_root: str, modes: list[int] | None, resume: dict | None
+    ) -> None:
         self.session, self.src_root, self.dst_root = session, src_root, dst_root
         self.modes, self.resume = modes, resume
         self.adjust: Callable[[TransferParams], TransferParams] = lambda params: params
@@ -287,8 +364,15 @@ class EngineExecutor:
     def run_chunk(self, manifest_sorted, start: int, stop: int, params: TransferParams, chunk_id: str):
         rows = manifest_sorted.slice(start, stop - start)
         modes = self.modes[start:stop] if self.modes is not None else None
-        return self.session.perform(rows, self.adjust(params), src_root=self.src_root, dst_root=self.dst_root,
-                                    chunk_id=chunk_id, modes=modes, resume=self.resume)
+        return self.session.perform(
+            rows,
+            self.adjust(params),
+            src_root=self.src_root,
+            dst_root=self.dst_root,
+            chunk_id=chunk_id,
+            modes=modes,
+            resume=self.resume,
+        )
 
 
 class EngineSessionExecutor(EngineExecutor):
@@ -314,8 +398,9 @@ def sftp_link(link):
 
     from .tuning.models import OPENSSH_CHANNEL_WINDOW, SFTP_FILE_RTTS
 
-    return dataclasses.replace(link, file_rtts=SFTP_FILE_RTTS,
-                               channel_window_bytes=link.channel_window_bytes or OPENSSH_CHANNEL_WINDOW)
+    return dataclasses.replace(
+        link, file_rtts=SFTP_FILE_RTTS, channel_window_bytes=link.channel_window_bytes or OPENSSH_CHANNEL_WINDOW
+    )
 
 
 def link_from_args(rtt_ms: float | None, bandwidth_mbit: float | None, bdp: int | None):
@@ -331,6 +416,9 @@ def link_from_args(rtt_ms: float | None, bandwidth_mbit: float | None, bdp: int 
     if rtt_ms is None and bandwidth_mbit is None:
         return None
     if rtt_ms is None or bandwidth_mbit is None or not 0 < rtt_ms < math.inf or not 0 < bandwidth_mbit < math.inf:
-        raise UsageError("--rtt-ms and --bandwidth-mbit go together, both positive and finite",
-                         "", "e.g. --rtt-ms 50 --bandwidth-mbit 500")
+        raise UsageError(
+            "--rtt-ms and --bandwidth-mbit go together, both positive and finite",
+            "",
+            "e.g. --rtt-ms 50 --bandwidth-mbit 500",
+        )
     return LinkInfo(rtt_s=rtt_ms / 1000, bandwidth_bps=bandwidth_mbit * 1e6, source="given")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,10 +44,16 @@ class Manifest:
     def bytes(self) -> int:
         return int(pc.sum(self.table[ms.SIZE]).as_py() or 0) if self.table.num_rows else 0
 
-    def sorted_by_size(self) -> "Manifest":
+    def sorted_by_size(self) -> Manifest:
         idx = pc.sort_indices(self.table, sort_keys=[(ms.SIZE, "ascending"), (ms.PATH, "ascending")])
-        return Manifest(self.table.take(idx), self.empty_dirs, self.root, self.root_is_file, self.skipped,
-                        self.modes.take(idx) if self.modes is not None else None)
+        return Manifest(
+            self.table.take(idx),
+            self.empty_dirs,
+            self.root,
+            self.root_is_file,
+            self.skipped,
+            self.modes.take(idx) if self.modes is not None else None,
+        )
 
     def write(self, path: str | os.PathLike) -> None:
         meta = {_META_DIRS: json.dumps(self.empty_dirs).encode(), _META_ROOT: self.root.encode()}
@@ -58,7 +63,7 @@ class Manifest:
         os.replace(tmp, path)
 
     @classmethod
-    def read(cls, path: str | os.PathLike) -> "Manifest":
+    def read(cls, path: str | os.PathLike) -> Manifest:
         try:
             table = pq.read_table(path)
         except FileNotFoundError as exc:
@@ -82,8 +87,9 @@ class Manifest:
             check_relative(name, where or self.root)
 
 
-def _build(records: list[tuple[str, int, float, int]], dirs: list[str], root: str, is_file: bool,
-           skipped: dict[str, int]) -> Manifest:
+def _build(
+    records: list[tuple[str, int, float, int]], dirs: list[str], root: str, is_file: bool, skipped: dict[str, int]
+) -> Manifest:
     paths = [r[0] for r in records]
     table = pa.table(
         {
@@ -126,8 +132,11 @@ def _consume(lines, root_display: str) -> Manifest:
                 if code == "ENOENT":
                     raise TransferError("source does not exist", root_display, "check the source path")
                 if code == "EACCES":
-                    raise TransferError("source is not readable (permission denied)", root_display,
-                                        "check the permissions of the source")
+                    raise TransferError(
+                        "source is not readable (permission denied)",
+                        root_display,
+                        "check the permissions of the source",
+                    )
                 raise TransferError(f"cannot read source: {rec[3] if len(rec) > 3 else code}", root_display)
             is_file = rec[1] == "file"
             continue
@@ -144,12 +153,18 @@ def _consume(lines, root_display: str) -> Manifest:
             skipped["unreadable"] += 1
             errors.append(f"{rec[1] or '.'}: {rec[3]}")
     if first:
-        raise TransferError("remote lister produced no output", root_display,
-                            "check that python3 runs on the host, or disable exec listing")
+        raise TransferError(
+            "remote lister produced no output",
+            root_display,
+            "check that python3 runs on the host, or disable exec listing",
+        )
     if errors:
         shown = "; ".join(errors[:3]) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")
-        raise TransferError(f"{len(errors)} entries could not be listed ({shown})", root_display,
-                            "fix the permissions or exclude those paths")
+        raise TransferError(
+            f"{len(errors)} entries could not be listed ({shown})",
+            root_display,
+            "fix the permissions or exclude those paths",
+        )
     return _build(records, dirs, root_display, is_file, skipped)
 
 
@@ -192,8 +207,11 @@ def _list_sftp(pool, root: str, display: str) -> Manifest:
             return _walk_sftp(pool, root, display)
         except (SFTPProtocolError, ConnectionError, TimeoutError, EOFError) as exc:
             last = exc
-    raise TransferError(f"listing the source over SFTP failed: {last}", display,
-                        "check that the server is up and answering; re-run to try again")
+    raise TransferError(
+        f"listing the source over SFTP failed: {last}",
+        display,
+        "check that the server is up and answering; re-run to try again",
+    )
 
 
 def _walk_sftp(pool, root: str, display: str) -> Manifest:
@@ -226,16 +244,18 @@ def _walk_sftp(pool, root: str, display: str) -> Manifest:
         except OSError as exc:
             if isinstance(exc, (ConnectionError, TimeoutError)):
                 raise
-            raise TransferError(f"cannot read source: {exc.strerror or exc}", display,
-                                "check the source path on the server") from exc
+            raise TransferError(
+                f"cannot read source: {exc.strerror or exc}", display, "check the source path on the server"
+            ) from exc
         while wire.outstanding:
             wire.pump(block=True)
         seen.update(top_real)
         if not top.is_dir:
             name = root.rstrip("/").rsplit("/", 1)[-1]
             broken = False
-            return _build([(name, top.size or 0, float(top.mtime or 0), (top.mode or 0o644) & 0o7777)],
-                          [], display, True, {})
+            return _build(
+                [(name, top.size or 0, float(top.mtime or 0), (top.mode or 0o644) & 0o7777)], [], display, True, {}
+            )
         records, dirs, skipped = [], [], {"symlinks": 0, "other": 0, "unreadable": 0}
         errors: list[str] = []
         stack = [""]
@@ -273,8 +293,11 @@ def _walk_sftp(pool, root: str, display: str) -> Manifest:
                     skipped["other"] += 1
         if errors:
             shown = "; ".join(errors[:3]) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")
-            raise TransferError(f"{len(errors)} entries could not be listed ({shown})", display,
-                                "fix the permissions or exclude those paths")
+            raise TransferError(
+                f"{len(errors)} entries could not be listed ({shown})",
+                display,
+                "fix the permissions or exclude those paths",
+            )
         broken = False
         return _build(records, dirs, display, False, skipped)
     except TransferError:

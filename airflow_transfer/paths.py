@@ -37,9 +37,11 @@ def check_entry_name(name: str, where: str = "") -> str:
     """A name from one directory listing: one component, never '/' (a server sending one is
     pointing somewhere else)."""
     if "/" in name:
-        raise UnsafePathError(f"file name with '/' in a directory listing: {name!r}", where,
-                              "rename the file at the source or exclude it; nothing outside the "
-                              "destination root is written")
+        raise UnsafePathError(
+            f"file name with '/' in a directory listing: {name!r}",
+            where,
+            "rename the file at the source or exclude it; nothing outside the destination root is written",
+        )
     return name
 
 
@@ -48,8 +50,10 @@ def check_walk_depth(path: str, rel: str, where: str = "") -> None:
     if len(path.encode("utf-8", "surrogateescape")) > MAX_REMOTE_PATH or rel.count("/") >= MAX_DEPTH:
         raise UnsafePathError(
             f"directory tree deeper than {MAX_DEPTH} levels or {MAX_REMOTE_PATH} bytes at {rel[:60]!r}...: "
-            "probably a symlink loop the server reports as directories", where,
-            "exclude that directory or fix the server; nothing was transferred")
+            "probably a symlink loop the server reports as directories",
+            where,
+            "exclude that directory or fix the server; nothing was transferred",
+        )
 
 
 def join_inside(root: str, name: str, where: str = "") -> str:

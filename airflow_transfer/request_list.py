@@ -56,7 +56,9 @@ def host_key(ep: Endpoint) -> str:
     return f"{ep.scheme}://{ep.host or ''}{':' + str(ep.port) if ep.port else ''}"
 
 
-def group_pairs(pairs: list[tuple[Endpoint, Endpoint]]) -> list[tuple[tuple[str, str], list[tuple[Endpoint, Endpoint]]]]:
+def group_pairs(
+    pairs: list[tuple[Endpoint, Endpoint]],
+) -> list[tuple[tuple[str, str], list[tuple[Endpoint, Endpoint]]]]:
     groups: dict[tuple[str, str], list] = {}
     for src, dst in pairs:
         groups.setdefault((host_key(src), host_key(dst)), []).append((src, dst))
@@ -83,8 +85,12 @@ def _group_params(base_req, members, algorithm: str, given: TransferParams) -> t
     return biggest.params, f"{algorithm} plan of {table.num_rows} files ({len(specs)} chunks; largest chunk's)"
 
 
-def run_request_list(base_req, pairs: list[tuple[str, str]], make_endpoint: Callable[[str], Endpoint],
-                     on_group: Callable[[dict], None] | None = None) -> dict:
+def run_request_list(
+    base_req,
+    pairs: list[tuple[str, str]],
+    make_endpoint: Callable[[str], Endpoint],
+    on_group: Callable[[dict], None] | None = None,
+) -> dict:
     """Run every pair, group by group; returns {"groups": [...], "files", "bytes", "seconds", "failed"}."""
     from .job import run_copy
 
@@ -100,17 +106,29 @@ def run_request_list(base_req, pairs: list[tuple[str, str]], make_endpoint: Call
             runs.append(run_copy(req))
         seconds = time.monotonic() - g0
         moved = sum(r.get("bytes_moved", 0) for r in runs)
-        group = {"src_host": src_host, "dst_host": dst_host, "pairs": len(members),
-                 "params": {"pp": params.pp, "p": params.p, "cc": params.cc}, "params_source": source,
-                 "files": sum(r["files"] for r in runs), "bytes": sum(r["bytes"] for r in runs),
-                 "seconds": round(seconds, 3),
-                 "throughput_mbit": throughput_mbit(moved, seconds),
-                 "failed": [f for r in runs for f in r["failed"]],
-                 "transfers": [{"src": r["src"], "dst": r["dst"], "files": r["files"], "transfer_id": r["transfer_id"]}
-                               for r in runs]}
+        group = {
+            "src_host": src_host,
+            "dst_host": dst_host,
+            "pairs": len(members),
+            "params": {"pp": params.pp, "p": params.p, "cc": params.cc},
+            "params_source": source,
+            "files": sum(r["files"] for r in runs),
+            "bytes": sum(r["bytes"] for r in runs),
+            "seconds": round(seconds, 3),
+            "throughput_mbit": throughput_mbit(moved, seconds),
+            "failed": [f for r in runs for f in r["failed"]],
+            "transfers": [
+                {"src": r["src"], "dst": r["dst"], "files": r["files"], "transfer_id": r["transfer_id"]} for r in runs
+            ],
+        }
         out_groups.append(group)
         if on_group is not None:
             on_group(group)
-    return {"groups": out_groups, "files": sum(g["files"] for g in out_groups),
-            "bytes": sum(g["bytes"] for g in out_groups), "seconds": round(time.monotonic() - t0, 3),
-            "algorithm": base_req.algorithm, "failed": [f for g in out_groups for f in g["failed"]]}
+    return {
+        "groups": out_groups,
+        "files": sum(g["files"] for g in out_groups),
+        "bytes": sum(g["bytes"] for g in out_groups),
+        "seconds": round(time.monotonic() - t0, 3),
+        "algorithm": base_req.algorithm,
+        "failed": [f for g in out_groups for f in g["failed"]],
+    }

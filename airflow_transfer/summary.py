@@ -14,8 +14,9 @@ add keys at the end of a shape, never rename or drop one. No Airflow imports her
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from .engine.result import ChunkResult
@@ -24,16 +25,54 @@ Kind = Literal["copy", "chunk", "transfer"]
 
 # Every key a summary may carry, in output order; a shape emits the ones it lists.
 ORDER = (
-    "files", "bytes", "seconds", "throughput_mbit", "algorithm", "src", "dst", "direction",
-    "files_skipped", "bytes_moved", "skipped_entries", "verify", "chunks", "protocol_switches",
-    "ssh_client", "tuning", "failed", "journal", "files_resumed", "files_retried", "bytes_resent",
-    "transfer_key", "transfer_id", "store", "host", "pid",
+    "files",
+    "bytes",
+    "seconds",
+    "throughput_mbit",
+    "algorithm",
+    "src",
+    "dst",
+    "direction",
+    "files_skipped",
+    "bytes_moved",
+    "skipped_entries",
+    "verify",
+    "chunks",
+    "protocol_switches",
+    "ssh_client",
+    "tuning",
+    "failed",
+    "journal",
+    "files_resumed",
+    "files_retried",
+    "bytes_resent",
+    "transfer_key",
+    "transfer_id",
+    "store",
+    "host",
+    "pid",
 )
-_COMMON = {"files", "bytes", "seconds", "throughput_mbit", "algorithm", "src", "dst", "files_skipped",
-           "bytes_moved", "verify", "chunks", "protocol_switches", "failed", "transfer_key", "transfer_id"}
+_COMMON = {
+    "files",
+    "bytes",
+    "seconds",
+    "throughput_mbit",
+    "algorithm",
+    "src",
+    "dst",
+    "files_skipped",
+    "bytes_moved",
+    "verify",
+    "chunks",
+    "protocol_switches",
+    "failed",
+    "transfer_key",
+    "transfer_id",
+}
 _RETRIES = {"files_resumed", "files_retried", "bytes_resent"}
 SHAPES: dict[str, tuple[str, ...]] = {
-    kind: tuple(k for k in ORDER if k in keys) for kind, keys in {
+    kind: tuple(k for k in ORDER if k in keys)
+    for kind, keys in {
         "copy": _COMMON | _RETRIES | {"direction", "skipped_entries", "ssh_client", "tuning", "store"},
         "chunk": _COMMON | _RETRIES | {"direction", "host", "pid"},
         "transfer": _COMMON | {"tuning", "journal", "store"},
@@ -87,8 +126,9 @@ class TransferSummary:
             raise ValueError(f"unknown summary kind {self.kind!r}; one of {', '.join(SHAPES)}")
 
     @classmethod
-    def from_results(cls, kind: Kind, results: Iterable[ChunkResult], *, origin: float | None = None,
-                     **figures: Any) -> TransferSummary:
+    def from_results(
+        cls, kind: Kind, results: Iterable[ChunkResult], *, origin: float | None = None, **figures: Any
+    ) -> TransferSummary:
         """A summary whose per-file counts, bytes moved and chunk rows come from engine results;
         `origin` (a monotonic time) adds each chunk's ``start_s``; `figures` fill the rest."""
         results = list(results)

@@ -79,8 +79,15 @@ class RateSchedule(threading.Thread):
         return total
 
 
-def chart(path: Path, trace: list[tuple[float, float]], changes: list[tuple[float, float]], end: float,
-          chunks: list[dict], title: str, job_seconds: float = 0.0) -> None:
+def chart(
+    path: Path,
+    trace: list[tuple[float, float]],
+    changes: list[tuple[float, float]],
+    end: float,
+    chunks: list[dict],
+    title: str,
+    job_seconds: float = 0.0,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -88,8 +95,13 @@ def chart(path: Path, trace: list[tuple[float, float]], changes: list[tuple[floa
 
     fig, ax = plt.subplots(figsize=(9, 3.6))
     if trace:
-        ax.plot([t for t, _ in trace], [m for _, m in trace], color="#1f6fb4", linewidth=1.2,
-                label="link throughput (emulator counter, 0.5 s)")
+        ax.plot(
+            [t for t, _ in trace],
+            [m for _, m in trace],
+            color="#1f6fb4",
+            linewidth=1.2,
+            label="link throughput (emulator counter, 0.5 s)",
+        )
     steps_t = [t for t, _ in changes] + [end]
     steps_r = [r for _, r in changes] + [changes[-1][1]]
     ax.step(steps_t, steps_r, where="post", color="#cc5500", linestyle="--", linewidth=1, label="link rate")
@@ -105,8 +117,14 @@ def chart(path: Path, trace: list[tuple[float, float]], changes: list[tuple[floa
         t_seq = t_end
         ymin = i * lane
         ax.axvspan(start, t_end, ymin=ymin, ymax=ymin + lane * 0.85, color="#888888" if i % 2 else "#555555")
-        ax.text(start + 0.3, top * (ymin + lane * 0.15), f"{c['id']} pp{c['pp']} p{c['p']} cc{c['cc']}",
-                fontsize=6, color="white", va="bottom")
+        ax.text(
+            start + 0.3,
+            top * (ymin + lane * 0.15),
+            f"{c['id']} pp{c['pp']} p{c['p']} cc{c['cc']}",
+            fontsize=6,
+            color="white",
+            va="bottom",
+        )
     ax.set_xlim(0, end)
     ax.set_ylim(0, top)
     ax.set_xlabel("seconds since the copy started")
@@ -140,8 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         row.timeout = 1800
         remote = bed.fresh_remote_dir("adaptivity")
         sched = RateSchedule(bed, bed.rate_mbit, args.drop_to, args.drop_after, args.drop_for)
-        say(f"adaptivity: {ds.name} ({ds.files} files, {ds.bytes / 2**20:.0f} MiB) over {args.profile}; rate "
-            f"{bed.rate_mbit:g} -> {args.drop_to:g} Mbit/s at {args.drop_after:g} s for {args.drop_for:g} s")
+        say(
+            f"adaptivity: {ds.name} ({ds.files} files, {ds.bytes / 2**20:.0f} MiB) over {args.profile}; rate "
+            f"{bed.rate_mbit:g} -> {args.drop_to:g} Mbit/s at {args.drop_after:g} s for {args.drop_for:g} s"
+        )
         sched.t0 = time.monotonic()
         sched.start()
         try:
@@ -158,42 +178,73 @@ def main(argv: list[str] | None = None) -> int:
         clear(remote)
     offered = sched.offered_bytes(seconds)
     fraction = ds.bytes / offered if offered else 0.0
-    trace = [(t1, (b1 - b0) * 8 / (t1 - t0) / 1e6) for (t0, b0), (t1, b1) in zip(sched.samples, sched.samples[1:])
-             if t1 > t0]
-    chunks = [{k: c.get(k) for k in ("id", "files", "bytes", "pp", "p", "cc", "start_s", "seconds",
-                                     "throughput_mbit")}
-              for c in summary.get("chunks", [])]
-    result = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(), "commit": commit(),
-              "profile": args.profile, "dataset": ds.name, "files": ds.files, "bytes": ds.bytes,
-              "algorithm": args.algorithm, "drop": {"to_mbit": args.drop_to, "after_s": args.drop_after,
-                                                    "for_s": args.drop_for},
-              "seconds": round(seconds, 2), "offered_payload_bytes": int(offered),
-              "fraction_of_available": round(fraction, 3), "verified": verified,
-              "tuning": summary.get("tuning"), "job_seconds": summary.get("seconds"), "chunks": chunks,
-              "rate_changes": sched.changes,
-              "trace_mbit": [(round(t, 2), round(m, 1)) for t, m in trace]}
+    trace = [
+        (t1, (b1 - b0) * 8 / (t1 - t0) / 1e6) for (t0, b0), (t1, b1) in zip(sched.samples, sched.samples[1:]) if t1 > t0
+    ]
+    chunks = [
+        {k: c.get(k) for k in ("id", "files", "bytes", "pp", "p", "cc", "start_s", "seconds", "throughput_mbit")}
+        for c in summary.get("chunks", [])
+    ]
+    result = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "commit": commit(),
+        "profile": args.profile,
+        "dataset": ds.name,
+        "files": ds.files,
+        "bytes": ds.bytes,
+        "algorithm": args.algorithm,
+        "drop": {"to_mbit": args.drop_to, "after_s": args.drop_after, "for_s": args.drop_for},
+        "seconds": round(seconds, 2),
+        "offered_payload_bytes": int(offered),
+        "fraction_of_available": round(fraction, 3),
+        "verified": verified,
+        "tuning": summary.get("tuning"),
+        "job_seconds": summary.get("seconds"),
+        "chunks": chunks,
+        "rate_changes": sched.changes,
+        "trace_mbit": [(round(t, 2), round(m, 1)) for t, m in trace],
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "adaptivity.json").write_text(json.dumps(result, indent=1) + "\n")
-    title = (f"{args.algorithm} on {ds.name} over {args.profile}: rate drop to {args.drop_to:g} Mbit/s for "
-             f"{args.drop_for:g} s; {fraction:.0%} of the available rate")
+    title = (
+        f"{args.algorithm} on {ds.name} over {args.profile}: rate drop to {args.drop_to:g} Mbit/s for "
+        f"{args.drop_for:g} s; {fraction:.0%} of the available rate"
+    )
     try:
-        chart(args.out / "adaptivity.png", trace, sched.changes, seconds, chunks, title,
-              job_seconds=summary.get("seconds") or 0.0)
+        chart(
+            args.out / "adaptivity.png",
+            trace,
+            sched.changes,
+            seconds,
+            chunks,
+            title,
+            job_seconds=summary.get("seconds") or 0.0,
+        )
     except ImportError:
         say("adaptivity: no chart: matplotlib is not installed (benchmarks/bench.sh installs it)")
-    lines = ["# Adaptivity: a rate drop in the middle of a transfer", "",
-             f"- command: `python -m benchmarks.adaptivity {' '.join(argv if argv is not None else sys.argv[1:])}`",
-             f"- date {result['date']}, commit `{result['commit'][:12]}`, {result['machine']}",
-             f"- {ds.name}: {ds.files} files, {ds.bytes / 2**20:,.0f} MiB; link {args.profile}; rate "
-             f"{args.drop_to:g} Mbit/s from {args.drop_after:g} s to {args.drop_after + args.drop_for:g} s",
-             f"- `--algorithm {args.algorithm}`, tuning source: {(summary.get('tuning') or {}).get('source')}",
-             f"- copy time {seconds:.1f} s; the link offered {offered / 2**20:,.0f} MiB of payload in that time; "
-             f"moved {ds.bytes / 2**20:,.0f} MiB: **{fraction:.0%} of the available rate** (target: at least 70 %); "
-             f"destination {'content-verified' if verified else 'NOT verified'}", "",
-             "![adaptivity](adaptivity.png)", "",
-             "| chunk | files | MiB | pp | p | cc | seconds | Mbit/s |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {c['id']} | {c['files']} | {c['bytes'] / 2**20:.0f} | {c['pp']} | {c['p']} | {c['cc']} | "
-              f"{c['seconds']:.2f} | {c['throughput_mbit']:.0f} |" for c in chunks]
+    lines = [
+        "# Adaptivity: a rate drop in the middle of a transfer",
+        "",
+        f"- command: `python -m benchmarks.adaptivity {' '.join(argv if argv is not None else sys.argv[1:])}`",
+        f"- date {result['date']}, commit `{result['commit'][:12]}`, {result['machine']}",
+        f"- {ds.name}: {ds.files} files, {ds.bytes / 2**20:,.0f} MiB; link {args.profile}; rate "
+        f"{args.drop_to:g} Mbit/s from {args.drop_after:g} s to {args.drop_after + args.drop_for:g} s",
+        f"- `--algorithm {args.algorithm}`, tuning source: {(summary.get('tuning') or {}).get('source')}",
+        f"- copy time {seconds:.1f} s; the link offered {offered / 2**20:,.0f} MiB of payload in that time; "
+        f"moved {ds.bytes / 2**20:,.0f} MiB: **{fraction:.0%} of the available rate** (target: at least 70 %); "
+        f"destination {'content-verified' if verified else 'NOT verified'}",
+        "",
+        "![adaptivity](adaptivity.png)",
+        "",
+        "| chunk | files | MiB | pp | p | cc | seconds | Mbit/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {c['id']} | {c['files']} | {c['bytes'] / 2**20:.0f} | {c['pp']} | {c['p']} | {c['cc']} | "
+        f"{c['seconds']:.2f} | {c['throughput_mbit']:.0f} |"
+        for c in chunks
+    ]
     (args.out / "adaptivity.md").write_text("\n".join(lines) + "\n")
     say(f"adaptivity: {seconds:.1f} s, {fraction:.0%} of the available rate; {args.out / 'adaptivity.md'}")
     return 0

@@ -38,13 +38,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from airflow_transfer.engine.block_verify import BlockSource, block_spans  # noqa: E402
 from airflow_transfer.integrity.algorithms import (  # noqa: E402
     ALGORITHMS,
     COREUTILS_COMMANDS,
     available,
     new_hasher,
 )
-from airflow_transfer.engine.block_verify import BlockSource, block_spans  # noqa: E402
 
 MIB = 1024 * 1024
 
@@ -161,14 +161,21 @@ def main(argv: list[str] | None = None) -> int:
     piped = pipeline_rates(names, data, args.repeat) if args.pipeline else {}
 
     if args.json:
-        print(json.dumps({"machine": platform.processor() or platform.machine(),
-                          "python": platform.python_version(), "mib": args.mib,
-                          "python_rates": results, "coreutils_rates": tools,
-                          "pipeline_rates": piped}))
+        print(
+            json.dumps(
+                {
+                    "machine": platform.processor() or platform.machine(),
+                    "python": platform.python_version(),
+                    "mib": args.mib,
+                    "python_rates": results,
+                    "coreutils_rates": tools,
+                    "pipeline_rates": piped,
+                }
+            )
+        )
         return 0
     heads = [label(b) for b in sizes]
-    print(f"MiB/s, single thread, {args.mib} MiB in memory, best of {args.repeat}, "
-          f"Python {platform.python_version()}")
+    print(f"MiB/s, single thread, {args.mib} MiB in memory, best of {args.repeat}, Python {platform.python_version()}")
     print()
     print("| algorithm | mode | " + " | ".join(heads) + " |")
     print("|---|---|" + "---:|" * len(heads))

@@ -59,8 +59,13 @@ def main() -> int:
         remote = work / "remote"
         remote.mkdir()
         chown_to_user(remote, server.user)
-        target = ssh.SSHTarget(host=server.host, port=server.port, username=server.user,
-                               key_filenames=[str(server.client_key)], known_hosts=[str(server.known_hosts)])
+        target = ssh.SSHTarget(
+            host=server.host,
+            port=server.port,
+            username=server.user,
+            key_filenames=[str(server.client_key)],
+            known_hosts=[str(server.known_hosts)],
+        )
         ssh._prefer_aead = lambda transport: None  # each setting below decides the order itself
         results: dict[str, list[tuple[float, float]]] = {k: [] for k in SETTINGS}
         for rep in range(args.reps):
@@ -69,16 +74,26 @@ def main() -> int:
                 paramiko.Transport._preferred_macs = macs + tuple(m for m in base_macs if m not in macs)
                 shutil.rmtree(remote / "out", ignore_errors=True)
                 c0, t0 = cpu(), time.monotonic()
-                run_copy(CopyRequest(Endpoint("file", str(work / "src")), Endpoint("sftp", str(remote / "out"), target),
-                                     TransferParams(pp=8, cc=1), skip_existing=False, verify=None, use_store=False))
+                run_copy(
+                    CopyRequest(
+                        Endpoint("file", str(work / "src")),
+                        Endpoint("sftp", str(remote / "out"), target),
+                        TransferParams(pp=8, cc=1),
+                        skip_existing=False,
+                        verify=None,
+                        use_store=False,
+                    )
+                )
                 secs, used = time.monotonic() - t0, cpu() - c0
                 results[name].append((used, 256 / secs))
                 print(f"rep {rep + 1}: {name}: client {used:.2f} CPU-s, {256 / secs:.0f} MiB/s", file=sys.stderr)
         print("\nsetting | client CPU-s per 256 MiB (median, min-max) | MiB/s (median)")
         for name, rows in results.items():
             c = [u for u, _ in rows]
-            print(f"{name} | {statistics.median(c):.2f} ({min(c):.2f}-{max(c):.2f}) | "
-                  f"{statistics.median(r for _, r in rows):.0f}")
+            print(
+                f"{name} | {statistics.median(c):.2f} ({min(c):.2f}-{max(c):.2f}) | "
+                f"{statistics.median(r for _, r in rows):.0f}"
+            )
     finally:
         ssh._prefer_aead = prefer
         paramiko.Transport._preferred_ciphers, paramiko.Transport._preferred_macs = base_ciphers, base_macs

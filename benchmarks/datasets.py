@@ -57,10 +57,16 @@ class DatasetSpec:
         if factor >= 1:
             return self
         if self.files >= FILES_PER_DIR:
-            return DatasetSpec(f"{self.name}-x{factor:g}", max(1, round(self.files * factor)), self.size,
-                               self.sizes, self.seed)
-        return DatasetSpec(f"{self.name}-x{factor:g}", self.files, max(KIB, round(self.size * factor / KIB) * KIB),
-                           self.sizes, self.seed)
+            return DatasetSpec(
+                f"{self.name}-x{factor:g}", max(1, round(self.files * factor)), self.size, self.sizes, self.seed
+            )
+        return DatasetSpec(
+            f"{self.name}-x{factor:g}",
+            self.files,
+            max(KIB, round(self.size * factor / KIB) * KIB),
+            self.sizes,
+            self.seed,
+        )
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -154,7 +160,8 @@ def _load(root: Path, spec: DatasetSpec) -> Dataset | None:
     try:
         on_disk = {
             os.path.relpath(os.path.join(d, n), path): os.stat(os.path.join(d, n)).st_size
-            for d, _, names in os.walk(path) for n in names
+            for d, _, names in os.walk(path)
+            for n in names
         }
     except OSError:
         return None
@@ -201,8 +208,7 @@ def ensure(spec: DatasetSpec | str, root: Path = DEFAULT_CACHE, log=None) -> Dat
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    doc = {"spec": asdict(spec), "generator": GENERATOR_VERSION,
-           "files": [[p, s, d] for p, (s, d) in manifest.items()]}
+    doc = {"spec": asdict(spec), "generator": GENERATOR_VERSION, "files": [[p, s, d] for p, (s, d) in manifest.items()]}
     tmp_manifest = _manifest_path(root, spec).with_suffix(".tmp")
     tmp_manifest.write_text(json.dumps(doc))
     os.replace(tmp_manifest, _manifest_path(root, spec))

@@ -77,9 +77,23 @@ def main() -> int:
                 dst = remote / f"{name}-{rep}"
                 dst.mkdir()
                 chown_to_user(dst, sshd.user)
-                cmd = [str(CLI), "copy", str(work / "src"), sshd.url(str(dst)), "--identity", str(sshd.client_key),
-                       "--known-hosts", str(sshd.known_hosts), "--store", f"sqlite:///{work}/store.db",
-                       "--progress-interval", "0.5", "--json", *more, *args.extra]
+                cmd = [
+                    str(CLI),
+                    "copy",
+                    str(work / "src"),
+                    sshd.url(str(dst)),
+                    "--identity",
+                    str(sshd.client_key),
+                    "--known-hosts",
+                    str(sshd.known_hosts),
+                    "--store",
+                    f"sqlite:///{work}/store.db",
+                    "--progress-interval",
+                    "0.5",
+                    "--json",
+                    *more,
+                    *args.extra,
+                ]
                 commands[name] = " ".join(cmd)
                 mark_auth = sshd.log_file.stat().st_size
                 mark_sftp = sshd.sftp_log.stat().st_size
@@ -91,18 +105,34 @@ def main() -> int:
                     raise SystemExit(f"{name} run {rep} failed")
                 s = json.loads(proc.stdout)
                 time.sleep(0.3)  # sftp-server's log lines reach the file through a pipe
-                row = {"seconds": s["seconds"], "wall": round(wall, 3), "mbit": s["throughput_mbit"],
-                       "ssh_connections": _count(sshd.log_file, mark_auth, r"Accepted publickey"),
-                       "sftp_sessions": _count(sshd.sftp_log, mark_sftp, r"session opened"),
-                       "bytes": s["bytes"], "bytes_moved": s["bytes_moved"],
-                       "progress_max_pct": _progress_pct(proc.stderr),
-                       "protocols": s.get("protocols"), "switches": len(s.get("protocol_switches", []))}
+                row = {
+                    "seconds": s["seconds"],
+                    "wall": round(wall, 3),
+                    "mbit": s["throughput_mbit"],
+                    "ssh_connections": _count(sshd.log_file, mark_auth, r"Accepted publickey"),
+                    "sftp_sessions": _count(sshd.sftp_log, mark_sftp, r"session opened"),
+                    "bytes": s["bytes"],
+                    "bytes_moved": s["bytes_moved"],
+                    "progress_max_pct": _progress_pct(proc.stderr),
+                    "protocols": s.get("protocols"),
+                    "switches": len(s.get("protocol_switches", [])),
+                }
                 results[name].append(row)
                 print(name, rep, json.dumps(row), file=sys.stderr)
-        out = {"files": args.files, "bytes": total, "reps": args.reps, "commands": commands, "runs": results,
-               "median": {k: {f: statistics.median(r[f] for r in v) for f in ("seconds", "wall", "mbit",
-                                                                                "ssh_connections", "sftp_sessions")}
-                          for k, v in results.items()}}
+        out = {
+            "files": args.files,
+            "bytes": total,
+            "reps": args.reps,
+            "commands": commands,
+            "runs": results,
+            "median": {
+                k: {
+                    f: statistics.median(r[f] for r in v)
+                    for f in ("seconds", "wall", "mbit", "ssh_connections", "sftp_sessions")
+                }
+                for k, v in results.items()
+            },
+        }
         print(json.dumps(out["median"], indent=1))
         dest = REPO / "benchmarks" / "results" / "fallback-overhead.json"
         dest.write_text(json.dumps(out, indent=1) + "\n")

@@ -39,12 +39,17 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from airflow_transfer.paths import TEMP_SUFFIX
 from tests.support.interop_servers import (
-    SERVERS, InteropServer, ServerUnavailable, make_server, prepare_probe, probe,
+    SERVERS,
+    InteropServer,
+    ServerUnavailable,
+    make_server,
+    prepare_probe,
+    probe,
 )
 from tests.support.sshd import chown_to_user
 
@@ -82,13 +87,24 @@ class Dataset:
     def describe(self) -> str:
         sizes = sorted(s for s, _ in self.files.values())
         big = sum(1 for s in sizes if s >= 8 * MIB)
-        return (f"{len(sizes)} files, {self.bytes / MIB:.1f} MiB ({sizes[0]} B to {sizes[-1] / MIB:.1f} MiB, "
-                f"median {sizes[len(sizes) // 2] / 1024:.1f} KiB, {big} of 8 MiB or more), "
-                f"{len({os.path.dirname(p) for p in self.files})} directories")
+        return (
+            f"{len(sizes)} files, {self.bytes / MIB:.1f} MiB ({sizes[0]} B to {sizes[-1] / MIB:.1f} MiB, "
+            f"median {sizes[len(sizes) // 2] / 1024:.1f} KiB, {big} of 8 MiB or more), "
+            f"{len({os.path.dirname(p) for p in self.files})} directories"
+        )
 
 
-DIRS = ["", "a", "a/b", "a/b/c/d", "données/été 2024", "with space", "with space/and more",
-        "日本語/データ", "deep/1/2/3/4/5"]
+DIRS = [
+    "",
+    "a",
+    "a/b",
+    "a/b/c/d",
+    "données/été 2024",
+    "with space",
+    "with space/and more",
+    "日本語/データ",
+    "deep/1/2/3/4/5",
+]
 
 
 def _names(count: int, rng: random.Random) -> list[str]:
@@ -198,8 +214,9 @@ def select_scenarios(patterns: str | None) -> list[Scenario]:
     if not patterns:
         return list(ALL_SCENARIOS)
     pats = [p.strip() for p in patterns.split(",") if p.strip()]
-    return [s for s in ALL_SCENARIOS if any(fnmatch.fnmatch(s.name, p) or fnmatch.fnmatch(s.name, f"*{p}*")
-                                            for p in pats)]
+    return [
+        s for s in ALL_SCENARIOS if any(fnmatch.fnmatch(s.name, p) or fnmatch.fnmatch(s.name, f"*{p}*") for p in pats)
+    ]
 
 
 def cli() -> list[str]:
@@ -221,8 +238,15 @@ def _error_lines(text: str, n: int = 3) -> list[str]:
     return [ln[:400] for ln in (flagged or lines)[-n:]]
 
 
-def run_cell(server: InteropServer, scenario: Scenario, dataset: Dataset, work: Path, remote_src: str,
-             cap: float = CAP_S, keep: bool = False) -> dict:
+def run_cell(
+    server: InteropServer,
+    scenario: Scenario,
+    dataset: Dataset,
+    work: Path,
+    remote_src: str,
+    cap: float = CAP_S,
+    keep: bool = False,
+) -> dict:
     """One transfer of `dataset` with `server` as `scenario` says; returns the cell's record.
 
     `remote_src` is where place_dataset put the download source (relative to the server's
@@ -246,16 +270,23 @@ def run_cell(server: InteropServer, scenario: Scenario, dataset: Dataset, work: 
         src, dst = server.url(remote_src), str(dest)
     cmd = [*cli(), "copy", src, dst, "--json", "--store", f"sqlite:///{store}", *server.cli_args(), *scenario.args]
     env = {**os.environ, "AIRFLOW_HOME": str(work / "airflow-home"), "PYTHONPATH": str(REPO)}
-    rec: dict = {"server": server.name, "scenario": scenario.name, "direction": scenario.direction,
-                 "mode": scenario.mode, "kill": scenario.kill, "command": shlex.join(cmd[len(cli()):])}
+    rec: dict = {
+        "server": server.name,
+        "scenario": scenario.name,
+        "direction": scenario.direction,
+        "mode": scenario.mode,
+        "kill": scenario.kill,
+        "command": shlex.join(cmd[len(cli()) :]),
+    }
     try:
         if scenario.kill:
             rec["first_run"] = _killed_run(cmd, env, dest, dataset.bytes, cap, logs / f"{tag}.first.err")
         t0 = time.monotonic()
         err_path = logs / f"{tag}.err"
         with open(err_path, "wb") as err:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, env=env,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+            )
             try:
                 out, _ = proc.communicate(timeout=cap)
                 rec["timed_out"] = False
@@ -283,10 +314,13 @@ def run_cell(server: InteropServer, scenario: Scenario, dataset: Dataset, work: 
         extra = sorted(got.keys() - want.keys())
         differ = sorted(p for p in want.keys() & got.keys() if want[p] != got[p])
         rec["identical"] = not missing and not extra and not differ and not temps
-        rec["missing"], rec["extra"], rec["differ"], rec["temps"] = (len(missing), len(extra), len(differ),
-                                                                      len(temps))
-        rec["examples"] = [*(f"missing {p}" for p in missing[:3]), *(f"extra {p}" for p in extra[:3]),
-                           *(f"differs {p}" for p in differ[:3]), *(f"temporary {p}" for p in temps[:3])]
+        rec["missing"], rec["extra"], rec["differ"], rec["temps"] = (len(missing), len(extra), len(differ), len(temps))
+        rec["examples"] = [
+            *(f"missing {p}" for p in missing[:3]),
+            *(f"extra {p}" for p in extra[:3]),
+            *(f"differs {p}" for p in differ[:3]),
+            *(f"temporary {p}" for p in temps[:3]),
+        ]
         if rec["timed_out"]:
             last = [ln.strip() for ln in stderr.splitlines() if ln.strip()][-1:] or ["(no output)"]
             rec["error"] = [f"still running after {cap:.0f} s, killed; its last line: {last[0][:300]}"]
@@ -305,9 +339,14 @@ def run_cell(server: InteropServer, scenario: Scenario, dataset: Dataset, work: 
 
 
 def cell_ok(rec: dict, cap: float = CAP_S) -> bool:
-    return (bool(rec.get("identical")) and rec.get("exit") == 0 and not rec.get("timed_out")
-            and rec.get("seconds") is not None and rec["seconds"] <= cap
-            and not (rec.get("first_run") or {}).get("timed_out"))
+    return (
+        bool(rec.get("identical"))
+        and rec.get("exit") == 0
+        and not rec.get("timed_out")
+        and rec.get("seconds") is not None
+        and rec["seconds"] <= cap
+        and not (rec.get("first_run") or {}).get("timed_out")
+    )
 
 
 def _killed_run(cmd: list[str], env: dict, dest: Path, total: int, cap: float, err_path: Path) -> dict:
@@ -316,22 +355,23 @@ def _killed_run(cmd: list[str], env: dict, dest: Path, total: int, cap: float, e
     t0 = time.monotonic()
     first_byte = None
     with open(err_path, "wb") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
     out: dict = {"timed_out": False}
     while True:
         now = time.monotonic()
         if proc.poll() is not None:
-            out.update(killed=False, note=f"copy finished (exit {proc.returncode}) before the kill",
-                       exit=proc.returncode)
+            out.update(
+                killed=False, note=f"copy finished (exit {proc.returncode}) before the kill", exit=proc.returncode
+            )
             break
         landed = landed_bytes(dest)
         if landed and first_byte is None:
             first_byte = now
         if landed >= threshold or (first_byte is not None and now - first_byte >= KILL_FALLBACK_S):
             _killpg(proc)
-            out.update(killed=True, note=f"killed at {landed / MIB:.1f} of {total / MIB:.1f} MiB",
-                       landed=landed)
+            out.update(killed=True, note=f"killed at {landed / MIB:.1f} of {total / MIB:.1f} MiB", landed=landed)
             break
         if now - t0 > cap:
             _killpg(proc)
@@ -356,12 +396,17 @@ def _mark(rec: dict) -> str:
 def cell_line(rec: dict) -> str:
     secs = "-" if rec.get("seconds") is None else f"{rec['seconds']:.1f}"
     kill = (rec.get("first_run") or {}).get("note", "")
-    line = (f"{rec['server']:12s} {rec['scenario']:28s} identical={str(rec.get('identical')):5s} "
-            f"exit={str(rec.get('exit')):4s} {secs:>5s}s verify.where={rec.get('verify_where') or '-'}"
-            + (f" [{kill}]" if kill else ""))
+    line = (
+        f"{rec['server']:12s} {rec['scenario']:28s} identical={str(rec.get('identical')):5s} "
+        f"exit={str(rec.get('exit')):4s} {secs:>5s}s verify.where={rec.get('verify_where') or '-'}"
+        + (f" [{kill}]" if kill else "")
+    )
     if not rec.get("ok"):
-        line += f"  {_mark(rec)}" + "".join(f"\n      {e}" for e in rec.get("examples", [])[:3]) \
+        line += (
+            f"  {_mark(rec)}"
+            + "".join(f"\n      {e}" for e in rec.get("examples", [])[:3])
             + "".join(f"\n      {e}" for e in rec.get("error", [])[:3])
+        )
     return line
 
 
@@ -381,24 +426,33 @@ def summarize_probe(p: dict) -> dict:
     elif execs["exec_md5sum_b"].startswith("exit 0") and execs["exec_python3"].startswith("exit 0"):
         exec_ = "yes (a shell: md5sum -b, sha256sum, python3)"
     else:
-        label = {"exec_md5sum_b": "md5sum -b -- PATH", "exec_md5sum_bare": "md5sum PATH",
-                 "exec_sha256sum": "sha256sum PATH", "exec_python3": "python3"}
+        label = {
+            "exec_md5sum_b": "md5sum -b -- PATH",
+            "exec_md5sum_bare": "md5sum PATH",
+            "exec_sha256sum": "sha256sum PATH",
+            "exec_python3": "python3",
+        }
         ok = [label[k] for k, v in execs.items() if v.startswith("exit 0")]
         bad = [label[k] for k, v in execs.items() if not v.startswith("exit 0")]
         exec_ = f"only {', '.join(ok) or 'nothing'} ({', '.join(bad)} fail: no shell)"
     ow = p.get("offset_write", {})
     ahead = ow.get("ahead", "")
-    write_ahead = ("ok" if ahead == "ok" and ow.get("bytes_right") else
-                   f"{ahead} after {ow.get('ahead_seconds')} s" if ahead else "")
+    write_ahead = (
+        "ok"
+        if ahead == "ok" and ow.get("bytes_right")
+        else f"{ahead} after {ow.get('ahead_seconds')} s"
+        if ahead
+        else ""
+    )
     exts = ", ".join(e.split("=")[0].replace("@openssh.com", "@o") for e in p.get("extensions", []))
-    return {"exec": exec_, "read": f"{p.get('read_1m_returns', '')} B", "write_ahead": write_ahead,
-            "extensions": exts}
+    return {"exec": exec_, "read": f"{p.get('read_1m_returns', '')} B", "write_ahead": write_ahead, "extensions": exts}
 
 
 def write_report(out_dir: Path, meta: dict, servers: dict, cells: list[dict]) -> str:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "interop.json").write_text(
-        json.dumps({"meta": meta, "servers": servers, "cells": cells}, indent=1, ensure_ascii=False) + "\n")
+        json.dumps({"meta": meta, "servers": servers, "cells": cells}, indent=1, ensure_ascii=False) + "\n"
+    )
     names = [s for s in meta["servers"]]
     scen = [s for s in meta["scenarios"]]
     by = {(c["server"], c["scenario"]): c for c in cells}
@@ -434,10 +488,11 @@ def write_report(out_dir: Path, meta: dict, servers: dict, cells: list[dict]) ->
             lines.append(f"| {name} | unavailable: {_md_escape(s['unavailable'])} | | | | |")
             continue
         p = summarize_probe(s.get("probe", {}))
-        lines.append(f"| {name} | {_md_escape(s.get('version', ''))} | {_md_escape(p['exec'])} | {p['read']} | "
-                     f"{_md_escape(p['write_ahead'])} | {_md_escape(p['extensions'])} |")
-    lines += ["", "## Matrix", "", "| scenario | " + " | ".join(names) + " |",
-              "|---|" + "---|" * len(names)]
+        lines.append(
+            f"| {name} | {_md_escape(s.get('version', ''))} | {_md_escape(p['exec'])} | {p['read']} | "
+            f"{_md_escape(p['write_ahead'])} | {_md_escape(p['extensions'])} |"
+        )
+    lines += ["", "## Matrix", "", "| scenario | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for sc in scen:
         row = []
         for name in names:
@@ -451,19 +506,28 @@ def write_report(out_dir: Path, meta: dict, servers: dict, cells: list[dict]) ->
     if failed:
         lines += ["", "## Failures", ""]
         for c in failed:
-            lines.append(f"- **{c['server']} {c['scenario']}**: {_mark(c)}, identical={c.get('identical')} "
-                         f"(missing {c.get('missing', '?')}, extra {c.get('extra', '?')}, differ "
-                         f"{c.get('differ', '?')}, temporary {c.get('temps', '?')})"
-                         + (f"; first run: {c['first_run']['note']}" if c.get("first_run") else ""))
+            lines.append(
+                f"- **{c['server']} {c['scenario']}**: {_mark(c)}, identical={c.get('identical')} "
+                f"(missing {c.get('missing', '?')}, extra {c.get('extra', '?')}, differ "
+                f"{c.get('differ', '?')}, temporary {c.get('temps', '?')})"
+                + (f"; first run: {c['first_run']['note']}" if c.get("first_run") else "")
+            )
             for e in c.get("examples", [])[:3] + c.get("error", [])[:3]:
                 lines.append(f"    - `{_md_escape(e)[:300]}`")
-    lines += ["", "## Cells", "", "| server | scenario | identical | exit | verify.where | seconds | kill -9 |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Cells",
+        "",
+        "| server | scenario | identical | exit | verify.where | seconds | kill -9 |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for c in cells:
         secs = "-" if c.get("seconds") is None else f"{c['seconds']:.1f}"
-        lines.append(f"| {c['server']} | {c['scenario']} | {c.get('identical')} | {c.get('exit')} | "
-                     f"{_md_escape(c.get('verify_where') or '-')} | {secs} | "
-                     f"{_md_escape((c.get('first_run') or {}).get('note', ''))} |")
+        lines.append(
+            f"| {c['server']} | {c['scenario']} | {c.get('identical')} | {c.get('exit')} | "
+            f"{_md_escape(c.get('verify_where') or '-')} | {secs} | "
+            f"{_md_escape((c.get('first_run') or {}).get('note', ''))} |"
+        )
     text = "\n".join(lines) + "\n"
     (out_dir / "interop.md").write_text(text)
     return text
@@ -473,9 +537,12 @@ def write_report(out_dir: Path, meta: dict, servers: dict, cells: list[dict]) ->
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.interop", description=__doc__.split("\n\n")[0])
     ap.add_argument("--servers", default=",".join(SERVERS), help=f"comma-separated (default: all: {','.join(SERVERS)})")
-    ap.add_argument("--scenarios", default=None,
-                    help="comma-separated patterns on scenario names such as upload-p4-clean, download-*-kill9, "
-                         "verify-none (default: all 20)")
+    ap.add_argument(
+        "--scenarios",
+        default=None,
+        help="comma-separated patterns on scenario names such as upload-p4-clean, download-*-kill9, "
+        "verify-none (default: all 20)",
+    )
     ap.add_argument("--quick", action="store_true", help="40 files (two of 8 and 17 MiB) instead of 200")
     ap.add_argument("--files", type=int, default=None, help="number of files (default 200, --quick 40)")
     ap.add_argument("--seed", type=int, default=2024)
@@ -502,14 +569,25 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     dataset = make_dataset(work / "dataset", count, big, args.seed)
     say(f"interop: dataset {dataset.describe()} in {time.monotonic() - t0:.1f} s; work dir {work}")
-    dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True,
-                                text=True).stdout.strip())
+    dirty = bool(
+        subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    )
     given = list(argv if argv is not None else sys.argv[1:])
     cmd = "make interop" + (f" INTEROP_ARGS={shlex.quote(shlex.join(given))}" if given else "")
-    meta = {"command": cmd, "started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "commit": commit(), "dirty": dirty, "machine": machine(), "dataset": dataset.describe(),
-            "files": len(dataset.files), "bytes": dataset.bytes, "seed": args.seed, "cap_s": args.cap,
-            "servers": names, "scenarios": [s.name for s in scenarios]}
+    meta = {
+        "command": cmd,
+        "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit(),
+        "dirty": dirty,
+        "machine": machine(),
+        "dataset": dataset.describe(),
+        "files": len(dataset.files),
+        "bytes": dataset.bytes,
+        "seed": args.seed,
+        "cap_s": args.cap,
+        "servers": names,
+        "scenarios": [s.name for s in scenarios],
+    }
     servers: dict[str, dict] = {}
     cells: list[dict] = []
     try:
@@ -527,8 +605,10 @@ def main(argv: list[str] | None = None) -> int:
                 server.start()
                 info["version"] = server.version
                 info["probe"] = probe(server)
-                say(f"interop: {name} {server.version} on port {server.port}: "
-                    f"{json.dumps(info['probe'], ensure_ascii=False)}")
+                say(
+                    f"interop: {name} {server.version} on port {server.port}: "
+                    f"{json.dumps(info['probe'], ensure_ascii=False)}"
+                )
                 for sc in scenarios:
                     rec = run_cell(server, sc, dataset, work, "source", cap=args.cap)
                     cells.append(rec)
@@ -539,9 +619,20 @@ def main(argv: list[str] | None = None) -> int:
                 done = {c["scenario"] for c in cells if c["server"] == name}
                 for sc in scenarios:
                     if sc.name not in done:
-                        cells.append({"server": name, "scenario": sc.name, "direction": sc.direction, "mode": sc.mode,
-                                      "kill": sc.kill, "identical": False, "exit": None, "seconds": None, "ok": False,
-                                      "error": [f"server unavailable: {str(exc)[:300]}"]})
+                        cells.append(
+                            {
+                                "server": name,
+                                "scenario": sc.name,
+                                "direction": sc.direction,
+                                "mode": sc.mode,
+                                "kill": sc.kill,
+                                "identical": False,
+                                "exit": None,
+                                "seconds": None,
+                                "ok": False,
+                                "error": [f"server unavailable: {str(exc)[:300]}"],
+                            }
+                        )
             finally:
                 if server is not None:
                     server.stop()
@@ -553,8 +644,10 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     print(text)
     failed = [c for c in cells if not c.get("ok")]
-    say(f"interop: {len(cells) - len(failed)}/{len(cells)} cells pass, {meta['duration_s'] / 60:.1f} min "
-        f"-> {args.out / 'interop.md'}")
+    say(
+        f"interop: {len(cells) - len(failed)}/{len(cells)} cells pass, {meta['duration_s'] / 60:.1f} min "
+        f"-> {args.out / 'interop.md'}"
+    )
     return 1 if failed else 0
 
 

@@ -49,10 +49,11 @@ RSS_LIMIT = GIB  # acceptance of issue #11: the 100,000-file transfer stays unde
 
 # --- datasets --------------------------------------------------------------------
 
+
 def generate(root: Path, files: int, size: int, dirs: int, seed: int) -> None:
     """`files` files of `size` bytes spread over `dirs` leaf directories two levels deep."""
     rng = random.Random(seed)
-    top = max(1, int(dirs ** 0.5))
+    top = max(1, int(dirs**0.5))
     made: set[Path] = set()
     # One random stream cut into files: generating 100 MiB costs ~0.1 s this way.
     blob = rng.randbytes(files * size) if files * size <= 512 * MIB else None
@@ -62,7 +63,7 @@ def generate(root: Path, files: int, size: int, dirs: int, seed: int) -> None:
         if d not in made:
             d.mkdir(parents=True, exist_ok=True)
             made.add(d)
-        data = blob[i * size:(i + 1) * size] if blob is not None else rng.randbytes(size)
+        data = blob[i * size : (i + 1) * size] if blob is not None else rng.randbytes(size)
         with open(d / f"f{i:06d}.bin", "wb") as f:
             f.write(data)
 
@@ -82,12 +83,19 @@ def compare_trees(src: Path, dst: Path) -> dict:
     missing = sorted(set(a) - set(b))
     extra = sorted(set(b) - set(a))
     differ = sorted(k for k in set(a) & set(b) if a[k] != b[k])
-    return {"files_src": len(a), "files_dst": len(b), "missing": len(missing), "extra": len(extra),
-            "differ": len(differ), "identical": not (missing or extra or differ),
-            "examples": (missing + extra + differ)[:5]}
+    return {
+        "files_src": len(a),
+        "files_dst": len(b),
+        "missing": len(missing),
+        "extra": len(extra),
+        "differ": len(differ),
+        "identical": not (missing or extra or differ),
+        "examples": (missing + extra + differ)[:5],
+    }
 
 
 # --- memory sampling -------------------------------------------------------------
+
 
 def _children_map() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
@@ -154,7 +162,7 @@ class Sampler:
         while not self._stop.wait(self.interval):
             self._poll()
 
-    def __enter__(self) -> "Sampler":
+    def __enter__(self) -> Sampler:
         self._poll()
         self._thread.start()
         return self
@@ -178,6 +186,7 @@ class Sampler:
 
 # --- running the CLI ---------------------------------------------------------------
 
+
 @dataclass
 class Run:
     argv: list[str]
@@ -191,17 +200,35 @@ class Run:
 
 
 def cli_argv(server: SSHServer, src: str, dst: str, store: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "airflow_transfer.cli", "copy", src, dst, "--json", "--store", store,
-            "--identity", str(server.client_key), "--known-hosts", str(server.known_hosts), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "airflow_transfer.cli",
+        "copy",
+        src,
+        dst,
+        "--json",
+        "--store",
+        store,
+        "--identity",
+        str(server.client_key),
+        "--known-hosts",
+        str(server.known_hosts),
+        *extra,
+    ]
 
 
 def start_timed(argv: list[str], time_file: Path) -> subprocess.Popen:
-    return subprocess.Popen(["/usr/bin/time", "-v", "-o", str(time_file), *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+    return subprocess.Popen(
+        ["/usr/bin/time", "-v", "-o", str(time_file), *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
 
 
-def finish_timed(proc: subprocess.Popen, argv: list[str], time_file: Path, t0: float,
-                 timeout: float = 7200) -> Run:
+def finish_timed(proc: subprocess.Popen, argv: list[str], time_file: Path, t0: float, timeout: float = 7200) -> Run:
     out, err = proc.communicate(timeout=timeout)
     seconds = time.monotonic() - t0
     rusage = {}
@@ -215,9 +242,16 @@ def finish_timed(proc: subprocess.Popen, argv: list[str], time_file: Path, t0: f
             summary = json.loads(out.strip().splitlines()[-1])
         except ValueError:
             summary = None
-    return Run(argv, proc.returncode, seconds, int(rusage.get("Maximum resident set size (kbytes)", 0)) * KIB,
-               float(rusage.get("User time (seconds)", 0)), float(rusage.get("System time (seconds)", 0)),
-               summary, err)
+    return Run(
+        argv,
+        proc.returncode,
+        seconds,
+        int(rusage.get("Maximum resident set size (kbytes)", 0)) * KIB,
+        float(rusage.get("User time (seconds)", 0)),
+        float(rusage.get("System time (seconds)", 0)),
+        summary,
+        err,
+    )
 
 
 def progress_lines(stderr: str) -> int:
@@ -236,12 +270,18 @@ def machine_note() -> dict:
         mem_gib = round(int(mem.split()[1]) * KIB / GIB, 1)
     except (OSError, StopIteration):
         mem_gib = None
-    return {"host": platform.node(), "cores": os.cpu_count(), "memory_gib": mem_gib,
-            "kernel": platform.release(), "python": platform.python_version(),
-            "loadavg_1_5_15": [round(x, 2) for x in load]}
+    return {
+        "host": platform.node(),
+        "cores": os.cpu_count(),
+        "memory_gib": mem_gib,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "loadavg_1_5_15": [round(x, 2) for x in load],
+    }
 
 
 # --- part 1: one big transfer ----------------------------------------------------------
+
 
 def single_transfer(server: SSHServer, work: Path, args) -> dict:
     src = work / "src"
@@ -254,8 +294,10 @@ def single_transfer(server: SSHServer, work: Path, args) -> dict:
     chown_to_user(remote, server.user)
     store = f"sqlite:///{work / 'single-store.db'}"
     results = {}
-    legs = [("upload", str(src), server.url(str(remote / "up"))),
-            ("download", server.url(str(remote / "up")), str(work / "down"))]
+    legs = [
+        ("upload", str(src), server.url(str(remote / "up"))),
+        ("download", server.url(str(remote / "up")), str(work / "down")),
+    ]
     for direction, s, d in legs:
         argv = cli_argv(server, s, d, store, *args.cli_args)
         subprocess.run(["sync"])
@@ -269,12 +311,16 @@ def single_transfer(server: SSHServer, work: Path, args) -> dict:
         compared = compare_trees(src, remote / "up" if direction == "upload" else work / "down")
         nbytes = run.summary["bytes"]
         row = {
-            "direction": direction, "files": run.summary["files"], "bytes": nbytes,
-            "wall_s": round(run.seconds, 1), "engine_s": run.summary["seconds"],
+            "direction": direction,
+            "files": run.summary["files"],
+            "bytes": nbytes,
+            "wall_s": round(run.seconds, 1),
+            "engine_s": run.summary["seconds"],
             "files_per_s": round(run.summary["files"] / run.seconds, 1),
             "mib_per_s": round(nbytes / MIB / run.seconds, 2),
             "cli_peak_rss_mib": round(run.max_rss / MIB, 1),
-            "cli_user_s": run.user_s, "cli_sys_s": run.sys_s,
+            "cli_user_s": run.user_s,
+            "cli_sys_s": run.sys_s,
             "server_processes": sampler.by_kind("server"),
             "progress_lines": progress_lines(run.stderr),
             "stderr_lines": len(run.stderr.splitlines()),
@@ -284,13 +330,17 @@ def single_transfer(server: SSHServer, work: Path, args) -> dict:
             "command": display_argv(argv, work),
         }
         results[direction] = row
-        print(f"  {row['wall_s']}s, {row['files_per_s']} files/s, {row['mib_per_s']} MiB/s, "
-              f"CLI peak RSS {row['cli_peak_rss_mib']} MiB, identical={compared['identical']}, "
-              f"{row['progress_lines']} progress lines", file=sys.stderr)
+        print(
+            f"  {row['wall_s']}s, {row['files_per_s']} files/s, {row['mib_per_s']} MiB/s, "
+            f"CLI peak RSS {row['cli_peak_rss_mib']} MiB, identical={compared['identical']}, "
+            f"{row['progress_lines']} progress lines",
+            file=sys.stderr,
+        )
     return results
 
 
 # --- part 2: twenty at once ----------------------------------------------------------
+
 
 def concurrent_transfers(server: SSHServer, work: Path, args, backend: str, store_url: str) -> dict:
     from airflow_transfer.store import Store
@@ -326,23 +376,34 @@ def concurrent_transfers(server: SSHServer, work: Path, args, backend: str, stor
     total_files = args.concurrent * args.concurrent_files
     total_bytes = total_files * args.size
     row = {
-        "backend": backend, "transfers": args.concurrent, "files_each": args.concurrent_files,
-        "succeeded": sum(r.code == 0 for r in runs), "lock_errors": locked,
-        "identical_trees": identical, "store_transfers": len(records), "store_complete": complete,
-        "wall_s": round(wall, 1), "files_per_s": round(total_files / wall, 1),
+        "backend": backend,
+        "transfers": args.concurrent,
+        "files_each": args.concurrent_files,
+        "succeeded": sum(r.code == 0 for r in runs),
+        "lock_errors": locked,
+        "identical_trees": identical,
+        "store_transfers": len(records),
+        "store_complete": complete,
+        "wall_s": round(wall, 1),
+        "files_per_s": round(total_files / wall, 1),
         "mib_per_s": round(total_bytes / MIB / wall, 2),
-        "slowest_s": round(max(r.seconds for r in runs), 1), "fastest_s": round(min(r.seconds for r in runs), 1),
+        "slowest_s": round(max(r.seconds for r in runs), 1),
+        "fastest_s": round(min(r.seconds for r in runs), 1),
         "cli_peak_rss_mib_max": round(max(r.max_rss for r in runs) / MIB, 1),
         "load_1min_after": round(os.getloadavg()[0], 1),
         "failures": failures[:3],
         "command": display_argv(procs[0][0], work) + f"   (x{args.concurrent}, one source tree each)",
     }
-    print(f"  {row['succeeded']}/{args.concurrent} ok, {row['store_complete']} complete in the store, "
-          f"{row['wall_s']}s, {row['files_per_s']} files/s, lock errors {locked}", file=sys.stderr)
+    print(
+        f"  {row['succeeded']}/{args.concurrent} ok, {row['store_complete']} complete in the store, "
+        f"{row['wall_s']}s, {row['files_per_s']} files/s, lock errors {locked}",
+        file=sys.stderr,
+    )
     return row
 
 
 # --- report --------------------------------------------------------------------------
+
 
 def write_report(out: dict, path_md: Path) -> None:
     m = out["machine"]
@@ -373,18 +434,30 @@ def write_report(out: dict, path_md: Path) -> None:
         ]
         for row in single.values():
             cpu = round(row["cli_user_s"] + row["cli_sys_s"], 1)
-            lines.append(f"| {row['direction']} | {row['files']:,} | {row['wall_s']} | {row['files_per_s']} | "
-                         f"{row['mib_per_s']} | {row['cli_peak_rss_mib']} | {cpu} | {row['progress_lines']} | "
-                         f"{'yes' if row['trees']['identical'] else 'NO'} |")
-        lines += ["", "Server side, per kind of process (peak of the largest one, and the sum of all peaks):", "",
-                  "| direction | process | count | max peak RSS MiB | sum of peaks MiB |", "|---|---|---|---|---|"]
+            lines.append(
+                f"| {row['direction']} | {row['files']:,} | {row['wall_s']} | {row['files_per_s']} | "
+                f"{row['mib_per_s']} | {row['cli_peak_rss_mib']} | {cpu} | {row['progress_lines']} | "
+                f"{'yes' if row['trees']['identical'] else 'NO'} |"
+            )
+        lines += [
+            "",
+            "Server side, per kind of process (peak of the largest one, and the sum of all peaks):",
+            "",
+            "| direction | process | count | max peak RSS MiB | sum of peaks MiB |",
+            "|---|---|---|---|---|",
+        ]
         for row in single.values():
             for name, d in sorted(row["server_processes"].items()):
-                lines.append(f"| {row['direction']} | {name} | {d['processes']} | {d['max_rss_mib']} | "
-                             f"{d['sum_rss_mib']} |")
+                lines.append(
+                    f"| {row['direction']} | {name} | {d['processes']} | {d['max_rss_mib']} | {d['sum_rss_mib']} |"
+                )
         worst = max(r["cli_peak_rss_mib"] for r in single.values())
-        lines += ["", f"Acceptance (peak RSS of the transfer process under 1 GiB): {worst} MiB, "
-                      f"{'holds' if worst * MIB < RSS_LIMIT else 'FAILS'}.", ""]
+        lines += [
+            "",
+            f"Acceptance (peak RSS of the transfer process under 1 GiB): {worst} MiB, "
+            f"{'holds' if worst * MIB < RSS_LIMIT else 'FAILS'}.",
+            "",
+        ]
         for row in single.values():
             lines.append(f"- {row['direction']}: `{row['command']}`")
         lines.append("")
@@ -404,10 +477,12 @@ def write_report(out: dict, path_md: Path) -> None:
         for r in conc:
             if "load_1min_after" in r:
                 notes.append(f"{r['backend']}: 1-minute load average {r['load_1min_after']} at the end of the run")
-            lines.append(f"| {r['backend']} | {r['transfers']} x {r['files_each']} | {r['succeeded']} | "
-                         f"{r['lock_errors']} | {r['identical_trees']} | {r['store_complete']}/{r['store_transfers']} | "
-                         f"{r['wall_s']} | {r['files_per_s']} | {r['mib_per_s']} | {r['fastest_s']}-{r['slowest_s']} | "
-                         f"{r['cli_peak_rss_mib_max']} |")
+            lines.append(
+                f"| {r['backend']} | {r['transfers']} x {r['files_each']} | {r['succeeded']} | "
+                f"{r['lock_errors']} | {r['identical_trees']} | {r['store_complete']}/{r['store_transfers']} | "
+                f"{r['wall_s']} | {r['files_per_s']} | {r['mib_per_s']} | {r['fastest_s']}-{r['slowest_s']} | "
+                f"{r['cli_peak_rss_mib_max']} |"
+            )
         lines += ["", f"Each: `{conc[0]['command']}`", ""] + [f"- {n}" for n in notes] + ([""] if notes else [])
     path_md.write_text("\n".join(lines))
 
@@ -449,9 +524,13 @@ def main() -> int:
     machine = machine_note()
     server = SSHServer(work / "sshd").start()
     pg = None
-    out: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine, "file_size": args.size,
-                 "command": shlex.join(["python", "-m", "benchmarks.load", *_without_note(sys.argv[1:])]),
-                 "note": args.note or "no note given"}
+    out: dict = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "machine": machine,
+        "file_size": args.size,
+        "command": shlex.join(["python", "-m", "benchmarks.load", *_without_note(sys.argv[1:])]),
+        "note": args.note or "no note given",
+    }
     try:
         if not args.skip_single:
             out["single"] = single_transfer(server, work, args)
@@ -472,17 +551,26 @@ def main() -> int:
             pg.drop_all()
         shutil.rmtree(work, ignore_errors=True)
     out["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    out["commit"] = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                                   capture_output=True, text=True).stdout.strip()
+    out["commit"] = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     results = Path(args.out)
     results.mkdir(parents=True, exist_ok=True)
     (results / "load.json").write_text(json.dumps(out, indent=2) + "\n")
     write_report(out, results / "load.md")
     print((results / "load.md").read_text())
-    bad = [r for r in out.get("single", {}).values() if r["cli_peak_rss_mib"] * MIB >= RSS_LIMIT
-           or not r["trees"]["identical"] or r["failed"]]
-    bad += [r for r in out.get("concurrent", []) if r["succeeded"] != r["transfers"]
-            or r["store_complete"] != r["transfers"] or r["identical_trees"] != r["transfers"]]
+    bad = [
+        r
+        for r in out.get("single", {}).values()
+        if r["cli_peak_rss_mib"] * MIB >= RSS_LIMIT or not r["trees"]["identical"] or r["failed"]
+    ]
+    bad += [
+        r
+        for r in out.get("concurrent", [])
+        if r["succeeded"] != r["transfers"]
+        or r["store_complete"] != r["transfers"]
+        or r["identical_trees"] != r["transfers"]
+    ]
     return 1 if bad else 0
 
 

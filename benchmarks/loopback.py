@@ -49,14 +49,26 @@ def main() -> int:
         remote = work / "remote"
         remote.mkdir()
         chown_to_user(remote, server.user)
-        target = SSHTarget(host=server.host, port=server.port, username=server.user,
-                           key_filenames=[str(server.client_key)], known_hosts=[str(server.known_hosts)])
-        cases = [(ds, direction, cc) for ds in ("large", "tiny") for direction in ("upload", "download")
-                 for cc in (1, 8)]
+        target = SSHTarget(
+            host=server.host,
+            port=server.port,
+            username=server.user,
+            key_filenames=[str(server.client_key)],
+            known_hosts=[str(server.known_hosts)],
+        )
+        cases = [
+            (ds, direction, cc) for ds in ("large", "tiny") for direction in ("upload", "download") for cc in (1, 8)
+        ]
         # Downloads read what the upload wrote: seed the remote copies once.
         for ds in ("large", "tiny"):
-            run_copy(CopyRequest(Endpoint("file", str(work / ds)), Endpoint("sftp", str(remote / f"seed-{ds}"), target),
-                                 TransferParams(pp=8, cc=4), skip_existing=False))
+            run_copy(
+                CopyRequest(
+                    Endpoint("file", str(work / ds)),
+                    Endpoint("sftp", str(remote / f"seed-{ds}"), target),
+                    TransferParams(pp=8, cc=4),
+                    skip_existing=False,
+                )
+            )
         results: dict = {c: [] for c in cases}
         for rep in range(args.reps):
             for ds, direction, cc in cases:
@@ -83,16 +95,31 @@ def main() -> int:
             med = statistics.median(vals)
             label = "1 x 512 MiB" if ds == "large" else "2000 x 64 KiB"
             print(f"{label:14s} {direction:8s} {cc:2d}  {args.pp}  {med:8.1f}  ({min(vals):.1f}-{max(vals):.1f})")
-            rows.append({"dataset": label, "direction": direction, "cc": cc, "pp": args.pp, "p": 1,
-                         "repetitions": len(vals), "median_mib_s": round(med, 1),
-                         "min_mib_s": round(min(vals), 1), "max_mib_s": round(max(vals), 1)})
-        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True).stdout.strip()
-        out = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": f"{platform.node()} {os.cpu_count()} cores",
-               "commit": commit, "link": "loopback (client and OpenSSH 9.2 sshd on the same 2 cores)",
-               "settings": f"verification on (sha256, destination read back by the remote helper), journal on, "
-                           f"p=1, pp={args.pp}",
-               "runs": rows}
+            rows.append(
+                {
+                    "dataset": label,
+                    "direction": direction,
+                    "cc": cc,
+                    "pp": args.pp,
+                    "p": 1,
+                    "repetitions": len(vals),
+                    "median_mib_s": round(med, 1),
+                    "min_mib_s": round(min(vals), 1),
+                    "max_mib_s": round(max(vals), 1),
+                }
+            )
+        commit = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        out = {
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "machine": f"{platform.node()} {os.cpu_count()} cores",
+            "commit": commit,
+            "link": "loopback (client and OpenSSH 9.2 sshd on the same 2 cores)",
+            "settings": f"verification on (sha256, destination read back by the remote helper), journal on, "
+            f"p=1, pp={args.pp}",
+            "runs": rows,
+        }
         (REPO / "benchmarks" / "results").mkdir(parents=True, exist_ok=True)
         (REPO / "benchmarks" / "results" / "loopback.json").write_text(json.dumps(out, indent=2) + "\n")
         return 0

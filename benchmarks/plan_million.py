@@ -32,8 +32,9 @@ def make_manifest(files: int, seed: int) -> pa.Table:
     # (share of files, median bytes, sigma): small, middle, large, huge populations.
     populations = [(0.70, 40e3, 1.0), (0.25, 2e6, 0.6), (0.045, 60e6, 0.5), (0.005, 3e9, 0.4)]
     counts = rng.multinomial(files, [share for share, _, _ in populations])
-    sizes = np.concatenate([rng.lognormal(np.log(median), sigma, n)
-                            for n, (_, median, sigma) in zip(counts, populations)])
+    sizes = np.concatenate(
+        [rng.lognormal(np.log(median), sigma, n) for n, (_, median, sigma) in zip(counts, populations)]
+    )
     rng.shuffle(sizes)
     sizes = sizes.astype(np.int64)
     index = pa.array(np.arange(files).astype(np.int64)).cast(pa.string())
@@ -68,18 +69,29 @@ def main(argv: list[str] | None = None) -> int:
         seconds = time.perf_counter() - t0
         assert sum(s.files for s in specs) == args.files, name
         rows.append({"algorithm": name, "seconds": round(seconds, 4), "chunks": len(specs)})
-    report = {"files": args.files, "seed": args.seed, "bdp_bytes": link.bdp_bytes,
-              "generate_s": round(generate_s, 3), "sort_s": round(sort_s, 3), "plans": rows,
-              "peak_rss_mb": round(peak_rss_mb(), 1),
-              "ok": all(r["seconds"] <= TARGET_SECONDS for r in rows) and peak_rss_mb() <= TARGET_RSS_MB}
+    report = {
+        "files": args.files,
+        "seed": args.seed,
+        "bdp_bytes": link.bdp_bytes,
+        "generate_s": round(generate_s, 3),
+        "sort_s": round(sort_s, 3),
+        "plans": rows,
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "ok": all(r["seconds"] <= TARGET_SECONDS for r in rows) and peak_rss_mb() <= TARGET_RSS_MB,
+    }
     if args.json:
         print(json.dumps(report))
     else:
-        print(f"{args.files} files (seed {args.seed}); generate {generate_s:.2f} s, sort {sort_s:.2f} s", file=sys.stderr)
+        print(
+            f"{args.files} files (seed {args.seed}); generate {generate_s:.2f} s, sort {sort_s:.2f} s", file=sys.stderr
+        )
         for r in rows:
             print(f"  {r['algorithm']:<12} {r['seconds']:8.4f} s  {r['chunks']:6d} chunks", file=sys.stderr)
-        print(f"peak RSS {report['peak_rss_mb']:.1f} MB (targets: <= {TARGET_SECONDS} s per plan, "
-              f"<= {TARGET_RSS_MB:.0f} MB) -> {'OK' if report['ok'] else 'OVER BUDGET'}", file=sys.stderr)
+        print(
+            f"peak RSS {report['peak_rss_mb']:.1f} MB (targets: <= {TARGET_SECONDS} s per plan, "
+            f"<= {TARGET_RSS_MB:.0f} MB) -> {'OK' if report['ok'] else 'OVER BUDGET'}",
+            file=sys.stderr,
+        )
     return 0 if report["ok"] else 1
 
 

@@ -89,10 +89,13 @@ def results_table(latest: dict, details: dict | None = None) -> str:
     limit = details.get("timeout_s")
     out = [f"Measured {latest['date']} on {latest['machine']}, commit `{latest['commit'][:12]}`.", ""]
     if stopped:
-        out += [f"A rate marked *stopped* is from a run stopped at the time limit"
-                f"{f' ({limit:.0f} s)' if limit else ''}: the payload that had landed by then over the time "
-                "taken. Such a contender is slower than the limit allows; its cell is run once, not repeated, "
-                "and its files are not checked.", ""]
+        out += [
+            f"A rate marked *stopped* is from a run stopped at the time limit"
+            f"{f' ({limit:.0f} s)' if limit else ''}: the payload that had landed by then over the time "
+            "taken. Such a contender is slower than the limit allows; its cell is run once, not repeated, "
+            "and its files are not checked.",
+            "",
+        ]
     cells = [(r["link"], r["dataset"]) for r in runs] + [(k[0], k[1]) for k in stopped]
     for link in _order([c[0] for c in cells], profile_order):
         p = details.get("profiles", {}).get(link)
@@ -102,12 +105,17 @@ def results_table(latest: dict, details: dict | None = None) -> str:
             rows = [r for r in runs if r["link"] == link and r["dataset"] == dataset]
             partial = [(name, r) for (lk, ds, name), r in stopped.items() if (lk, ds) == (link, dataset)]
             lines = [(r["median_mbit"], _row(r, details)) for r in rows]
-            lines += [(r["partial_mbit"], _stopped_row(name, r, link_mbit or (rows[0]["link_mbit"] if rows else 0)))
-                      for name, r in partial]
-            out += [f"**{link_desc}, {_dataset_label(dataset, details)}**", "",
-                    "| contender | median Mbit/s | min - max | of link | CPU s (client+server) | emulator CPU s "
-                    "| machine busy (cores) | peak RSS MB | verified | runs |",
-                    "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+            lines += [
+                (r["partial_mbit"], _stopped_row(name, r, link_mbit or (rows[0]["link_mbit"] if rows else 0)))
+                for name, r in partial
+            ]
+            out += [
+                f"**{link_desc}, {_dataset_label(dataset, details)}**",
+                "",
+                "| contender | median Mbit/s | min - max | of link | CPU s (client+server) | emulator CPU s "
+                "| machine busy (cores) | peak RSS MB | verified | runs |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+            ]
             out += [line for _, line in sorted(lines, key=lambda t: -t[0])]
             out.append("")
     problems = problems_section(details)
@@ -118,24 +126,31 @@ def results_table(latest: dict, details: dict | None = None) -> str:
 
 def _row(r: dict, details: dict) -> str:
     emu, busy = _median_of(details, r, "emulator_cpu_s"), _median_of(details, r, "machine_busy_cores")
-    return (f"| {r['contender']} | {r['median_mbit']:.1f} | {r['min_mbit']:.1f} - {r['max_mbit']:.1f} "
-            f"| {r['median_mbit'] / r['link_mbit']:.0%} | {r['cpu_s']:.1f} "
-            f"| {'-' if emu is None else f'{emu:.1f}'} | {'-' if busy is None else f'{busy:.2f}'} "
-            f"| {r['peak_rss_mb']:.0f} | {'content' if r['verified'] else 'sizes'} | {r['repetitions']} |")
+    return (
+        f"| {r['contender']} | {r['median_mbit']:.1f} | {r['min_mbit']:.1f} - {r['max_mbit']:.1f} "
+        f"| {r['median_mbit'] / r['link_mbit']:.0%} | {r['cpu_s']:.1f} "
+        f"| {'-' if emu is None else f'{emu:.1f}'} | {'-' if busy is None else f'{busy:.2f}'} "
+        f"| {r['peak_rss_mb']:.0f} | {'content' if r['verified'] else 'sizes'} | {r['repetitions']} |"
+    )
 
 
 def _stopped_row(name: str, r: dict, link_mbit: float) -> str:
     share = f"{r['partial_mbit'] / link_mbit:.0%}" if link_mbit else "-"
     busy = r.get("machine_busy_cores")
-    return (f"| {name} | {r['partial_mbit']:.1f} *stopped* | - | {share} "
-            f"| {r.get('client_cpu_s', 0) + r.get('server_cpu_s', 0):.1f} | {r.get('emulator_cpu_s', 0):.1f} "
-            f"| {'-' if busy is None else f'{busy:.2f}'} | {r.get('peak_rss_mb', 0):.0f} | not checked | 0 of 1 |")
+    return (
+        f"| {name} | {r['partial_mbit']:.1f} *stopped* | - | {share} "
+        f"| {r.get('client_cpu_s', 0) + r.get('server_cpu_s', 0):.1f} | {r.get('emulator_cpu_s', 0):.1f} "
+        f"| {'-' if busy is None else f'{busy:.2f}'} | {r.get('peak_rss_mb', 0):.0f} | not checked | 0 of 1 |"
+    )
 
 
 def _median_of(details: dict, row: dict, field: str) -> float | None:
     """Median of `field` over a cell's successful runs; None when no run recorded it (older runs)."""
-    values = [r[field] for r in details.get("runs", []) if r.get("ok") and field in r
-              and cell(r) == (row["link"], row["dataset"], row["contender"])]
+    values = [
+        r[field]
+        for r in details.get("runs", [])
+        if r.get("ok") and field in r and cell(r) == (row["link"], row["dataset"], row["contender"])
+    ]
     return statistics.median(values) if values else None
 
 
@@ -151,8 +166,10 @@ def problems_section(details: dict) -> list[str]:
     if stopped:
         out += ["Runs stopped at the time limit (their cells are not repeated):", ""]
         for r in stopped:
-            out.append(f"- {r['link']} {r['dataset']} rep {r['rep']}, {r['contender']}: {r['error']} "
-                       f"(had moved {r['partial_mbit']:.1f} Mbit/s when stopped)")
+            out.append(
+                f"- {r['link']} {r['dataset']} rep {r['rep']}, {r['contender']}: {r['error']} "
+                f"(had moved {r['partial_mbit']:.1f} Mbit/s when stopped)"
+            )
         out.append("")
     if details.get("unavailable"):
         out += ["Contenders that could not run:", ""]
@@ -180,18 +197,27 @@ def hosts_section(details: dict) -> list[str]:
         entry = hosts.setdefault(h["id"], {**h, "runs": 0, "first": r.get("date", ""), "last": r.get("date", "")})
         entry["runs"] += 1
         entry["first"], entry["last"] = min(entry["first"], r.get("date", "")), max(entry["last"], r.get("date", ""))
-    lines = ["Machines the runs came from (each call of `benchmarks.run` records its machine's boot id and a "
-             "CPU reading taken before any link carries load):", ""]
+    lines = [
+        "Machines the runs came from (each call of `benchmarks.run` records its machine's boot id and a "
+        "CPU reading taken before any link carries load):",
+        "",
+    ]
     for hid, h in sorted(hosts.items(), key=lambda kv: kv[1]["first"]):
-        speed = (f"plain Python loop {h['python_loop_ms']:.0f} ms, SHA-256 {h['sha256_mb_s']:.0f} MB/s"
-                 if "python_loop_ms" in h else "no CPU reading (runs made before it was recorded)")
+        speed = (
+            f"plain Python loop {h['python_loop_ms']:.0f} ms, SHA-256 {h['sha256_mb_s']:.0f} MB/s"
+            if "python_loop_ms" in h
+            else "no CPU reading (runs made before it was recorded)"
+        )
         lines.append(f"- {hid}: {h['runs']} runs, {h['first']} to {h['last']}; {speed}")
     mixed, unknown = mixed_speed_cells(runs)
     if mixed or unknown:
-        lines += ["", f"Cells whose successful repetitions came from machines more than "
-                      f"{SPEED_SPREAD - 1:.0%} apart in plain-Python speed: {len(mixed)}; cells with repetitions "
-                      f"from more than one machine where one has no CPU reading: {unknown}. The min-max range of these "
-                      "cells may include the machines' difference."]
+        lines += [
+            "",
+            f"Cells whose successful repetitions came from machines more than "
+            f"{SPEED_SPREAD - 1:.0%} apart in plain-Python speed: {len(mixed)}; cells with repetitions "
+            f"from more than one machine where one has no CPU reading: {unknown}. The min-max range of these "
+            "cells may include the machines' difference.",
+        ]
     return lines + [""]
 
 
@@ -224,8 +250,7 @@ def coverage(details: dict) -> dict[tuple[str, str, str], str]:
     for r in details.get("runs", []):
         key = cell(r)
         counts[key] = counts.get(key, 0) + 1
-    stopped = {cell(r) for r in details.get("runs", [])
-               if not r.get("ok") and timed_out(r)}
+    stopped = {cell(r) for r in details.get("runs", []) if not r.get("ok") and timed_out(r)}
     unavailable = details.get("unavailable", {})
     missing: dict[tuple[str, str, str], str] = {}
     for link in _canonical(list(details.get("profiles", {})), PROFILE_ORDER):
@@ -235,27 +260,36 @@ def coverage(details: dict) -> dict[tuple[str, str, str], str]:
                 have = counts.get(key, 0)
                 if have >= reps or key in stopped:
                     continue
-                missing[key] = (f"cannot run here: {unavailable[name]}" if name in unavailable
-                                else "not run yet" if not have
-                                else f"{have} of {reps} repetitions made; the rest not run yet")
+                missing[key] = (
+                    f"cannot run here: {unavailable[name]}"
+                    if name in unavailable
+                    else "not run yet"
+                    if not have
+                    else f"{have} of {reps} repetitions made; the rest not run yet"
+                )
     return missing
 
 
 def coverage_summary(details: dict) -> str:
     """One line: how much of the matrix asked for has a figure, and how much has every repetition."""
-    cells = [(lk, ds, c) for lk in details.get("profiles", {}) for ds in details.get("datasets", {})
-             for c in details.get("contenders", {})]
+    cells = [
+        (lk, ds, c)
+        for lk in details.get("profiles", {})
+        for ds in details.get("datasets", {})
+        for c in details.get("contenders", {})
+    ]
     if not cells:
         return ""
     missing = coverage(details)
-    measured = {cell(r) for r in details.get("runs", [])
-                if r.get("ok") or timed_out(r)}
+    measured = {cell(r) for r in details.get("runs", []) if r.get("ok") or timed_out(r)}
     with_figure = sum(1 for c in cells if c in measured)
     complete = sum(1 for c in cells if c not in missing)
-    return (f"{len(details.get('profiles', {}))} profiles x {len(details.get('datasets', {}))} datasets x "
-            f"{len(details.get('contenders', {}))} contenders = {len(cells)} cells: {with_figure} have a figure, "
-            f"{complete} are complete ({details.get('reps')} repetitions, or one run stopped at the time limit), "
-            f"{len(cells) - with_figure} not run yet")
+    return (
+        f"{len(details.get('profiles', {}))} profiles x {len(details.get('datasets', {}))} datasets x "
+        f"{len(details.get('contenders', {}))} contenders = {len(cells)} cells: {with_figure} have a figure, "
+        f"{complete} are complete ({details.get('reps')} repetitions, or one run stopped at the time limit), "
+        f"{len(cells) - with_figure} not run yet"
+    )
 
 
 def coverage_section(details: dict) -> list[str]:
@@ -272,8 +306,11 @@ def coverage_section(details: dict) -> list[str]:
         listed = f"all {len(who)} contenders" if len(who) == len(names) > 1 else "; ".join(who)
         lines.append(f"- {link} / {dataset}: {why}: {listed}")
     stopped = details.get("stopped")
-    head = ("Cells of the matrix with fewer runs than asked for"
-            + (f" ({stopped})" if stopped else "") + "; `make bench` (`--resume`) continues the matrix:")
+    head = (
+        "Cells of the matrix with fewer runs than asked for"
+        + (f" ({stopped})" if stopped else "")
+        + "; `make bench` (`--resume`) continues the matrix:"
+    )
     return [head, "", *lines, ""]
 
 
@@ -287,17 +324,27 @@ def draw_charts(latest: dict, details: dict, results: Path) -> list[Path]:
     made = []
     runs = latest.get("runs", [])
     # A cell stopped at the time limit is drawn as a hatched bar at the rate it had reached.
-    partial = [{"link": lk, "dataset": ds, "contender": c, "median_mbit": r["partial_mbit"],
-                "min_mbit": r["partial_mbit"], "max_mbit": r["partial_mbit"], "stopped": True}
-               for (lk, ds, c), r in stopped_cells(details).items()]
+    partial = [
+        {
+            "link": lk,
+            "dataset": ds,
+            "contender": c,
+            "median_mbit": r["partial_mbit"],
+            "min_mbit": r["partial_mbit"],
+            "max_mbit": r["partial_mbit"],
+            "stopped": True,
+        }
+        for (lk, ds, c), r in stopped_cells(details).items()
+    ]
     profiles = details.get("profiles", {})
     for link in _order([r["link"] for r in runs + partial], _canonical(list(profiles), PROFILE_ORDER)):
         mine = [r for r in runs + partial if r["link"] == link]
         datasets = _order([r["dataset"] for r in mine], _canonical(list(details.get("datasets", {})), DATASET_ORDER))
         contenders = _order([r["contender"] for r in mine], list(details.get("contenders", {})))
         height = 1.0 + 0.28 * len(contenders)
-        fig, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets) + 4.5, height), sharey=True,
-                                 squeeze=False)
+        fig, axes = plt.subplots(
+            1, len(datasets), figsize=(5.2 * len(datasets) + 4.5, height), sharey=True, squeeze=False
+        )
         rate = profiles.get(link, {}).get("rate_mbit") or next(r["link_mbit"] for r in mine if "link_mbit" in r)
         for ax, dataset in zip(axes[0], datasets):
             by_name = {r["contender"]: r for r in mine if r["dataset"] == dataset}
@@ -325,8 +372,11 @@ def draw_charts(latest: dict, details: dict, results: Path) -> list[Path]:
         axes[0][0].set_yticklabels(contenders, fontsize=7)
         axes[0][0].invert_yaxis()  # shared y: the first contender on top in every panel
         p = details.get("profiles", {}).get(link, {})
-        fig.suptitle(f"{link} ({p.get('rtt_ms', '?')} ms RTT, {p.get('rate_mbit', rate):g} Mbit/s) - "
-                     f"{latest['date']} - commit {latest['commit'][:10]}\n{latest['machine']}", fontsize=8)
+        fig.suptitle(
+            f"{link} ({p.get('rtt_ms', '?')} ms RTT, {p.get('rate_mbit', rate):g} Mbit/s) - "
+            f"{latest['date']} - commit {latest['commit'][:10]}\n{latest['machine']}",
+            fontsize=8,
+        )
         fig.tight_layout()
         path = results / f"throughput-{link}.png"
         fig.savefig(path, dpi=110)
@@ -340,32 +390,47 @@ def write_report(results: Path = RESULTS, charts: bool = True) -> Path:
     latest, details = load(results)
     pngs = draw_charts(latest, details, results) if charts and (latest.get("runs") or stopped_cells(details)) else []
     loads = [r["load_avg_1m"] for r in details.get("runs", []) if "load_avg_1m" in r]
-    lines = ["# Benchmark report: airflow-transfer and the alternatives on the emulated WAN", "",
-             f"- date: {latest['date']}", f"- machine: {latest['machine']}", f"- commit: `{latest['commit']}`"]
+    lines = [
+        "# Benchmark report: airflow-transfer and the alternatives on the emulated WAN",
+        "",
+        f"- date: {latest['date']}",
+        f"- machine: {latest['machine']}",
+        f"- commit: `{latest['commit']}`",
+    ]
     commits = sorted({r["commit"][:12] for r in details.get("runs", []) if r.get("commit")})
     if len(commits) > 1:
         lines.append(f"- the matrix was measured in pieces, at commits {', '.join(commits)} (each run records its own)")
     for name, p in details.get("profiles", {}).items():
-        lines.append(f"- link profile `{name}`: {p['rtt_ms']:g} ms RTT, {p['rate_mbit']:g} Mbit/s "
-                     "(userspace emulator, docs/testbed.md; payload ceiling about 96.5 % of the rate)")
+        lines.append(
+            f"- link profile `{name}`: {p['rtt_ms']:g} ms RTT, {p['rate_mbit']:g} Mbit/s "
+            "(userspace emulator, docs/testbed.md; payload ceiling about 96.5 % of the rate)"
+        )
     if details:
-        lines.append(f"- repetitions: {details.get('reps')} interleaved (A B C A B C ...); destination checked by "
-                     f"{'content digest (xxh3-128)' if details.get('verify') == 'hash' else 'names and sizes'} "
-                     f"after every run; time limit {details.get('timeout_s', 0):.0f} s per run")
+        lines.append(
+            f"- repetitions: {details.get('reps')} interleaved (A B C A B C ...); destination checked by "
+            f"{'content digest (xxh3-128)' if details.get('verify') == 'hash' else 'names and sizes'} "
+            f"after every run; time limit {details.get('timeout_s', 0):.0f} s per run"
+        )
         lines.append(f"- command: `python -m benchmarks.run {' '.join(details.get('argv', []))}`")
     summary = coverage_summary(details)
     if summary:
         lines.append(f"- coverage: {summary}")
     if loads:
-        lines.append(f"- 1-minute load average at the start of each run: {min(loads):.1f} - {max(loads):.1f} "
-                     f"on {_cores(latest['machine'])} cores")
+        lines.append(
+            f"- 1-minute load average at the start of each run: {min(loads):.1f} - {max(loads):.1f} "
+            f"on {_cores(latest['machine'])} cores"
+        )
     if details.get("note"):
         lines += ["", f"> {details['note']}"]
-    lines += ["", "CPU is client + server seconds; the link emulator's own CPU is its own column. Machine busy "
-              "is the average number of cores busy during the run (/proc/stat, so kernel work for the TUN "
-              "devices and TCP stacks counts too): near the core count, the run was CPU-bound. RSS is the "
-              "client's peak. `verified`: `content` = every file's digest matched, `sizes` = names and sizes "
-              "only. What each contender is and how it is configured: docs/benchmarks.md.", ""]
+    lines += [
+        "",
+        "CPU is client + server seconds; the link emulator's own CPU is its own column. Machine busy "
+        "is the average number of cores busy during the run (/proc/stat, so kernel work for the TUN "
+        "devices and TCP stacks counts too): near the core count, the run was CPU-bound. RSS is the "
+        "client's peak. `verified`: `content` = every file's digest matched, `sizes` = names and sizes "
+        "only. What each contender is and how it is configured: docs/benchmarks.md.",
+        "",
+    ]
     lines.append(results_table(latest, details))
     for png in pngs:
         lines += [f"![throughput {png.stem}]({png.name})", ""]
@@ -377,7 +442,6 @@ def write_report(results: Path = RESULTS, charts: bool = True) -> Path:
     path = results / "report.md"
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path
-
 
 
 def _cores(machine: str) -> str:

@@ -31,7 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.contenders import all_contenders, select
@@ -83,14 +83,18 @@ def host(loops: int = 2_000_000, hash_mib: int = 64) -> dict:
             h.update(block)
         t2 = time.perf_counter()
         loop_s, hash_s = min(loop_s, t1 - t0), min(hash_s, t2 - t1)
-    return {"id": boot, "python_loop_ms": round(loop_s * 1e3 * 2_000_000 / loops, 1),
-            "sha256_mb_s": round(hash_mib * 2**20 / hash_s / 1e6, 1)}
+    return {
+        "id": boot,
+        "python_loop_ms": round(loop_s * 1e3 * 2_000_000 / loops, 1),
+        "sha256_mb_s": round(hash_mib * 2**20 / hash_s / 1e6, 1),
+    }
 
 
 def commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -104,18 +108,27 @@ def one_run(bed: Testbed, contender: Contender, dataset: Dataset, rep: int, cont
         local, remote = bed.fresh_local_dir("download"), dataset.path
     landing = contender.landing(local, remote)
     os.sync()  # the previous run's dirty pages are not written back during this one
-    record = {"link": bed.profile, "dataset": dataset.name, "contender": contender.name,
-              "direction": contender.direction, "rep": rep, "ok": False, "load_avg_1m": os.getloadavg()[0]}
+    record = {
+        "link": bed.profile,
+        "dataset": dataset.name,
+        "contender": contender.name,
+        "direction": contender.direction,
+        "rep": rep,
+        "ok": False,
+        "load_avg_1m": os.getloadavg()[0],
+    }
     server0, emu0 = bed.server_cpu(), bed.emulator_cpu()
     try:
         busy0 = machine_cpu()
         seconds = contender.run(local, remote)
-        record.update(seconds=seconds, mbit=dataset.bytes * 8 / seconds / 1e6,
-                      machine_busy_cores=busy_cores(busy0, machine_cpu()))
+        record.update(
+            seconds=seconds, mbit=dataset.bytes * 8 / seconds / 1e6, machine_busy_cores=busy_cores(busy0, machine_cpu())
+        )
         summary = getattr(contender, "last_summary", None)
         if summary:  # what the tuning chose, chunk by chunk: the report's explanation of a rate
-            record.update(job_seconds=summary.get("seconds"), chunks=summary.get("chunks"),
-                          ssh_client=summary.get("ssh_client"))
+            record.update(
+                job_seconds=summary.get("seconds"), chunks=summary.get("chunks"), ssh_client=summary.get("ssh_client")
+            )
         bed.wait_server_idle()
         record.update(verified=verify_tree(dataset, landing, content=content_check), ok=True)
     except ContenderFailed as exc:
@@ -126,8 +139,12 @@ def one_run(bed: Testbed, contender: Contender, dataset: Dataset, rep: int, cont
             record["partial_mbit"] = landed_bytes(landing) * 8 / contender.last.seconds / 1e6
     finally:
         bed.wait_server_idle()
-        record.update(client_cpu_s=contender.usage.cpu_s, server_cpu_s=bed.server_cpu() - server0,
-                      emulator_cpu_s=bed.emulator_cpu() - emu0, peak_rss_mb=contender.usage.peak_rss_mb)
+        record.update(
+            client_cpu_s=contender.usage.cpu_s,
+            server_cpu_s=bed.server_cpu() - server0,
+            emulator_cpu_s=bed.emulator_cpu() - emu0,
+            peak_rss_mb=contender.usage.peak_rss_mb,
+        )
         if contender.direction == "upload":
             clear(remote)
         else:
@@ -162,14 +179,21 @@ def summarise(runs: list[dict]) -> list[dict]:
         if not ok:
             continue
         mbit = [r["mbit"] for r in ok]
-        rows.append({
-            "dataset": dataset, "link": link, "contender": contender, "repetitions": len(ok),
-            "median_mbit": round(statistics.median(mbit), 2), "min_mbit": round(min(mbit), 2),
-            "max_mbit": round(max(mbit), 2), "link_mbit": PROFILES[link][1],
-            "cpu_s": round(statistics.median(r["client_cpu_s"] + r["server_cpu_s"] for r in ok), 2),
-            "peak_rss_mb": round(max(r["peak_rss_mb"] for r in ok), 1),
-            "verified": all(r["verified"] for r in ok),
-        })
+        rows.append(
+            {
+                "dataset": dataset,
+                "link": link,
+                "contender": contender,
+                "repetitions": len(ok),
+                "median_mbit": round(statistics.median(mbit), 2),
+                "min_mbit": round(min(mbit), 2),
+                "max_mbit": round(max(mbit), 2),
+                "link_mbit": PROFILES[link][1],
+                "cpu_s": round(statistics.median(r["client_cpu_s"] + r["server_cpu_s"] for r in ok), 2),
+                "peak_rss_mb": round(max(r["peak_rss_mb"] for r in ok), 1),
+                "verified": all(r["verified"] for r in ok),
+            }
+        )
     return rows
 
 
@@ -196,23 +220,38 @@ def _compile_project() -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="wan50", help=f"comma list of {', '.join(PROFILES)} (default wan50)")
-    ap.add_argument("--datasets", default="small,large",
-                    help="comma list of tiny, small, mixed, medium, large, or all")
-    ap.add_argument("--scale", type=float, default=1.0,
-                    help="move this fraction of each dataset's bytes (quick runs; default 1)")
-    ap.add_argument("--resume", action="store_true",
-                    help="keep the runs already in the results directory and run only the missing ones")
-    ap.add_argument("--budget-min", type=float, default=0.0,
-                    help="start no new run after this many minutes (0 = no limit; at least one run is made); "
-                         "--resume continues later")
-    ap.add_argument("--contenders", default="all", help="all, or comma list of name prefixes / groups "
-                                                        "(airflow-transfer, rclone, openssh, airflow, sshfs, "
-                                                        "uploads, downloads)")
+    ap.add_argument("--datasets", default="small,large", help="comma list of tiny, small, mixed, medium, large, or all")
+    ap.add_argument(
+        "--scale", type=float, default=1.0, help="move this fraction of each dataset's bytes (quick runs; default 1)"
+    )
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the runs already in the results directory and run only the missing ones",
+    )
+    ap.add_argument(
+        "--budget-min",
+        type=float,
+        default=0.0,
+        help="start no new run after this many minutes (0 = no limit; at least one run is made); "
+        "--resume continues later",
+    )
+    ap.add_argument(
+        "--contenders",
+        default="all",
+        help="all, or comma list of name prefixes / groups "
+        "(airflow-transfer, rclone, openssh, airflow, sshfs, "
+        "uploads, downloads)",
+    )
     ap.add_argument("--reps", type=int, default=3, help="repetitions of each contender (default 3)")
     ap.add_argument("--files", type=int, help="use only this many files of each dataset (development)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds before a run is stopped (default 900)")
-    ap.add_argument("--verify", choices=["hash", "size"], default="hash",
-                    help="check destinations by content digest (default) or by names and sizes only")
+    ap.add_argument(
+        "--verify",
+        choices=["hash", "size"],
+        default="hash",
+        help="check destinations by content digest (default) or by names and sizes only",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS, help="results directory (default benchmarks/results)")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="dataset cache directory")
     ap.add_argument("--no-charts", action="store_true", help="write report.md without PNG charts")
@@ -251,34 +290,51 @@ def main(argv: list[str] | None = None) -> int:
         say(f"benchmarks.run: skipping {name}: {reason}")
     _compile_project()
     if os.geteuid() != 0:
-        say("benchmarks.run: needs root (network namespaces, TUN devices): run it as root, e.g. "
-            "`sudo benchmarks/bench.sh quick`")
+        say(
+            "benchmarks.run: needs root (network namespaces, TUN devices): run it as root, e.g. "
+            "`sudo benchmarks/bench.sh quick`"
+        )
         return 2
     for c in runnable:
         c.timeout = args.timeout
 
     datasets = [ensure(spec, args.cache) for spec in specs]  # all generated before any link carries load
-    meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": machine(),
-            "commit": commit(), "host": host()}
-    details = {**meta, "note": args.note, "argv": sys.argv[1:] if argv is None else argv,
-               "profiles": {p: {"rtt_ms": PROFILES[p][0], "rate_mbit": PROFILES[p][1]} for p in profiles},
-               "datasets": {d.name: {"files": d.files, "bytes": d.bytes} for d in datasets},
-               "contenders": {c.name: {"direction": c.direction, "description": c.description}
-                              for c in contenders},
-               "unavailable": unavailable, "verify": args.verify, "reps": args.reps,
-               "timeout_s": args.timeout}
+    meta = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": machine(),
+        "commit": commit(),
+        "host": host(),
+    }
+    details = {
+        **meta,
+        "note": args.note,
+        "argv": sys.argv[1:] if argv is None else argv,
+        "profiles": {p: {"rtt_ms": PROFILES[p][0], "rate_mbit": PROFILES[p][1]} for p in profiles},
+        "datasets": {d.name: {"files": d.files, "bytes": d.bytes} for d in datasets},
+        "contenders": {c.name: {"direction": c.direction, "description": c.description} for c in contenders},
+        "unavailable": unavailable,
+        "verify": args.verify,
+        "reps": args.reps,
+        "timeout_s": args.timeout,
+    }
     runs: list[dict] = []
     if args.resume:
         runs, details = resume(args.out, details)
-        details["unavailable"] = {k: v for k, v in details["unavailable"].items()
-                                  if k not in {c.name for c in runnable}}
+        details["unavailable"] = {
+            k: v for k, v in details["unavailable"].items() if k not in {c.name for c in runnable}
+        }
     stopped_cells = {cell(r) for r in runs if timed_out(r)}
     todo = plan(profiles, [d.name for d in datasets], args.reps, [c.name for c in runnable], runs)
     total = len(todo)
     if args.resume:
-        say(f"benchmarks.run: resuming: {len(runs)} earlier runs kept, {total} to run"
-            + (f" ({len(stopped_cells)} cells were stopped at the time limit once and are not repeated)"
-               if stopped_cells else ""))
+        say(
+            f"benchmarks.run: resuming: {len(runs)} earlier runs kept, {total} to run"
+            + (
+                f" ({len(stopped_cells)} cells were stopped at the time limit once and are not repeated)"
+                if stopped_cells
+                else ""
+            )
+        )
     by_name = {c.name: c for c in runnable}
     by_dataset = {d.name: d for d in datasets}
     done = made = 0
@@ -292,8 +348,10 @@ def main(argv: list[str] | None = None) -> int:
             if stopped or not any((profile, d, c) not in stopped_cells for d, c in mine):
                 continue
             rtt, rate = PROFILES[profile]
-            say(f"benchmarks.run: {profile} (repetition {rep}): bringing up the link ({rtt:g} ms, {rate:g} Mbit/s) "
-                "and sshd")
+            say(
+                f"benchmarks.run: {profile} (repetition {rep}): bringing up the link ({rtt:g} ms, {rate:g} Mbit/s) "
+                "and sshd"
+            )
             with Testbed(profile) as bed:
                 for c in runnable:
                     c.prepare(bed)
@@ -302,45 +360,61 @@ def main(argv: list[str] | None = None) -> int:
                         break
                     if (profile, dname, cname) in stopped_cells:
                         done += 1
-                        say(f"[{done}/{total}] {profile} {dname} rep {rep}/{args.reps} {cname}: skipped, an earlier "
-                            "run was stopped at the time limit (one run places a contender that slow)")
+                        say(
+                            f"[{done}/{total}] {profile} {dname} rep {rep}/{args.reps} {cname}: skipped, an earlier "
+                            "run was stopped at the time limit (one run places a contender that slow)"
+                        )
                         continue
                     # At least one run per call, so repeated calls always make progress.
                     if args.budget_min and made and time.monotonic() - t_start > args.budget_min * 60:
-                        stopped = (f"time budget of {args.budget_min:g} min reached after {done} runs; "
-                                   f"{total - done} left for the next `--resume`")
+                        stopped = (
+                            f"time budget of {args.budget_min:g} min reached after {done} runs; "
+                            f"{total - done} left for the next `--resume`"
+                        )
                         say(f"benchmarks.run: {stopped}")
                         break
                     done += 1
                     made += 1
                     c, dataset = by_name[cname], by_dataset[dname]
-                    prefix = (f"[{done}/{total} {time.monotonic() - t_start:6.0f}s] {profile} {dname} "
-                              f"rep {rep}/{args.reps} {cname}")
+                    prefix = (
+                        f"[{done}/{total} {time.monotonic() - t_start:6.0f}s] {profile} {dname} "
+                        f"rep {rep}/{args.reps} {cname}"
+                    )
                     say(f"{prefix} ...")
                     rec = one_run(bed, c, dataset, rep, args.verify == "hash")
-                    rec.update(commit=meta["commit"], host=meta["host"], date=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                    rec.update(
+                        commit=meta["commit"],
+                        host=meta["host"],
+                        date=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    )
                     runs.append(rec)
                     cpu = f"cpu {rec['client_cpu_s']:.1f}+{rec['server_cpu_s']:.1f} s"
                     if rec["ok"]:
-                        say(f"{prefix}: {rec['mbit']:.1f} Mbit/s ({rec['mbit'] / rate:.0%} of link) in "
+                        say(
+                            f"{prefix}: {rec['mbit']:.1f} Mbit/s ({rec['mbit'] / rate:.0%} of link) in "
                             f"{rec['seconds']:.1f} s, {cpu}, rss {rec['peak_rss_mb']:.0f} MB, "
-                            f"{'hash-verified' if rec['verified'] else 'sizes checked'}")
+                            f"{'hash-verified' if rec['verified'] else 'sizes checked'}"
+                        )
                     elif timed_out(rec):
-                        say(f"{prefix}: stopped at the {args.timeout:.0f} s limit, "
-                            f"{rec.get('partial_mbit', 0.0):.1f} Mbit/s over what had landed (not checked)")
+                        say(
+                            f"{prefix}: stopped at the {args.timeout:.0f} s limit, "
+                            f"{rec.get('partial_mbit', 0.0):.1f} Mbit/s over what had landed (not checked)"
+                        )
                     else:
                         say(f"{prefix}: FAILED: {rec['error']}")
                     if timed_out(rec):
                         stopped_cells.add(cell(rec))
-                    details["finished"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                    details["finished"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                     write_results(args.out, meta, runs, details)
     details["stopped"] = stopped
     if not runs:
         say("benchmarks.run: nothing ran")
     write_results(args.out, meta, runs, details)
     report = write_report(args.out, charts=not args.no_charts)
-    say(f"benchmarks.run: {len(runs)} runs in {time.monotonic() - t_start:.0f} s; results in "
-        f"{args.out / 'latest.json'}, report {report}")
+    say(
+        f"benchmarks.run: {len(runs)} runs in {time.monotonic() - t_start:.0f} s; results in "
+        f"{args.out / 'latest.json'}, report {report}"
+    )
     return exit_status(runs)
 
 
@@ -350,16 +424,21 @@ def exit_status(runs: list[dict]) -> int:
     not_ok = [r for r in runs if not r["ok"]]
     failed = [r for r in not_ok if not timed_out(r)]
     if len(not_ok) > len(failed):
-        say(f"benchmarks.run: {len(not_ok) - len(failed)} runs stopped at the time limit; the report shows their partial rate")
+        say(
+            f"benchmarks.run: {len(not_ok) - len(failed)} runs stopped at the time limit; the report shows their partial rate"
+        )
     if not failed:
         return 0
-    say(f"benchmarks.run: {len(failed)} runs FAILED (error in latest-details.json): "
-        + "; ".join(sorted({f"{r['link']} {r['dataset']} {r['contender']}" for r in failed})))
+    say(
+        f"benchmarks.run: {len(failed)} runs FAILED (error in latest-details.json): "
+        + "; ".join(sorted({f"{r['link']} {r['dataset']} {r['contender']}" for r in failed}))
+    )
     return 1
 
 
-def plan(profiles: list[str], datasets: list[str], reps: int, contenders: list[str],
-         runs: list[dict]) -> list[tuple[int, str, str, str]]:
+def plan(
+    profiles: list[str], datasets: list[str], reps: int, contenders: list[str], runs: list[dict]
+) -> list[tuple[int, str, str, str]]:
     """The runs still to make, as (rep, profile, dataset, contender), in the order they run:
     repetition by repetition (breadth first), then profile, dataset, and the contenders
     interleaved (A B C, A B C). A run already in `runs` is not made again; nor is any later
@@ -367,8 +446,14 @@ def plan(profiles: list[str], datasets: list[str], reps: int, contenders: list[s
     slower than the limit allows, and one stopped run (with the rate it had reached) places it."""
     have = {(r["rep"], *cell(r)) for r in runs}
     stopped = {cell(r) for r in runs if timed_out(r)}
-    return [(rep, p, d, c) for rep in range(1, reps + 1) for p in profiles for d in datasets for c in contenders
-            if (rep, p, d, c) not in have and (p, d, c) not in stopped]
+    return [
+        (rep, p, d, c)
+        for rep in range(1, reps + 1)
+        for p in profiles
+        for d in datasets
+        for c in contenders
+        if (rep, p, d, c) not in have and (p, d, c) not in stopped
+    ]
 
 
 def resume(out: Path, details: dict) -> tuple[list[dict], dict]:

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,8 +80,15 @@ class Ceiling:
     def openssh(self, n: int) -> float:
         """n `ssh` processes; each reads a go-line from its stdin pipe before the zeros follow."""
         b = self.bed
-        procs = [b.link.run_in("src", [*self._ssh_argv(), f"read go; {_OPENSSH_REMOTE}"],
-                               stdin=subprocess.PIPE, stdout=subprocess.DEVNULL) for _ in range(n)]
+        procs = [
+            b.link.run_in(
+                "src",
+                [*self._ssh_argv(), f"read go; {_OPENSSH_REMOTE}"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+            )
+            for _ in range(n)
+        ]
         time.sleep(1.5)  # key exchange and auth on every connection (about 4 RTT each)
         block = bytes(256 << 10)
         t0 = time.monotonic()
@@ -100,9 +107,22 @@ class Ceiling:
 
     def paramiko(self, conns: int, procs: int = 1) -> float:
         b = self.bed
-        argv = [sys.executable, "-c", _PARAMIKO, str(REPO), b.host, str(b.port), b.user, str(b.key),
-                str(b.known_hosts), str(conns), str(self.mib)]
-        ps = [b.link.run_in("src", argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(procs)]
+        argv = [
+            sys.executable,
+            "-c",
+            _PARAMIKO,
+            str(REPO),
+            b.host,
+            str(b.port),
+            b.user,
+            str(b.key),
+            str(b.known_hosts),
+            str(conns),
+            str(self.mib),
+        ]
+        ps = [
+            b.link.run_in("src", argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(procs)
+        ]
         for p in ps:
             if p.stdout.readline().strip() != "ready":
                 raise RuntimeError("paramiko helper did not connect")
@@ -118,8 +138,9 @@ class Ceiling:
         server = self.bed.link.run_in("dst", ["iperf3", "-s", "-1"], stdout=subprocess.DEVNULL)
         time.sleep(0.5)
         try:
-            out = self.bed.link.run("src", ["iperf3", "-c", self.bed.host, "-t", "8", "-O", "2", "-P", str(streams),
-                                            "-J"], timeout=60).stdout
+            out = self.bed.link.run(
+                "src", ["iperf3", "-c", self.bed.host, "-t", "8", "-O", "2", "-P", str(streams), "-J"], timeout=60
+            ).stdout
         finally:
             server.wait(timeout=10)
         return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6
@@ -159,30 +180,56 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.monotonic()
                 mbit = case(c)
                 wall = time.monotonic() - t0
-                rec = {"mbit": round(mbit, 1), "machine_busy_cores": busy_cores(cpu0, machine_cpu()),
-                       "emulator_cores": round((bed.emulator_cpu() - emu0) / wall, 2)}
+                rec = {
+                    "mbit": round(mbit, 1),
+                    "machine_busy_cores": busy_cores(cpu0, machine_cpu()),
+                    "emulator_cores": round((bed.emulator_cpu() - emu0) / wall, 2),
+                }
                 runs[name].append(rec)
-                print(f"[rep {rep}/{args.reps}] {name}: {mbit:.0f} Mbit/s ({mbit / rate:.0%} of link), "
-                      f"machine busy {rec['machine_busy_cores']} cores", flush=True)
-    rows = [{"case": name, "median_mbit": statistics.median(r["mbit"] for r in rs),
-             "min_mbit": min(r["mbit"] for r in rs), "max_mbit": max(r["mbit"] for r in rs),
-             "machine_busy_cores": statistics.median(r["machine_busy_cores"] for r in rs),
-             "runs": rs} for name, rs in runs.items()]
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "commit": commit,
-            "profile": args.profile, "mib_per_connection": args.mib, "reps": args.reps,
-            "command": "python -m benchmarks.ssh_ceiling " + " ".join(argv if argv is not None else sys.argv[1:])}
+                print(
+                    f"[rep {rep}/{args.reps}] {name}: {mbit:.0f} Mbit/s ({mbit / rate:.0%} of link), "
+                    f"machine busy {rec['machine_busy_cores']} cores",
+                    flush=True,
+                )
+    rows = [
+        {
+            "case": name,
+            "median_mbit": statistics.median(r["mbit"] for r in rs),
+            "min_mbit": min(r["mbit"] for r in rs),
+            "max_mbit": max(r["mbit"] for r in rs),
+            "machine_busy_cores": statistics.median(r["machine_busy_cores"] for r in rs),
+            "runs": rs,
+        }
+        for name, rs in runs.items()
+    ]
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    meta = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": commit,
+        "profile": args.profile,
+        "mib_per_connection": args.mib,
+        "reps": args.reps,
+        "command": "python -m benchmarks.ssh_ceiling " + " ".join(argv if argv is not None else sys.argv[1:]),
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ssh-ceiling.json").write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
-    lines = [f"# SSH ceiling on {args.profile}: raw streams to `cat > /dev/null`, no files, no disk", "",
-             f"- command: `{meta['command']}`; {meta['date']}, commit `{commit}`",
-             f"- {args.mib} MiB per connection, {args.reps} interleaved repetitions, medians (min-max); "
-             "connection setup excluded", "",
-             "| case | Mbit/s | of link | machine busy (cores of 2) |", "|---|---:|---:|---:|"]
+    lines = [
+        f"# SSH ceiling on {args.profile}: raw streams to `cat > /dev/null`, no files, no disk",
+        "",
+        f"- command: `{meta['command']}`; {meta['date']}, commit `{commit}`",
+        f"- {args.mib} MiB per connection, {args.reps} interleaved repetitions, medians (min-max); "
+        "connection setup excluded",
+        "",
+        "| case | Mbit/s | of link | machine busy (cores of 2) |",
+        "|---|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['case']} | {r['median_mbit']:.0f} ({r['min_mbit']:.0f}-{r['max_mbit']:.0f}) | "
-                     f"{r['median_mbit'] / rate:.0%} | {r['machine_busy_cores']} |")
+        lines.append(
+            f"| {r['case']} | {r['median_mbit']:.0f} ({r['min_mbit']:.0f}-{r['max_mbit']:.0f}) | "
+            f"{r['median_mbit'] / rate:.0%} | {r['machine_busy_cores']} |"
+        )
     (args.out / "ssh-ceiling.md").write_text("\n".join(lines) + "\n")
     print(f"benchmarks.ssh_ceiling: wrote {args.out / 'ssh-ceiling.md'}")
     return 0

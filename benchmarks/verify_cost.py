@@ -35,7 +35,7 @@ import statistics
 import sys
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,11 +89,15 @@ def datasets(names: list[str], quick: bool, cache: Path) -> list[Dataset]:
         if name == "20-10G":
             out.append(Dataset(DatasetSpec("20-10G-scaled", 8, big.spec.size), big.path, big.manifest))
         elif name == "10G-500M":
-            small = ensure(DatasetSpec(f"p002-small{'-q' if quick else ''}", 4, 12 * MIB // scale, seed=2022),
-                           cache, say)
+            small = ensure(
+                DatasetSpec(f"p002-small{'-q' if quick else ''}", 4, 12 * MIB // scale, seed=2022), cache, say
+            )
             rels_big, rels_small = sorted(big.manifest)[:4], sorted(small.manifest)
-            out.append(_hardlinked(f"p002-10G-500M{'-q' if quick else ''}",
-                                   [("a", big, rels_big), ("b", small, rels_small)], cache))
+            out.append(
+                _hardlinked(
+                    f"p002-10G-500M{'-q' if quick else ''}", [("a", big, rels_big), ("b", small, rels_small)], cache
+                )
+            )
             out[-1].spec = DatasetSpec("10G-500M-scaled", 8, big.spec.size)
         elif name == "mixed":
             spec = DatasetSpec("mixed", 1000, 4 * MIB, sizes="uniform", seed=13)
@@ -138,13 +142,39 @@ def one_run(bed, ds: Dataset, mode: str, algorithm: str, block: int, timeout: fl
     remote = bed.fresh_remote_dir("verify-cost")
     os.sync()  # the previous run's dirty pages are not written back during this one
     url = f"sftp://{bed.user}@{bed.host}:{bed.port}{remote}"
-    verify = ["--verify", "none"] if mode == "none" else ["--verify", algorithm, "--verify-mode", mode,
-                                                          "--verify-block-size", str(block)]
-    argv = [*cli_argv(), "copy", str(ds.path), url, *KNOBS, *verify, "--json", "--no-skip", "--restart",
-            "--transfer-key", f"verify-cost-{uuid.uuid4().hex}", "--progress-interval", "3600",
-            "--identity", str(bed.key), "--known-hosts", str(bed.known_hosts), "--ssh-config", str(bed.ssh_config)]
-    rec = {"link": bed.profile, "dataset": ds.spec.name, "mode": mode, "ok": False,
-           "load_avg_1m": round(os.getloadavg()[0], 2)}
+    verify = (
+        ["--verify", "none"]
+        if mode == "none"
+        else ["--verify", algorithm, "--verify-mode", mode, "--verify-block-size", str(block)]
+    )
+    argv = [
+        *cli_argv(),
+        "copy",
+        str(ds.path),
+        url,
+        *KNOBS,
+        *verify,
+        "--json",
+        "--no-skip",
+        "--restart",
+        "--transfer-key",
+        f"verify-cost-{uuid.uuid4().hex}",
+        "--progress-interval",
+        "3600",
+        "--identity",
+        str(bed.key),
+        "--known-hosts",
+        str(bed.known_hosts),
+        "--ssh-config",
+        str(bed.ssh_config),
+    ]
+    rec = {
+        "link": bed.profile,
+        "dataset": ds.spec.name,
+        "mode": mode,
+        "ok": False,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
     try:
         done = bed.run(argv, timeout)
         rec["seconds"] = round(done.seconds, 3)
@@ -175,17 +205,34 @@ def summarise(runs: list[dict]) -> list[dict]:
     for (link, dataset, mode), rs in groups.items():
         ok = [r["seconds"] for r in rs if r["ok"]]
         if not ok:
-            rows.append({"link": link, "dataset": dataset, "mode": mode, "repetitions": 0,
-                         "errors": [r.get("error") for r in rs]})
+            rows.append(
+                {
+                    "link": link,
+                    "dataset": dataset,
+                    "mode": mode,
+                    "repetitions": 0,
+                    "errors": [r.get("error") for r in rs],
+                }
+            )
             continue
-        rows.append({"link": link, "dataset": dataset, "mode": mode, "repetitions": len(ok),
-                     "median_s": round(statistics.median(ok), 3), "min_s": min(ok), "max_s": max(ok),
-                     "identical": all(r.get("identical") for r in rs if r["ok"])})
+        rows.append(
+            {
+                "link": link,
+                "dataset": dataset,
+                "mode": mode,
+                "repetitions": len(ok),
+                "median_s": round(statistics.median(ok), 3),
+                "min_s": min(ok),
+                "max_s": max(ok),
+                "identical": all(r.get("identical") for r in rs if r["ok"]),
+            }
+        )
     return rows
 
 
-def model_rows(rows: list[dict], sets: dict[str, Dataset], costs: dict[str, tuple[float, float]],
-               block: int) -> list[dict]:
+def model_rows(
+    rows: list[dict], sets: dict[str, Dataset], costs: dict[str, tuple[float, float]], block: int
+) -> list[dict]:
     """t and c per block and the predicted time of each mode, next to the measured medians."""
     out = []
     by = {(r["link"], r["dataset"], r["mode"]): r for r in rows if r.get("repetitions")}
@@ -198,13 +245,26 @@ def model_rows(rows: list[dict], sets: dict[str, Dataset], costs: dict[str, tupl
         t = r["median_s"] * block / total  # seconds to send one block, unverified
         c_disk, c_mem = (x * block for x in costs[dataset])
         m = CostModel(t=t, c=c_disk, unit=block)
-        predicted = {"none": r["median_s"], "sequential": sequential_time(sizes, m),
-                     "file": file_level_time(sizes, m), "block": block_level_time(sizes, block, m)}
+        predicted = {
+            "none": r["median_s"],
+            "sequential": sequential_time(sizes, m),
+            "file": file_level_time(sizes, m),
+            "block": block_level_time(sizes, block, m),
+        }
         measured = {k: by[(link, dataset, k)]["median_s"] for k in MODES if (link, dataset, k) in by}
-        out.append({"link": link, "dataset": dataset, "block_bytes": block, "t_block_s": round(t, 4),
-                    "c_block_s": round(c_disk, 4), "c_block_in_memory_s": round(c_mem, 4),
-                    "max_overlap_gain": round((t + c_disk) / max(t, c_disk), 3),
-                    "predicted_s": {k: round(v, 3) for k, v in predicted.items()}, "measured_s": measured})
+        out.append(
+            {
+                "link": link,
+                "dataset": dataset,
+                "block_bytes": block,
+                "t_block_s": round(t, 4),
+                "c_block_s": round(c_disk, 4),
+                "c_block_in_memory_s": round(c_mem, 4),
+                "max_overlap_gain": round((t + c_disk) / max(t, c_disk), 3),
+                "predicted_s": {k: round(v, 3) for k, v in predicted.items()},
+                "measured_s": measured,
+            }
+        )
     return out
 
 
@@ -217,27 +277,54 @@ def targets(rows: list[dict]) -> list[dict]:
             get = lambda m: by.get((link, dataset, m))  # noqa: E731
             if get("block") and get("none"):
                 v = get("block") / get("none")
-                out.append({"link": link, "dataset": dataset, "check": "block / unverified <= 1.10",
-                            "value": round(v, 3), "holds": v <= 1.10})
+                out.append(
+                    {
+                        "link": link,
+                        "dataset": dataset,
+                        "check": "block / unverified <= 1.10",
+                        "value": round(v, 3),
+                        "holds": v <= 1.10,
+                    }
+                )
             if dataset.startswith("20-10G") and get("block") and get("sequential"):
                 v = get("sequential") / get("block")
-                out.append({"link": link, "dataset": dataset, "check": "sequential / block >= 1.5",
-                            "value": round(v, 3), "holds": v >= 1.5})
+                out.append(
+                    {
+                        "link": link,
+                        "dataset": dataset,
+                        "check": "sequential / block >= 1.5",
+                        "value": round(v, 3),
+                        "holds": v >= 1.5,
+                    }
+                )
             if dataset.startswith("10G-500M") and get("block") and get("file"):
                 v = get("file") / get("block")
-                out.append({"link": link, "dataset": dataset, "check": "file / block > 1 (block faster)",
-                            "value": round(v, 3), "holds": v > 1.0})
+                out.append(
+                    {
+                        "link": link,
+                        "dataset": dataset,
+                        "check": "file / block > 1 (block faster)",
+                        "value": round(v, 3),
+                        "holds": v > 1.0,
+                    }
+                )
     return out
 
 
 def report(doc: dict) -> str:
-    lines = ["# Cost of end-to-end verification", "",
-             f"{doc['date']}, {doc['machine']}, commit {doc['commit'][:12]}.", "",
-             f"Command: `{doc['command']}`", "",
-             f"Algorithm {doc['algorithm']}, block {doc['block_bytes'] // 1024} KiB, knobs `{' '.join(KNOBS)}`, "
-             f"{doc['reps']} repetitions per cell, modes interleaved.", "",
-             "| link | dataset | mode | runs | median s | min s | max s | x unverified |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Cost of end-to-end verification",
+        "",
+        f"{doc['date']}, {doc['machine']}, commit {doc['commit'][:12]}.",
+        "",
+        f"Command: `{doc['command']}`",
+        "",
+        f"Algorithm {doc['algorithm']}, block {doc['block_bytes'] // 1024} KiB, knobs `{' '.join(KNOBS)}`, "
+        f"{doc['reps']} repetitions per cell, modes interleaved.",
+        "",
+        "| link | dataset | mode | runs | median s | min s | max s | x unverified |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     base = {(r["link"], r["dataset"]): r.get("median_s") for r in doc["cells"] if r["mode"] == "none"}
     for r in doc["cells"]:
         if not r.get("repetitions"):
@@ -245,28 +332,43 @@ def report(doc: dict) -> str:
             continue
         b = base.get((r["link"], r["dataset"]))
         ratio = f"{r['median_s'] / b:.3f}" if b else ""
-        lines.append(f"| {r['link']} | {r['dataset']} | {r['mode']} | {r['repetitions']} | {r['median_s']:.2f} | "
-                     f"{r['min_s']:.2f} | {r['max_s']:.2f} | {ratio} |")
-    lines += ["", "## Model (paper 002 Table I) vs measured", "",
-              "t: seconds to send one block (median unverified run); c: seconds to checksum one block at the "
-              "destination (fsync, page cache dropped, read back, hashed); the last column is (t + c) / max(t, c), "
-              "the most any overlap can gain over sequential.", "",
-              "| link | dataset | t s | c s | mode | predicted s | measured s | max gain |", "|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {r['link']} | {r['dataset']} | {r['mode']} | {r['repetitions']} | {r['median_s']:.2f} | "
+            f"{r['min_s']:.2f} | {r['max_s']:.2f} | {ratio} |"
+        )
+    lines += [
+        "",
+        "## Model (paper 002 Table I) vs measured",
+        "",
+        "t: seconds to send one block (median unverified run); c: seconds to checksum one block at the "
+        "destination (fsync, page cache dropped, read back, hashed); the last column is (t + c) / max(t, c), "
+        "the most any overlap can gain over sequential.",
+        "",
+        "| link | dataset | t s | c s | mode | predicted s | measured s | max gain |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for m in doc["model"]:
         for mode in MODES:
-            lines.append(f"| {m['link']} | {m['dataset']} | {m['t_block_s']} | {m['c_block_s']} | {mode} | "
-                         f"{m['predicted_s'].get(mode, '')} | {m['measured_s'].get(mode, '')} | "
-                         f"{m['max_overlap_gain']} |")
+            lines.append(
+                f"| {m['link']} | {m['dataset']} | {m['t_block_s']} | {m['c_block_s']} | {mode} | "
+                f"{m['predicted_s'].get(mode, '')} | {m['measured_s'].get(mode, '')} | "
+                f"{m['max_overlap_gain']} |"
+            )
     lines += ["", "## Acceptance targets", "", "| link | dataset | check | value | holds |", "|---|---|---|---|---|"]
     for t in doc["targets"]:
-        lines.append(f"| {t['link']} | {t['dataset']} | {t['check']} | {t['value']} | {'yes' if t['holds'] else 'NO'} |")
+        lines.append(
+            f"| {t['link']} | {t['dataset']} | {t['check']} | {t['value']} | {'yes' if t['holds'] else 'NO'} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.verify_cost", description=__doc__.splitlines()[0])
-    ap.add_argument("--profiles", default=None,
-                    help="comma list of benchmarks/wan link profiles (default wan50,lan; lan with --quick)")
+    ap.add_argument(
+        "--profiles",
+        default=None,
+        help="comma list of benchmarks/wan link profiles (default wan50,lan; lan with --quick)",
+    )
     ap.add_argument("--datasets", default="20-10G,10G-500M,mixed")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--reps", type=int, default=3)
@@ -275,8 +377,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds before one run is killed")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke run: sizes / 32, 20 mixed files, 1 repetition (lan unless --profiles)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: sizes / 32, 20 mixed files, 1 repetition (lan unless --profiles)",
+    )
     args = ap.parse_args(argv)
     from benchmarks.contenders.testbed import Testbed
     from benchmarks.wan.link import PROFILES
@@ -295,18 +400,31 @@ def main(argv: list[str] | None = None) -> int:
         with Testbed(profile) as bed:
             for name, ds in sets.items():
                 for rep in range(reps):
-                    order = modes[rep % len(modes):] + modes[:rep % len(modes)]
+                    order = modes[rep % len(modes) :] + modes[: rep % len(modes)]
                     for mode in order:
                         rec = one_run(bed, ds, mode, args.algorithm, block, args.timeout)
                         rec["rep"] = rep + 1
                         runs.append(rec)
-                        say(f"{profile} {name} rep {rep + 1}/{reps} {mode}: "
-                            + (f"{rec['seconds']:.2f}s" if rec["ok"] else f"FAILED {rec.get('error')}"))
+                        say(
+                            f"{profile} {name} rep {rep + 1}/{reps} {mode}: "
+                            + (f"{rec['seconds']:.2f}s" if rec["ok"] else f"FAILED {rec.get('error')}")
+                        )
     cells = summarise(runs)
-    doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
-           "commit": commit(), "command": "python -m benchmarks.verify_cost " + " ".join(argv or sys.argv[1:]),
-           "algorithm": args.algorithm, "block_bytes": block, "reps": reps, "knobs": KNOBS, "quick": args.quick,
-           "cells": cells, "model": model_rows(cells, sets, costs, block), "targets": [], "runs": runs}
+    doc = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "commit": commit(),
+        "command": "python -m benchmarks.verify_cost " + " ".join(argv or sys.argv[1:]),
+        "algorithm": args.algorithm,
+        "block_bytes": block,
+        "reps": reps,
+        "knobs": KNOBS,
+        "quick": args.quick,
+        "cells": cells,
+        "model": model_rows(cells, sets, costs, block),
+        "targets": [],
+        "runs": runs,
+    }
     doc["targets"] = targets(cells)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "verify_cost"

@@ -111,8 +111,10 @@ def tune(pair: list[str], params=None) -> list[dict]:
     with _store() as store, _runner(pair[0]) as src, _runner(pair[1]) as dst:  # keys only: nothing connects
         rows = tune_link(store, src.host.key, dst.host.key, protocols=tuple(params["protocols"]))
     for row in rows:
-        _log(f"tuned {row['source']} -> {row['destination']} ({row['protocol']}): streams {row['streams']}, "
-             f"TCP buffer {row['tcp_buffer']}, block {row['block_size']}, BDP {row['bdp_bytes']}")
+        _log(
+            f"tuned {row['source']} -> {row['destination']} ({row['protocol']}): streams {row['streams']}, "
+            f"TCP buffer {row['tcp_buffer']}, block {row['block_size']}, BDP {row['bdp_bytes']}"
+        )
     return [{k: v for k, v in row.items() if k != "reasons"} for row in rows]
 
 
@@ -125,12 +127,22 @@ def light_profile(pair: list[str], params=None) -> dict:
     with _store() as store, _runner(pair[0]) as src, _runner(pair[1]) as dst:
         schedule = store.light_schedule(src.host.key, dst.host.key)
         if not store.light_due(src.host.key, dst.host.key):
-            raise AirflowSkipException(f"{src.host.key} -> {dst.host.key} is not due until "
-                                       f"{schedule['next_due_at']} (interval {schedule['interval_s']:g} s)")
-        step = light_run(store, src, dst, protocols=tuple(params["protocols"]), via=params["via"],
-                         quick=params["quick"], k=int(params["k"]),
-                         base_interval_s=float(params["base_interval_minutes"]) * 60,
-                         max_interval_s=float(params["max_interval_minutes"]) * 60, progress=_log)
+            raise AirflowSkipException(
+                f"{src.host.key} -> {dst.host.key} is not due until "
+                f"{schedule['next_due_at']} (interval {schedule['interval_s']:g} s)"
+            )
+        step = light_run(
+            store,
+            src,
+            dst,
+            protocols=tuple(params["protocols"]),
+            via=params["via"],
+            quick=params["quick"],
+            k=int(params["k"]),
+            base_interval_s=float(params["base_interval_minutes"]) * 60,
+            max_interval_s=float(params["max_interval_minutes"]) * 60,
+            progress=_log,
+        )
     return {"profile": step["profile"], "schedule": step["schedule"]}
 
 

@@ -26,8 +26,12 @@ import os
 import pendulum
 from airflow.sdk import DAG, Asset, Param
 
-from airflow_transfer.operators.chunked import (ChunkPlanOperator, ChunkTransferOperator, DatasetManifestOperator,
-                                                VerifyTransferOperator)
+from airflow_transfer.operators.chunked import (
+    ChunkPlanOperator,
+    ChunkTransferOperator,
+    DatasetManifestOperator,
+    VerifyTransferOperator,
+)
 from airflow_transfer.sensors.stable import DatasetStableSensor
 
 ARCHIVE_DIR = os.environ.get("AT_INSTRUMENT_ARCHIVE", "/srv/archive/instrument")

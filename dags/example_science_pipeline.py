@@ -51,8 +51,9 @@ with DAG(
                 with open(path, "rb") as f:
                     for block in iter(lambda: f.read(1 << 20), b""):
                         h.update(block)
-                entries.append({"path": os.path.relpath(path, archive), "size": os.path.getsize(path),
-                                "sha256": h.hexdigest()})
+                entries.append(
+                    {"path": os.path.relpath(path, archive), "size": os.path.getsize(path), "sha256": h.hexdigest()}
+                )
         entries.sort(key=lambda e: e["path"])
         os.makedirs(products, exist_ok=True)
         with open(os.path.join(products, "index.json"), "w") as f:

@@ -32,7 +32,6 @@ directory under --path that is removed on success, error, Ctrl-C, SIGTERM and
 SIGHUP (a dropped SSH session).
 """
 
-
 import argparse
 import errno
 import json
@@ -63,8 +62,8 @@ def parse_size(text: str) -> int:
     """'4096', '64K', '16MiB', '1g' -> bytes (binary units)."""
     value = str(text).strip().lower()
     for suffix in ("ib", "b"):
-        if value.endswith(suffix) and value[:-len(suffix)][-1:] in "kmgt":
-            value = value[:-len(suffix)]
+        if value.endswith(suffix) and value[: -len(suffix)][-1:] in "kmgt":
+            value = value[: -len(suffix)]
             break
     scale = {"k": KIB, "m": MIB, "g": 1024 * MIB, "t": 1024 * 1024 * MIB}.get(value[-1:], 1)
     if scale != 1:
@@ -72,7 +71,7 @@ def parse_size(text: str) -> int:
     try:
         number = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError("not a size: %r (use e.g. 4096, 64K, 16M, 1G)" % text)
+        raise argparse.ArgumentTypeError("not a size: %r (use e.g. 4096, 64K, 16M, 1G)" % text) from None
     if number < 0:
         raise argparse.ArgumentTypeError("sizes must be >= 0 (got %r)" % text)
     return int(number * scale)
@@ -137,17 +136,20 @@ class _Evictor:
         if method == "auto":
             method = "fadvise" if fadvise else "dummy-file"
         if method == "fadvise" and not fadvise:
-            raise ValueError("--evict fadvise: os.posix_fadvise is not available on this platform; "
-                             "use --evict dummy-file or --evict none")
+            raise ValueError(
+                "--evict fadvise: os.posix_fadvise is not available on this platform; "
+                "use --evict dummy-file or --evict none"
+            )
         self.method = method
         if method == "fadvise":
             self.detail = "posix_fadvise(POSIX_FADV_DONTNEED) after fsync"
         elif method == "dummy-file":
             cache = _page_cache_estimate()
-            self.detail = ("%sread a %d-byte dummy file between each batch's writes and its reads (paper 003 "
-                           "section 4.1); page cache estimate %s bytes"
-                           % ("posix_fadvise is unavailable: " if self.auto else "", dummy_size,
-                              cache if cache else "unknown"))
+            self.detail = (
+                "%sread a %d-byte dummy file between each batch's writes and its reads (paper 003 "
+                "section 4.1); page cache estimate %s bytes"
+                % ("posix_fadvise is unavailable: " if self.auto else "", dummy_size, cache if cache else "unknown")
+            )
             if cache and dummy_size < cache:
                 self.detail += "; the dummy file is smaller than the page cache, so reads may still hit the cache"
         else:
@@ -168,10 +170,12 @@ class _Evictor:
             cost = self.dummy_size / max(write_bps, 1.0) * (1 + passes_left)
             if self.auto and cost > seconds_left:
                 self.method = "none"
-                self.detail = ("posix_fadvise is unavailable and the paper's dummy file (%d bytes, about the "
-                               "memory size) would take ~%.0f s to write and read, over the time budget: no "
-                               "eviction, read figures may come from the page cache (pass --evict dummy-file, "
-                               "--max-seconds or --dummy-size to force it)" % (self.dummy_size, cost))
+                self.detail = (
+                    "posix_fadvise is unavailable and the paper's dummy file (%d bytes, about the "
+                    "memory size) would take ~%.0f s to write and read, over the time budget: no "
+                    "eviction, read figures may come from the page cache (pass --evict dummy-file, "
+                    "--max-seconds or --dummy-size to force it)" % (self.dummy_size, cost)
+                )
                 return
             self.dummy_path = os.path.join(self.workdir, "dummy")
             _write_file(self.dummy_path, self.dummy_size, PATTERN, _pattern(PATTERN), None)
@@ -237,8 +241,17 @@ def _read_file(path: str, buf: memoryview, block: int) -> float:
 class _Bench:
     """One private directory, reusable buffers, and the batch primitive."""
 
-    def __init__(self, workdir: str, file_bytes: int, files: int, evictor: _Evictor, max_block: int,
-                 clock: float, max_seconds: float, expected_batches: int) -> None:
+    def __init__(
+        self,
+        workdir: str,
+        file_bytes: int,
+        files: int,
+        evictor: _Evictor,
+        max_block: int,
+        clock: float,
+        max_seconds: float,
+        expected_batches: int,
+    ) -> None:
         self.workdir = workdir
         self.file_bytes = file_bytes
         self.files = files
@@ -263,14 +276,16 @@ class _Bench:
                 self.serial += 1
                 paths = [os.path.join(self.workdir, "t%d-%d" % (self.serial, i)) for i in range(self.files)]
                 trials.append((paths, read_block, 0.0))  # listed before writing, so cleanup finds them
-                seconds = sum(_write_file(path, self.file_bytes, write_block, self.data, self.evictor)
-                              for path in paths)
+                seconds = sum(
+                    _write_file(path, self.file_bytes, write_block, self.data, self.evictor) for path in paths
+                )
                 trials[-1] = (paths, read_block, seconds)
             self.batches_left -= 1
             total = self.file_bytes * self.files
             best_write = max(total / max(t[2], 1e-9) for t in trials)
-            self.evictor.before_read(self.rbuf, best_write,
-                                     self.max_seconds - (time.monotonic() - self.clock), self.batches_left)
+            self.evictor.before_read(
+                self.rbuf, best_write, self.max_seconds - (time.monotonic() - self.clock), self.batches_left
+            )
             out = []
             for paths, read_block, wsec in trials:
                 rsec = sum(_read_file(path, self.rbuf, read_block) for path in paths)
@@ -296,9 +311,16 @@ def _summarise(best_by_block: dict) -> dict:
     }
 
 
-def run(path: str = ".", file_size: int = 64 * MIB, total: int = 512 * MIB, rounds: int = 2,
-        max_seconds: float = 20.0, evict: str = "auto", dummy_size: int = 0,
-        verbose: bool = False) -> dict:
+def run(
+    path: str = ".",
+    file_size: int = 64 * MIB,
+    total: int = 512 * MIB,
+    rounds: int = 2,
+    max_seconds: float = 20.0,
+    evict: str = "auto",
+    dummy_size: int = 0,
+    verbose: bool = False,
+) -> dict:
     """Profile the directory `path`; return the result as a dict (see docs/profilers.md).
 
     file_size: the average file size of the data set (files are written at this
@@ -315,8 +337,7 @@ def run(path: str = ".", file_size: int = 64 * MIB, total: int = 512 * MIB, roun
     result = _header()
     path = os.path.realpath(path)
     if not os.path.isdir(path):
-        raise ValueError("not a directory: %s; pass --path with an existing directory on the disk to profile"
-                         % path)
+        raise ValueError("not a directory: %s; pass --path with an existing directory on the disk to profile" % path)
     probe_sizes = _block_sizes(min(file_size, total))
     trial_bytes = max(MIN_BLOCK, total // (len(probe_sizes) * rounds))
     file_bytes = max(MIN_BLOCK, (min(file_size, trial_bytes) // MIN_BLOCK) * MIN_BLOCK)
@@ -324,16 +345,18 @@ def run(path: str = ".", file_size: int = 64 * MIB, total: int = 512 * MIB, roun
     blocks = _block_sizes(file_bytes)
     if not dummy_size:
         dummy_size = _page_cache_estimate() or 4 * 1024 * MIB
-    result.update({
-        "path": path,
-        "filesystem": _filesystem(path),
-        "file_size": file_size,
-        "file_bytes": file_bytes,
-        "files_per_trial": files,
-        "trial_bytes": file_bytes * files,
-        "rounds": rounds,
-        "block_sizes": blocks,
-    })
+    result.update(
+        {
+            "path": path,
+            "filesystem": _filesystem(path),
+            "file_size": file_size,
+            "file_bytes": file_bytes,
+            "files_per_trial": files,
+            "trial_bytes": file_bytes * files,
+            "rounds": rounds,
+            "block_sizes": blocks,
+        }
+    )
     workdir = tempfile.mkdtemp(prefix=".disk-profiler-", dir=path)
     try:
         evictor = _Evictor(evict, workdir, dummy_size)
@@ -379,8 +402,10 @@ def _increments(bench: _Bench, write: dict, read: dict, file_bytes: int, rounds:
     candidates = {}  # side -> [block for k = 0..3], None where not testable
     for side, summary in sides.items():
         best = summary["best_block"]
-        candidates[side] = [best + (best >> k) if (best >> k) >= MIN_BLOCK and best + (best >> k) <= file_bytes
-                            else None for k in range(INCREMENT_PROBES)]
+        candidates[side] = [
+            best + (best >> k) if (best >> k) >= MIN_BLOCK and best + (best >> k) <= file_bytes else None
+            for k in range(INCREMENT_PROBES)
+        ]
     figures = {side: {} for side in sides}
     for side in sides:
         for block in candidates[side]:
@@ -388,8 +413,11 @@ def _increments(bench: _Bench, write: dict, read: dict, file_bytes: int, rounds:
                 figures[side][block] = sweep[side][block]
     pairs = []
     for k in range(INCREMENT_PROBES):
-        need = {side: candidates[side][k] for side in sides
-                if candidates[side][k] is not None and candidates[side][k] not in figures[side]}
+        need = {
+            side: candidates[side][k]
+            for side in sides
+            if candidates[side][k] is not None and candidates[side][k] not in figures[side]
+        }
         if need:
             pairs.append((need.get("write", write["best_block"]), need.get("read", read["best_block"]), need))
     for _ in range(rounds if pairs else 0):
@@ -411,8 +439,10 @@ def _increments(bench: _Bench, write: dict, read: dict, file_bytes: int, rounds:
             summary["increment_note"] = "best + increment stayed within 5 % of the best"
         elif not tried:
             summary["increment"] = 0
-            summary["increment_note"] = ("not measured: best block + increment would exceed the file size "
-                                         "(%d bytes) or the time budget" % file_bytes)
+            summary["increment_note"] = (
+                "not measured: best block + increment would exceed the file size "
+                "(%d bytes) or the time budget" % file_bytes
+            )
         else:
             summary["increment"] = 0
             summary["increment_note"] = "no tested increment kept performance within 5 % of the best"
@@ -438,27 +468,44 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python3 -m profilers.disk",
         description="Disk profiler (paper 003 section 4.1): best read/write block size, its increment "
-                    "and bandwidth for one directory. Prints one JSON object.")
+        "and bandwidth for one directory. Prints one JSON object.",
+    )
     parser.add_argument("--path", default=".", help="directory on the disk to profile (default: .)")
-    parser.add_argument("--file-size", type=parse_size, default=64 * MIB,
-                        help="average file size of the data set (default 64M)")
-    parser.add_argument("--total", type=parse_size, default=512 * MIB,
-                        help="bytes written by the block sweep in all (default 512M)")
+    parser.add_argument(
+        "--file-size", type=parse_size, default=64 * MIB, help="average file size of the data set (default 64M)"
+    )
+    parser.add_argument(
+        "--total", type=parse_size, default=512 * MIB, help="bytes written by the block sweep in all (default 512M)"
+    )
     parser.add_argument("--rounds", type=int, default=2, help="interleaved sweep rounds, best kept (default 2)")
-    parser.add_argument("--max-seconds", type=float, default=20.0,
-                        help="stop the sweep early after this many seconds (default 20)")
-    parser.add_argument("--evict", choices=("auto", "fadvise", "dummy-file", "none"), default="auto",
-                        help="how to keep reads out of the page cache (default auto: fadvise, "
-                             "else a dummy file)")
-    parser.add_argument("--dummy-size", type=parse_size, default=0,
-                        help="dummy file size for --evict dummy-file (default: memory size)")
+    parser.add_argument(
+        "--max-seconds", type=float, default=20.0, help="stop the sweep early after this many seconds (default 20)"
+    )
+    parser.add_argument(
+        "--evict",
+        choices=("auto", "fadvise", "dummy-file", "none"),
+        default="auto",
+        help="how to keep reads out of the page cache (default auto: fadvise, else a dummy file)",
+    )
+    parser.add_argument(
+        "--dummy-size", type=parse_size, default=0, help="dummy file size for --evict dummy-file (default: memory size)"
+    )
     parser.add_argument("--verbose", action="store_true", help="progress on stderr")
     args = parser.parse_args(argv)
     _install_signal_handlers()
     try:
-        _emit(run(path=args.path, file_size=args.file_size, total=args.total, rounds=args.rounds,
-                  max_seconds=args.max_seconds, evict=args.evict, dummy_size=args.dummy_size,
-                  verbose=args.verbose))
+        _emit(
+            run(
+                path=args.path,
+                file_size=args.file_size,
+                total=args.total,
+                rounds=args.rounds,
+                max_seconds=args.max_seconds,
+                evict=args.evict,
+                dummy_size=args.dummy_size,
+                verbose=args.verbose,
+            )
+        )
         return 0
     except (KeyboardInterrupt, Interrupted) as exc:
         reason = str(exc) or "SIGINT"

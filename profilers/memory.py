@@ -17,7 +17,6 @@ file (it is piped over SSH as `ssh host python3 - ARGS < memory.py`). Prints
 exactly one JSON object on stdout.
 """
 
-
 import argparse
 import json
 import os
@@ -43,8 +42,8 @@ def parse_size(text: str) -> int:
     """'4096', '64K', '16MiB', '1g' -> bytes (binary units)."""
     value = str(text).strip().lower()
     for suffix in ("ib", "b"):
-        if value.endswith(suffix) and value[:-len(suffix)][-1:] in "kmgt":
-            value = value[:-len(suffix)]
+        if value.endswith(suffix) and value[: -len(suffix)][-1:] in "kmgt":
+            value = value[: -len(suffix)]
             break
     scale = {"k": KIB, "m": MIB, "g": 1024 * MIB, "t": 1024 * 1024 * MIB}.get(value[-1:], 1)
     if scale != 1:
@@ -52,7 +51,7 @@ def parse_size(text: str) -> int:
     try:
         number = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError("not a size: %r (use e.g. 4096, 64K, 16M, 1G)" % text)
+        raise argparse.ArgumentTypeError("not a size: %r (use e.g. 4096, 64K, 16M, 1G)" % text) from None
     if number < 0:
         raise argparse.ArgumentTypeError("sizes must be >= 0 (got %r)" % text)
     return int(number * scale)
@@ -83,8 +82,13 @@ def _copy_pass(src: memoryview, dst: memoryview, block: int, nbytes: int) -> flo
     return time.perf_counter() - start
 
 
-def run(region: int = 64 * MIB, per_trial: int = 256 * MIB, rounds: int = 3,
-        max_seconds: float = 10.0, verbose: bool = False) -> dict:
+def run(
+    region: int = 64 * MIB,
+    per_trial: int = 256 * MIB,
+    rounds: int = 3,
+    max_seconds: float = 10.0,
+    verbose: bool = False,
+) -> dict:
     """Measure copy bandwidth per block size; return the result dict (docs/profilers.md).
 
     region: size of each of the source and destination buffers. per_trial:
@@ -124,19 +128,21 @@ def run(region: int = 64 * MIB, per_trial: int = 256 * MIB, rounds: int = 3,
     if dst[:64] != src[:64]:
         raise RuntimeError("copy check failed: destination differs from source")
     best_block = max(sorted(best), key=lambda b: best[b])
-    result.update({
-        "ok": True,
-        "region_bytes": region,
-        "per_trial_bytes": per_trial,
-        "rounds": rounds,
-        "block_sizes": blocks,
-        "trials": [{"block": b, "mib_s": best[b]} for b in sorted(best)],
-        "best_block": best_block,
-        "best_mib_s": best[best_block],
-        "within_5pct": [b for b in sorted(best) if best[b] >= best[best_block] * (1 - TOLERANCE)],
-        "truncated": truncated,
-        "seconds": round(time.monotonic() - clock, 3),
-    })
+    result.update(
+        {
+            "ok": True,
+            "region_bytes": region,
+            "per_trial_bytes": per_trial,
+            "rounds": rounds,
+            "block_sizes": blocks,
+            "trials": [{"block": b, "mib_s": best[b]} for b in sorted(best)],
+            "best_block": best_block,
+            "best_mib_s": best[best_block],
+            "within_5pct": [b for b in sorted(best) if best[b] >= best[best_block] * (1 - TOLERANCE)],
+            "truncated": truncated,
+            "seconds": round(time.monotonic() - clock, 3),
+        }
+    )
     return result
 
 
@@ -153,22 +159,36 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python3 -m profilers.memory",
         description="Memory profiler (paper 003 section 4.1): memory-to-memory copy bandwidth and the "
-                    "block size that reaches it. Prints one JSON object.")
-    parser.add_argument("--region", type=parse_size, default=64 * MIB,
-                        help="size of the source and of the destination buffer (default 64M)")
-    parser.add_argument("--per-trial", type=parse_size, default=256 * MIB,
-                        help="bytes copied per block size and round (default 256M)")
+        "block size that reaches it. Prints one JSON object.",
+    )
+    parser.add_argument(
+        "--region",
+        type=parse_size,
+        default=64 * MIB,
+        help="size of the source and of the destination buffer (default 64M)",
+    )
+    parser.add_argument(
+        "--per-trial", type=parse_size, default=256 * MIB, help="bytes copied per block size and round (default 256M)"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds, best kept (default 3)")
-    parser.add_argument("--max-seconds", type=float, default=10.0,
-                        help="stop the sweep early after this many seconds (default 10)")
+    parser.add_argument(
+        "--max-seconds", type=float, default=10.0, help="stop the sweep early after this many seconds (default 10)"
+    )
     parser.add_argument("--verbose", action="store_true", help="progress on stderr")
     args = parser.parse_args(argv)
     for name in ("SIGTERM", "SIGHUP"):
         if getattr(signal, name, None) is not None:
             signal.signal(getattr(signal, name), _on_signal)
     try:
-        _emit(run(region=args.region, per_trial=args.per_trial, rounds=args.rounds,
-                  max_seconds=args.max_seconds, verbose=args.verbose))
+        _emit(
+            run(
+                region=args.region,
+                per_trial=args.per_trial,
+                rounds=args.rounds,
+                max_seconds=args.max_seconds,
+                verbose=args.verbose,
+            )
+        )
         return 0
     except (KeyboardInterrupt, Interrupted) as exc:
         _emit(dict(_header(), ok=False, error="interrupted by %s" % (str(exc) or "SIGINT")))

@@ -32,7 +32,6 @@ stdout. In --serve mode it also writes `READY <address> <port>` on stderr
 once it listens, so a caller over SSH knows when to start the client.
 """
 
-
 import argparse
 import hmac
 import json
@@ -47,7 +46,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 VERSION = 1
 MAGIC = "ATNP1"  # wire protocol tag of the sink: "ATNP1 <token|-> <CMD> [args]\n"
@@ -90,6 +89,7 @@ def _unavailable(reason: str) -> dict:
 
 # -- kernel limits ---------------------------------------------------------
 
+
 def kernel_limits() -> dict:
     """The TCP buffer limits and congestion control of this host, from /proc.
 
@@ -124,6 +124,7 @@ def kernel_limits() -> dict:
 
 # -- RTT -------------------------------------------------------------------
 
+
 def _resolve(host: str, port: int):
     infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
     if not infos:
@@ -154,22 +155,29 @@ def measure_rtt(host: str, port: int, count: int = 10, timeout: float = 3.0, int
             time.sleep(interval)
     out = {"host": host, "port": port, "address": address[0], "count": count, "failures": len(errors)}
     if not samples:
-        out.update(_unavailable("no TCP connect to %s:%d succeeded (%s); check that the port is open "
-                                "(the SSH port 22 works for RTT)" % (host, port, errors[-1])))
+        out.update(
+            _unavailable(
+                "no TCP connect to %s:%d succeeded (%s); check that the port is open "
+                "(the SSH port 22 works for RTT)" % (host, port, errors[-1])
+            )
+        )
         return out
-    out.update({
-        "available": True,
-        "samples_ms": [round(s, 4) for s in samples],
-        "min_ms": round(min(samples), 4),
-        "median_ms": round(statistics.median(samples), 4),
-        "max_ms": round(max(samples), 4),
-    })
+    out.update(
+        {
+            "available": True,
+            "samples_ms": [round(s, 4) for s in samples],
+            "min_ms": round(min(samples), 4),
+            "median_ms": round(statistics.median(samples), 4),
+            "max_ms": round(max(samples), 4),
+        }
+    )
     if errors:
         out["last_error"] = errors[-1]
     return out
 
 
 # -- sink / source ---------------------------------------------------------
+
 
 def _set_buffers(sock: socket.socket, nbytes: int) -> None:
     if nbytes > 0:
@@ -190,8 +198,14 @@ class Sink:
     connection, after `max_seconds` in all, or on stop(), so a sink started
     over SSH and forgotten does not linger."""
 
-    def __init__(self, port: int = 0, bind: str = "127.0.0.1", token: str = "", idle_timeout: float = 60.0,
-                 max_seconds: float = 600.0) -> None:
+    def __init__(
+        self,
+        port: int = 0,
+        bind: str = "127.0.0.1",
+        token: str = "",
+        idle_timeout: float = 60.0,
+        max_seconds: float = 600.0,
+    ) -> None:
         self.bind, self.requested_port, self.token = bind, port, token
         self.idle_timeout, self.max_seconds = idle_timeout, max_seconds
         self.port = 0
@@ -236,8 +250,13 @@ class Sink:
     def summary(self) -> dict:
         with self._lock:
             stats = dict(self.stats)
-        return dict(stats, bind=self.bind, port=self.port, stopped_by=self.stopped_by,
-                    seconds=round(time.monotonic() - self._started, 3))
+        return dict(
+            stats,
+            bind=self.bind,
+            port=self.port,
+            stopped_by=self.stopped_by,
+            seconds=round(time.monotonic() - self._started, 3),
+        )
 
     def _accept_loop(self) -> None:
         try:
@@ -253,7 +272,7 @@ class Sink:
                     break
                 try:
                     conn, _peer = self._listener.accept()
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 except OSError:
                     break
@@ -312,9 +331,19 @@ class Sink:
         conn.settimeout(30.0)
         got = _receive(conn, len(rest), omit)
         self._count("bytes_received", got["bytes"])
-        conn.sendall(("OK %d %.6f %d %.6f %.6f %.6f\n" % (
-            got["bytes"], got["end"] - got["start"], got["steady_bytes"], got["steady_s"], got["mark"],
-            got["end"])).encode())
+        conn.sendall(
+            (
+                "OK %d %.6f %d %.6f %.6f %.6f\n"
+                % (
+                    got["bytes"],
+                    got["end"] - got["start"],
+                    got["steady_bytes"],
+                    got["steady_s"],
+                    got["mark"],
+                    got["end"],
+                )
+            ).encode()
+        )
 
     def _source(self, conn: socket.socket, seconds: float, buffer: int) -> None:
         _set_buffers(conn, buffer)
@@ -357,8 +386,14 @@ def _receive(sock: socket.socket, initial: int, omit: float) -> dict:
         steady_bytes, steady_s = total - mark_bytes, last - mark_time
     else:
         steady_bytes, steady_s = 0, 0.0
-    return {"bytes": total, "start": start, "end": last, "steady_bytes": steady_bytes, "steady_s": steady_s,
-            "mark": mark_time if steady_s else 0.0}
+    return {
+        "bytes": total,
+        "start": start,
+        "end": last,
+        "steady_bytes": steady_bytes,
+        "steady_s": steady_s,
+        "mark": mark_time if steady_s else 0.0,
+    }
 
 
 def _int_arg(args: list, index: int) -> int:
@@ -384,8 +419,20 @@ def _read_line(conn: socket.socket):
 
 # -- bandwidth client --------------------------------------------------------
 
-def _stream(host_addr, family, direction: str, seconds: float, buffer: int, token: str, timeout: float,
-            barrier: threading.Barrier, payload: bytes, out: dict, omit: float = 0.0) -> None:
+
+def _stream(
+    host_addr,
+    family,
+    direction: str,
+    seconds: float,
+    buffer: int,
+    token: str,
+    timeout: float,
+    barrier: threading.Barrier,
+    payload: bytes,
+    out: dict,
+    omit: float = 0.0,
+) -> None:
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         _set_buffers(sock, buffer)  # before connect, so the window scale can cover it
@@ -409,8 +456,9 @@ def _stream(host_addr, family, direction: str, seconds: float, buffer: int, toke
                 raise OSError("sink answered %r instead of a byte count" % reply[:80])
             nbytes = int(parts[1])
             if len(parts) >= 7:  # the sink's own clock: comparable across the streams it received
-                out.update(steady_bytes=int(parts[3]), steady_s=float(parts[4]), mark=float(parts[5]),
-                           last=float(parts[6]))
+                out.update(
+                    steady_bytes=int(parts[3]), steady_s=float(parts[4]), mark=float(parts[5]), last=float(parts[6])
+                )
         else:
             sock.sendall(("%s %s RECV %.3f %d\n" % (MAGIC, tok, seconds, buffer)).encode())
             rest = _expect_go(sock)
@@ -433,8 +481,11 @@ def _expect_go(sock: socket.socket) -> bytes:
     if reply == "GO":
         return rest
     if reply.startswith("ERR"):
-        raise OSError("sink refused the probe: %s (pass the sink's --token)" % reply[4:]
-                      if "token" in reply else "sink refused the probe: %s" % reply[4:])
+        raise OSError(
+            "sink refused the probe: %s (pass the sink's --token)" % reply[4:]
+            if "token" in reply
+            else "sink refused the probe: %s" % reply[4:]
+        )
     raise OSError("no answer from the sink (got %r); is it this profiler's --serve?" % reply[:40])
 
 
@@ -445,8 +496,17 @@ def _stream_timeout(timeout: float, seconds: float) -> float:
     return max(timeout, 3.0 * seconds + 30.0)
 
 
-def measure_bandwidth(host: str, port: int, seconds: float = 3.0, streams: int = 4, direction: str = "send",
-                      buffer: int = 0, token: str = "", timeout: float = 10.0, omit: Optional[float] = None) -> dict:
+def measure_bandwidth(
+    host: str,
+    port: int,
+    seconds: float = 3.0,
+    streams: int = 4,
+    direction: str = "send",
+    buffer: int = 0,
+    token: str = "",
+    timeout: float = 10.0,
+    omit: float | None = None,
+) -> dict:
     """Timed memory-to-memory transfer against a `--serve` sink.
 
     direction "send": this host -> sink host (the sink counts the bytes and
@@ -474,16 +534,32 @@ def measure_bandwidth(host: str, port: int, seconds: float = 3.0, streams: int =
         omit = min(1.0, seconds / 3.0)
     omit = max(0.0, min(omit, seconds / 2.0))
     results = [{} for _ in range(streams)]
-    threads = [threading.Thread(target=_stream, args=(address, family, direction, seconds, buffer, token,
-                                                      _stream_timeout(timeout, seconds), barrier, payload, r, omit),
-                                daemon=True) for r in results]
+    threads = [
+        threading.Thread(
+            target=_stream,
+            args=(
+                address,
+                family,
+                direction,
+                seconds,
+                buffer,
+                token,
+                _stream_timeout(timeout, seconds),
+                barrier,
+                payload,
+                r,
+                omit,
+            ),
+            daemon=True,
+        )
+        for r in results
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     errors = [r["error"] for r in results if "error" in r]
-    out = {"host": host, "port": port, "direction": direction, "streams": streams, "seconds": seconds,
-           "buffer": buffer}
+    out = {"host": host, "port": port, "direction": direction, "streams": streams, "seconds": seconds, "buffer": buffer}
     if errors:
         hint = "" if "refused the probe" in errors[0] else "; is `--serve %d` running there?" % port
         out.update(_unavailable("bandwidth probe to %s:%d failed: %s%s" % (host, port, errors[0], hint)))
@@ -491,15 +567,17 @@ def measure_bandwidth(host: str, port: int, seconds: float = 3.0, streams: int =
     nbytes = sum(r["bytes"] for r in results)
     span = max(r["end"] for r in results) - min(r["start"] for r in results)
     whole = round(nbytes * 8 / max(span, 1e-9) / 1e6, 2)
-    out.update({
-        "available": True,
-        "bytes": nbytes,
-        "elapsed_s": round(span, 4),
-        "mbit": whole,
-        "mbit_whole": whole,
-        "omit_s": omit,
-        "per_stream_mbit": [round(r["bytes"] * 8 / max(r["end"] - r["start"], 1e-9) / 1e6, 2) for r in results],
-    })
+    out.update(
+        {
+            "available": True,
+            "bytes": nbytes,
+            "elapsed_s": round(span, 4),
+            "mbit": whole,
+            "mbit_whole": whole,
+            "omit_s": omit,
+            "per_stream_mbit": [round(r["bytes"] * 8 / max(r["end"] - r["start"], 1e-9) / 1e6, 2) for r in results],
+        }
+    )
     if omit > 0 and all(r.get("steady_s", 0) > 0 for r in results):
         # one window for all streams, on the receiving process's clock
         window = max(r["last"] for r in results) - min(r["mark"] for r in results)
@@ -538,8 +616,10 @@ def parse_traceroute(text: str) -> list:
         rest = m.group(2)
         times = [float(v) for v in _MS.findall(rest)]
         stripped = _MS.sub(" ", rest)
-        address = next((tok for tok in stripped.split() if tok != "*" and not tok.startswith("!")
-                        and not tok.startswith("(")), None)
+        address = next(
+            (tok for tok in stripped.split() if tok != "*" and not tok.startswith("!") and not tok.startswith("(")),
+            None,
+        )
         hops.append({"hop": int(m.group(1)), "address": address, "rtt_ms": min(times) if times else None})
     return hops
 
@@ -592,20 +672,30 @@ def trace_hops(host: str, max_hops: int = 30, timeout: float = 20.0) -> dict:
         return _unavailable("cannot resolve %s: %s" % (host, exc))
     traceroute, tracepath = shutil.which("traceroute"), shutil.which("tracepath")
     if traceroute:
-        tool, cmd, parse = "traceroute", [traceroute, "-n", "-q", "3", "-w", "1", "-m", str(max_hops),
-                                          address], parse_traceroute
+        tool, cmd, parse = (
+            "traceroute",
+            [traceroute, "-n", "-q", "3", "-w", "1", "-m", str(max_hops), address],
+            parse_traceroute,
+        )
     elif tracepath:
         tool, cmd, parse = "tracepath", [tracepath, "-n", "-m", str(max_hops), address], parse_tracepath
     else:
-        return _unavailable("neither traceroute nor tracepath is installed; install the traceroute "
-                            "or iputils-tracepath package for hop latencies")
+        return _unavailable(
+            "neither traceroute nor tracepath is installed; install the traceroute "
+            "or iputils-tracepath package for hop latencies"
+        )
     complete = True
     try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, timeout=timeout)
         text = proc.stdout.decode("utf-8", "replace")
         if proc.returncode != 0 and not text.strip():
-            return dict(_unavailable("%s failed: %s" % (tool, proc.stderr.decode("utf-8", "replace").strip()
-                                                          or "exit status %d" % proc.returncode)), tool=tool)
+            return dict(
+                _unavailable(
+                    "%s failed: %s"
+                    % (tool, proc.stderr.decode("utf-8", "replace").strip() or "exit status %d" % proc.returncode)
+                ),
+                tool=tool,
+            )
     except subprocess.TimeoutExpired as exc:
         complete = False
         text = (exc.stdout or b"").decode("utf-8", "replace")
@@ -613,8 +703,10 @@ def trace_hops(host: str, max_hops: int = 30, timeout: float = 20.0) -> dict:
         return dict(_unavailable("%s could not run: %s" % (tool, exc)), tool=tool)
     hops = hop_latencies(parse(text))
     if not hops:
-        return dict(_unavailable("%s printed no hops%s" % (tool, "" if complete else " before its %gs timeout"
-                                                             % timeout)), tool=tool)
+        return dict(
+            _unavailable("%s printed no hops%s" % (tool, "" if complete else " before its %gs timeout" % timeout)),
+            tool=tool,
+        )
     answered = [h for h in hops if h["rtt_ms"] is not None]
     return {
         "available": True,
@@ -631,11 +723,24 @@ def trace_hops(host: str, max_hops: int = 30, timeout: float = 20.0) -> dict:
 
 # -- the whole profile -------------------------------------------------------
 
-def run(host: Optional[str] = None, port: Optional[int] = None, rtt_host: Optional[str] = None,
-        rtt_port: Optional[int] = None, trace_host: Optional[str] = None, seconds: Optional[float] = None,
-        streams: int = 4, direction: str = "send", buffer: int = 0, token: str = "",
-        rtt_count: Optional[int] = None, hops: bool = True, light: bool = False,
-        max_hops: int = 30, hop_timeout: float = 20.0) -> dict:
+
+def run(
+    host: str | None = None,
+    port: int | None = None,
+    rtt_host: str | None = None,
+    rtt_port: int | None = None,
+    trace_host: str | None = None,
+    seconds: float | None = None,
+    streams: int = 4,
+    direction: str = "send",
+    buffer: int = 0,
+    token: str = "",
+    rtt_count: int | None = None,
+    hops: bool = True,
+    light: bool = False,
+    max_hops: int = 30,
+    hop_timeout: float = 20.0,
+) -> dict:
     """Measure what can be measured from the arguments; return the result dict.
 
     host/port: the sink for the bandwidth probe (may be a local SSH tunnel end).
@@ -665,13 +770,13 @@ def run(host: Optional[str] = None, port: Optional[int] = None, rtt_host: Option
         result["rtt"] = measure_rtt(rtt_host, rtt_port, count=rtt_count)
 
     bandwidth = {}
-    for d in (("send", "recv") if direction == "both" else (direction,)):
+    for d in ("send", "recv") if direction == "both" else (direction,):
         if not host or not port:
-            bandwidth[d] = _unavailable("no sink given: start `--serve PORT` on the far host and pass "
-                                        "--host/--port")
+            bandwidth[d] = _unavailable("no sink given: start `--serve PORT` on the far host and pass --host/--port")
         else:
-            bandwidth[d] = measure_bandwidth(host, port, seconds=seconds, streams=streams, direction=d,
-                                             buffer=buffer, token=token)
+            bandwidth[d] = measure_bandwidth(
+                host, port, seconds=seconds, streams=streams, direction=d, buffer=buffer, token=token
+            )
     result["bandwidth"] = bandwidth
 
     if light:
@@ -698,8 +803,14 @@ def run(host: Optional[str] = None, port: Optional[int] = None, rtt_host: Option
     return result
 
 
-def serve(port: int = 0, bind: str = "127.0.0.1", token: str = "", idle_timeout: float = 60.0,
-          max_seconds: float = 600.0, ready: Optional[Callable[[str, int], None]] = None) -> dict:
+def serve(
+    port: int = 0,
+    bind: str = "127.0.0.1",
+    token: str = "",
+    idle_timeout: float = 60.0,
+    max_seconds: float = 600.0,
+    ready: Callable[[str, int], None] | None = None,
+) -> dict:
     """Run a sink in the foreground until QUIT, idle timeout, lifetime or a signal.
     `ready(address, port)` is called once it listens."""
     sink = Sink(port=port, bind=bind, token=token, idle_timeout=idle_timeout, max_seconds=max_seconds).start()
@@ -732,11 +843,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python3 -m profilers.network",
         description="Network profiler (paper 003 section 4.2): kernel TCP limits, RTT, bandwidth by a real "
-                    "timed transfer, hops. Prints one JSON object.")
+        "timed transfer, hops. Prints one JSON object.",
+    )
     parser.add_argument("--serve", type=int, metavar="PORT", help="run the sink/source on PORT (0 = any)")
-    parser.add_argument("--bind", default="127.0.0.1",
-                        help="sink address (default 127.0.0.1: reach it through an SSH tunnel; 0.0.0.0 "
-                             "exposes it, use --token then)")
+    parser.add_argument(
+        "--bind",
+        default="127.0.0.1",
+        help="sink address (default 127.0.0.1: reach it through an SSH tunnel; 0.0.0.0 exposes it, use --token then)",
+    )
     parser.add_argument("--idle-timeout", type=float, default=60.0, help="sink exits after this idle time")
     parser.add_argument("--max-lifetime", type=float, default=600.0, help="sink exits after this long")
     parser.add_argument("--token", default="", help="shared secret between client and sink")
@@ -747,10 +861,15 @@ def main(argv=None) -> int:
     parser.add_argument("--trace-host", help="traceroute target (default --rtt-host)")
     parser.add_argument("--seconds", type=float, help="bandwidth probe length (default 3, light 1)")
     parser.add_argument("--streams", type=int, default=4, help="parallel TCP streams of the probe (default 4)")
-    parser.add_argument("--direction", choices=("send", "recv", "both"), default="send",
-                        help="send: here -> sink host; recv: sink host -> here (default send)")
-    parser.add_argument("--buffer", type=int, default=0,
-                        help="SO_SNDBUF/SO_RCVBUF bytes for the probe (0 = kernel autotuning)")
+    parser.add_argument(
+        "--direction",
+        choices=("send", "recv", "both"),
+        default="send",
+        help="send: here -> sink host; recv: sink host -> here (default send)",
+    )
+    parser.add_argument(
+        "--buffer", type=int, default=0, help="SO_SNDBUF/SO_RCVBUF bytes for the probe (0 = kernel autotuning)"
+    )
     parser.add_argument("--rtt-count", type=int, help="TCP connects to time (default 10, light 5)")
     parser.add_argument("--no-hops", action="store_true", help="skip traceroute")
     parser.add_argument("--max-hops", type=int, default=30)
@@ -763,14 +882,34 @@ def main(argv=None) -> int:
             signal.signal(getattr(signal, name), _on_signal)
     try:
         if args.serve is not None:
-            _emit(serve(port=args.serve, bind=args.bind, token=args.token, idle_timeout=args.idle_timeout,
-                        max_seconds=args.max_lifetime, ready=_announce))
+            _emit(
+                serve(
+                    port=args.serve,
+                    bind=args.bind,
+                    token=args.token,
+                    idle_timeout=args.idle_timeout,
+                    max_seconds=args.max_lifetime,
+                    ready=_announce,
+                )
+            )
             return 0
-        result = run(host=args.host, port=args.port, rtt_host=args.rtt_host, rtt_port=args.rtt_port,
-                     trace_host=args.trace_host, seconds=args.seconds, streams=args.streams,
-                     direction=args.direction, buffer=args.buffer, token=args.token, rtt_count=args.rtt_count,
-                     hops=not args.no_hops, light=args.light, max_hops=args.max_hops,
-                     hop_timeout=args.hop_timeout)
+        result = run(
+            host=args.host,
+            port=args.port,
+            rtt_host=args.rtt_host,
+            rtt_port=args.rtt_port,
+            trace_host=args.trace_host,
+            seconds=args.seconds,
+            streams=args.streams,
+            direction=args.direction,
+            buffer=args.buffer,
+            token=args.token,
+            rtt_count=args.rtt_count,
+            hops=not args.no_hops,
+            light=args.light,
+            max_hops=args.max_hops,
+            hop_timeout=args.hop_timeout,
+        )
         if args.stop_sink and args.host and args.port:
             result["sink_stopped"] = stop_sink(args.host, args.port, args.token)
         _emit(result)

@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.airflow_env import airflow_env, migrate, sftp_conn_env  # noqa: E402
+from tests.support.airflow_env import migrate, sftp_conn_env  # noqa: E402
 from tests.support.data import make_tree, tree_digest  # noqa: E402
 from tests.support.sshd import SSHServer, chown_to_user  # noqa: E402
 
@@ -47,8 +47,12 @@ def main() -> int:
         env.update(sftp_conn_env("at_demo_sftp", server))
         conf = {"src": str(src), "dst": str(remote / "copy"), "conn_id": "at_demo_sftp"}
         say("running the example DAG: airflow dags test example_sftp_copy")
-        proc = subprocess.run([str(REPO / ".venv" / "bin" / "airflow"), "dags", "test", "example_sftp_copy",
-                               "-c", json.dumps(conf)], env=env, capture_output=True, text=True)
+        proc = subprocess.run(
+            [str(REPO / ".venv" / "bin" / "airflow"), "dags", "test", "example_sftp_copy", "-c", json.dumps(conf)],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         log = proc.stdout + proc.stderr
         for line in log.splitlines():
             if "Mbit/s" in line or "transfer summary" in line or line.startswith("  "):

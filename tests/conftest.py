@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.sshd import SSHServer, chown_to_user, login_user
+from tests.support.sshd import SSHServer, chown_to_user
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -78,13 +78,13 @@ _wan_modules: dict[str, bool] = {}
 # longest modules go first; seconds per module from the clean-clone CI run of 2026-11-25
 # (a slow VM, 827 tests in 13:19), longest first.
 _LONG_MODULES = (
-    "tests.test_profiling_dag",   # ~250 s: two backends, four DAG runs
-    "tests.test_provider_dags",   # ~230 s
-    "tests.test_durable",         # ~220 s: outages and kills, two backends
-    "tests.test_chaos",           # ~180 s: 21 faults over wan50
-    "tests.test_ui_server",       # ~150 s: api-server, DAG run, browser
-    "tests.test_secrets",         # ~100 s
-    "tests.test_example_dag",     # ~80 s
+    "tests.test_profiling_dag",  # ~250 s: two backends, four DAG runs
+    "tests.test_provider_dags",  # ~230 s
+    "tests.test_durable",  # ~220 s: outages and kills, two backends
+    "tests.test_chaos",  # ~180 s: 21 faults over wan50
+    "tests.test_ui_server",  # ~150 s: api-server, DAG run, browser
+    "tests.test_secrets",  # ~100 s
+    "tests.test_example_dag",  # ~80 s
 )
 
 

@@ -15,8 +15,19 @@ def tree(tmp_path_factory):
 
 @pytest.mark.parametrize("algorithm", ["globus", "pcp", "mc", "adaptive-cc", "auto"])
 def test_algorithm_copies_byte_identical_and_reports_chunks(algorithm, tree, sshd, remote_dir):
-    res = run_cli("copy", str(tree), sshd.url(f"{remote_dir}/{algorithm}"), "--algorithm", algorithm,
-                  "--rtt-ms", "1", "--bandwidth-mbit", "1000", "--json", *ssh_args(sshd))
+    res = run_cli(
+        "copy",
+        str(tree),
+        sshd.url(f"{remote_dir}/{algorithm}"),
+        "--algorithm",
+        algorithm,
+        "--rtt-ms",
+        "1",
+        "--bandwidth-mbit",
+        "1000",
+        "--json",
+        *ssh_args(sshd),
+    )
     assert res.code == 0, res.err
     s = res.summary
     assert s["algorithm"] == algorithm and s["failed"] == []
@@ -30,8 +41,9 @@ def test_algorithm_copies_byte_identical_and_reports_chunks(algorithm, tree, ssh
 def test_plan_from_manifest_moves_nothing(tree, tmp_path):
     manifest = tmp_path / "m.parquet"
     assert run_cli("list", str(tree), "--out", str(manifest)).code == 0
-    res = run_cli("plan", "--manifest", str(manifest), "--algorithm", "pcp", "--rtt-ms", "50",
-                  "--bandwidth-mbit", "500", "--json")
+    res = run_cli(
+        "plan", "--manifest", str(manifest), "--algorithm", "pcp", "--rtt-ms", "50", "--bandwidth-mbit", "500", "--json"
+    )
     assert res.code == 0, res.err
     plan = res.summary
     assert plan["link"]["bdp_bytes"] == 3_125_000
@@ -40,11 +52,14 @@ def test_plan_from_manifest_moves_nothing(tree, tmp_path):
     assert big and all(c["params"]["pp"] >= 1 for c in plan["chunks"])
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--algorithm", "nope"], "invalid choice"),
-    (["--bdp", "100", "--rtt-ms", "5"], "either --bdp"),
-    (["--rtt-ms", "5"], "go together"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--algorithm", "nope"], "invalid choice"),
+        (["--bdp", "100", "--rtt-ms", "5"], "either --bdp"),
+        (["--rtt-ms", "5"], "go together"),
+    ],
+)
 def test_plan_bad_arguments(tree, args, needle):
     res = run_cli("plan", str(tree), *args)
     assert res.code == 2 and needle in res.err and "Traceback" not in res.err

@@ -168,8 +168,14 @@ class TestFile(BackendConformance):
 class TestSFTP(BackendConformance):
     @pytest.fixture
     def env(self, sshd, remote_dir):
-        target = SSHTarget(host=sshd.host, port=sshd.port, username=sshd.user, key_filenames=[str(sshd.client_key)],
-                           known_hosts=[str(sshd.known_hosts)], look_for_keys=False)
+        target = SSHTarget(
+            host=sshd.host,
+            port=sshd.port,
+            username=sshd.user,
+            key_filenames=[str(sshd.client_key)],
+            known_hosts=[str(sshd.known_hosts)],
+            look_for_keys=False,
+        )
         b = backends.connect(Endpoint("sftp", str(remote_dir), target))
         yield b, str(remote_dir), None
         b.close()
@@ -279,8 +285,9 @@ def moto_server():
 class TestS3(BackendConformance):
     @pytest.fixture
     def env(self, moto_server):
-        ep = Endpoint("s3", "/", options={"endpoint_url": moto_server.endpoint_url, "key": "testing",
-                                          "secret": "testing"})
+        ep = Endpoint(
+            "s3", "/", options={"endpoint_url": moto_server.endpoint_url, "key": "testing", "secret": "testing"}
+        )
         b = backends.connect(ep)
         bucket = "/b" + uuid.uuid4().hex[:8]
         b.mkdir(bucket)

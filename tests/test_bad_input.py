@@ -61,8 +61,15 @@ def test_unreachable_host(src, sshd, guard):
 
 
 def test_wrong_credentials(src, sshd, guard):
-    res = run_cli("copy", str(src), sshd.url(f"{guard}/dst"), "--identity", str(sshd.other_key),
-                  "--known-hosts", str(sshd.known_hosts))
+    res = run_cli(
+        "copy",
+        str(src),
+        sshd.url(f"{guard}/dst"),
+        "--identity",
+        str(sshd.other_key),
+        "--known-hosts",
+        str(sshd.known_hosts),
+    )
     _assert_clean_error(res, "authentication", "failed")
     assert not (guard / "dst").exists()
 
@@ -70,8 +77,9 @@ def test_wrong_credentials(src, sshd, guard):
 def test_unknown_host_key(src, sshd, guard, local_dir):
     empty = local_dir / "known_hosts_empty"
     empty.write_text("")
-    res = run_cli("copy", str(src), sshd.url(f"{guard}/dst"), "--identity", str(sshd.client_key),
-                  "--known-hosts", str(empty))
+    res = run_cli(
+        "copy", str(src), sshd.url(f"{guard}/dst"), "--identity", str(sshd.client_key), "--known-hosts", str(empty)
+    )
     _assert_clean_error(res, "host key", "not known", "SHA256:", "ssh-keyscan")
     assert not (guard / "dst").exists()
 
@@ -80,8 +88,9 @@ def test_changed_host_key(src, sshd, guard, local_dir):
     other_pub = Path(str(sshd.other_key) + ".pub").read_text().split()
     forged = local_dir / "known_hosts_forged"
     forged.write_text(f"[{sshd.host}]:{sshd.port} {other_pub[0]} {other_pub[1]}\n")
-    res = run_cli("copy", str(src), sshd.url(f"{guard}/dst"), "--identity", str(sshd.client_key),
-                  "--known-hosts", str(forged))
+    res = run_cli(
+        "copy", str(src), sshd.url(f"{guard}/dst"), "--identity", str(sshd.client_key), "--known-hosts", str(forged)
+    )
     _assert_clean_error(res, "CHANGED", "ssh-keygen -R")
     assert not (guard / "dst").exists()
 
@@ -97,8 +106,7 @@ def test_unwritable_destination(src, sshd, guard, test_base):
     assert not (locked / "dst").exists()
 
 
-@pytest.mark.parametrize("flag,value", [("--pp", "0"), ("--parallelism", "-1"), ("--concurrency", "0"),
-                                        ("--pp", "-3")])
+@pytest.mark.parametrize("flag,value", [("--pp", "0"), ("--parallelism", "-1"), ("--concurrency", "0"), ("--pp", "-3")])
 def test_knobs_must_be_positive(src, sshd, guard, flag, value):
     res = run_cli("copy", str(src), sshd.url(f"{guard}/dst"), flag, value, *ssh_args(sshd))
     _assert_clean_error(res, "must be a whole number >= 1")
@@ -110,7 +118,8 @@ def test_knobs_must_be_positive(src, sshd, guard, flag, value):
 def test_listed_name_escaping_the_root(src, sshd, guard, local_dir, name):
     table = pa.table({ms.PATH: [name], ms.SIZE: [5], ms.MTIME: [0.0]}, schema=ms.SCHEMA)
     Manifest(table).write(local_dir / "evil.parquet")
-    res = run_cli("copy", str(src), sshd.url(f"{guard}/dst"), "--manifest", str(local_dir / "evil.parquet"),
-                  *ssh_args(sshd))
+    res = run_cli(
+        "copy", str(src), sshd.url(f"{guard}/dst"), "--manifest", str(local_dir / "evil.parquet"), *ssh_args(sshd)
+    )
     _assert_clean_error(res, "file name")
     assert not (guard / "escape.txt").exists() and not (guard.parent / "escape.txt").exists()

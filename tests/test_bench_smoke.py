@@ -21,9 +21,19 @@ import pytest
 from tests.support.wan import require_wan
 
 REPO = Path(__file__).resolve().parents[1]
-RUN_KEYS = {"dataset": str, "link": str, "contender": str, "repetitions": int, "median_mbit": float,
-            "min_mbit": float, "max_mbit": float, "link_mbit": float, "cpu_s": float, "peak_rss_mb": float,
-            "verified": bool}
+RUN_KEYS = {
+    "dataset": str,
+    "link": str,
+    "contender": str,
+    "repetitions": int,
+    "median_mbit": float,
+    "min_mbit": float,
+    "max_mbit": float,
+    "link_mbit": float,
+    "cpu_s": float,
+    "peak_rss_mb": float,
+    "verified": bool,
+}
 CONTENDERS = ("airflow-transfer untuned (pp=1 p=1 cc=1)", "OpenSSH sftp -b (put -r)")
 
 
@@ -47,10 +57,33 @@ def test_one_tiny_round_writes_the_documented_schema(scratch: Path) -> None:
     out = tmp_path / "results"
     env = runner_env(tmp_path)
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--profile", "lan", "--datasets", "tiny", "--files", "10",
-         "--reps", "1", "--contenders", ",".join(CONTENDERS), "--out", str(out), "--cache", str(tmp_path / "ds"),
-         "--no-charts", "--timeout", "60"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.run",
+            "--profile",
+            "lan",
+            "--datasets",
+            "tiny",
+            "--files",
+            "10",
+            "--reps",
+            "1",
+            "--contenders",
+            ",".join(CONTENDERS),
+            "--out",
+            str(out),
+            "--cache",
+            str(tmp_path / "ds"),
+            "--no-charts",
+            "--timeout",
+            "60",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rep 1/1 OpenSSH sftp -b (put -r): " in done.stderr  # a progress line per run
@@ -87,10 +120,33 @@ def test_resume_runs_only_the_missing_cells_and_the_budget_stops_early(scratch: 
 
     def bench(*extra: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "benchmarks.run", "--profile", "lan", "--datasets", "tiny", "--files", "5",
-             "--contenders", one, "--out", str(out), "--cache", str(scratch / "ds"), "--no-charts",
-             "--timeout", "60", *extra],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.run",
+                "--profile",
+                "lan",
+                "--datasets",
+                "tiny",
+                "--files",
+                "5",
+                "--contenders",
+                one,
+                "--out",
+                str(out),
+                "--cache",
+                str(scratch / "ds"),
+                "--no-charts",
+                "--timeout",
+                "60",
+                *extra,
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
 
     first = bench("--reps", "1")
     assert first.returncode == 0, first.stderr[-3000:]
@@ -120,10 +176,33 @@ def test_a_run_stopped_at_the_time_limit_is_reported_not_failed(scratch: Path) -
     out = scratch / "results"
     env = runner_env(scratch)
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--profile", "wan50", "--datasets", "tiny", "--files", "40",
-         "--reps", "1", "--contenders", CONTENDERS[0], "--out", str(out), "--cache", str(scratch / "ds"),
-         "--no-charts", "--timeout", "1"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.run",
+            "--profile",
+            "wan50",
+            "--datasets",
+            "tiny",
+            "--files",
+            "40",
+            "--reps",
+            "1",
+            "--contenders",
+            CONTENDERS[0],
+            "--out",
+            str(out),
+            "--cache",
+            str(scratch / "ds"),
+            "--no-charts",
+            "--timeout",
+            "1",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "stopped at the 1 s limit" in done.stderr and "FAILED" not in done.stderr

@@ -30,7 +30,7 @@ def test_block_source_hashes_in_order_and_emits_after_every_byte_is_acked():
     out: list[Block] = []
     src = BlockSource("sha256", block_spans(1000, 10_000, 4096), out.append, 1000)
     for off in range(1000, 10_000, 1500):  # read pieces cut across block edges
-        src.update(off, data[off:off + 1500])
+        src.update(off, data[off : off + 1500])
     assert out == []  # hashed, but the server has acknowledged nothing yet
     src.acked(1000, 3096)
     assert [(b.offset, b.length) for b in out] == [(1000, 3096)]
@@ -38,7 +38,7 @@ def test_block_source_hashes_in_order_and_emits_after_every_byte_is_acked():
     src.acked(4096, 4096)
     assert [(b.offset, b.length) for b in out] == [(1000, 3096), (8192, 1808), (4096, 4096)]
     for b in out:
-        assert b.digest == hashlib.sha256(data[b.offset:b.offset + b.length]).hexdigest()
+        assert b.digest == hashlib.sha256(data[b.offset : b.offset + b.length]).hexdigest()
 
 
 def test_a_block_replaces_what_it_overlaps_and_counts_what_is_unchecked():
@@ -65,7 +65,7 @@ def _pieces(data: bytes, rng: random.Random, largest: int, start: int = 0):
     pos = start
     while pos < len(data):
         size = rng.randint(1, largest)
-        yield pos, data[pos:pos + size]
+        yield pos, data[pos : pos + size]
         pos += size
 
 
@@ -137,8 +137,8 @@ def test_block_source_memory_stays_bounded():
 def test_a_piece_spanning_many_blocks_is_cut_at_each_block():
     data = os.urandom(10 * BLOCK)
     src, out = _source("sha1", 0, len(data))
-    src.update(0, data[:7 * BLOCK])
-    src.update(7 * BLOCK, data[7 * BLOCK:])
+    src.update(0, data[: 7 * BLOCK])
+    src.update(7 * BLOCK, data[7 * BLOCK :])
     src.acked(0, len(data))
     assert [b.digest for b in out] == list(file_digests("sha1", io.BytesIO(data), BLOCK).blocks)
 
@@ -146,7 +146,7 @@ def test_a_piece_spanning_many_blocks_is_cut_at_each_block():
 def test_ranges_reused_buffers_and_misuse():
     data = os.urandom(6 * BLOCK + 5)
     src, out = _source("blake3", 2 * BLOCK, len(data))  # a -p range starting at block 2
-    buf = bytearray(data[2 * BLOCK:])
+    buf = bytearray(data[2 * BLOCK :])
     src.update(2 * BLOCK, buf)
     buf[:] = bytes(len(buf))  # the job reuses its buffer: the digests were already taken
     src.acked(2 * BLOCK, len(buf))
@@ -178,6 +178,7 @@ def test_a_failing_block_callback_surfaces_to_the_job():
 
 
 # -- The destination side: BlockVerifier against a local temporary file -----------------------------
+
 
 class _Recording(DestinationDigests):
     """Local digests, recording which block offsets were asked and answered; renames done locally."""
@@ -259,10 +260,11 @@ def test_block_verifier_checks_block_i_while_block_i_plus_1_is_sent_and_repairs_
         # The repair re-sends that block alone; only it is checked again.
         with open(tmp, "r+b") as out:
             out.seek(2 * BLOCK)
-            out.write(data[2 * BLOCK:3 * BLOCK])
+            out.write(data[2 * BLOCK : 3 * BLOCK])
         v.begin_repair(0)
-        fix = BlockSource("sha256", [(2 * BLOCK, BLOCK)], lambda b: v.block_sent(0, b), 2 * BLOCK,
-                          [mismatches[0][0].digest])
+        fix = BlockSource(
+            "sha256", [(2 * BLOCK, BLOCK)], lambda b: v.block_sent(0, b), 2 * BLOCK, [mismatches[0][0].digest]
+        )
         fix.acked(2 * BLOCK, BLOCK)
         v.transfer_done(0)
         assert settled.wait(10)
@@ -273,4 +275,9 @@ def test_block_verifier_checks_block_i_while_block_i_plus_1_is_sent_and_repairs_
     # The verdict waited for every block's answer, the repaired one included.
     assert answered == [0, BLOCK, 2 * BLOCK, 2 * BLOCK, 3 * BLOCK, 4 * BLOCK]
     assert dest.renamed == [(str(tmp), str(dst))] and dst.read_bytes() == data
-    assert (v.bstats.verified, v.bstats.mismatched, v.bstats.resent, v.bstats.bytes_resent) == (5, 1, 1, BLOCK)  # 4 + the repaired one
+    assert (v.bstats.verified, v.bstats.mismatched, v.bstats.resent, v.bstats.bytes_resent) == (
+        5,
+        1,
+        1,
+        BLOCK,
+    )  # 4 + the repaired one

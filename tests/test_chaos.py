@@ -30,18 +30,24 @@ def test_chaos_subset_loses_nothing_and_reports_every_fault():
     # while a loaded host's sshd works through it (CI: over the whole of a 3.2 s cut, no second
     # was slower than 8.4 Mbit/s acknowledged on a link cut to 5.6); a longer cut leaves
     # seconds after that backlog is gone.
-    cfg = ChaosConfig(seed=SEED, small_files=12, mid_files=0, big_mib=8.2, p=2, outage_s=(2.0, 3.0),
-                      cut_s=(4.0, 5.0))
+    cfg = ChaosConfig(seed=SEED, small_files=12, mid_files=0, big_mib=8.2, p=2, outage_s=(2.0, 3.0), cut_s=(4.0, 5.0))
     t0 = time.monotonic()
     lines = []
     with Chaos(cfg) as chaos:
-        records = run_session(chaos, 21, lambda rec, n, of: lines.append(
-            f"{n:2d} {rec['kind']:13s} injected={rec['injected']} attempts={len(rec['attempts'])} "
-            f"{rec['seconds']:.1f}s {rec['how']} {rec['violations'][:3]}"))
+        records = run_session(
+            chaos,
+            21,
+            lambda rec, n, of: lines.append(
+                f"{n:2d} {rec['kind']:13s} injected={rec['injected']} attempts={len(rec['attempts'])} "
+                f"{rec['seconds']:.1f}s {rec['how']} {rec['violations'][:3]}"
+            ),
+        )
     t = report.totals(records)
     print("\n".join(lines))
-    print(f"chaos subset: seed {SEED}, {t['faults_injected']} faults in {t['runs']} runs, "
-          f"{t['attempts']} attempts, {t['violations']} violations, {time.monotonic() - t0:.0f}s")
+    print(
+        f"chaos subset: seed {SEED}, {t['faults_injected']} faults in {t['runs']} runs, "
+        f"{t['attempts']} attempts, {t['violations']} violations, {time.monotonic() - t0:.0f}s"
+    )
     bad = [(r["run"], r["kind"], r["violations"][:3]) for r in records if r["violations"]]
     assert bad == [], f"invariants violated (seed {SEED}): {bad}"
     unreported = [(r["run"], r["kind"], r["how"]) for r in records if r["injected"] and not r["reported"]]

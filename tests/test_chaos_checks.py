@@ -20,14 +20,18 @@ def _tree(root: Path, files: dict[str, bytes]) -> Path:
 def test_destination_checks_flag_corruption_strays_losses_and_leftovers(tmp_path):
     src = _tree(tmp_path / "src", {"a/x.bin": b"x" * 100, "b.bin": b"hello", "c.bin": b""})
     source = inv.digests(src)
-    dst = _tree(tmp_path / "dst", {"a/x.bin": b"x" * 99 + b"y", "b.bin": b"hello", "extra": b"1",
-                                   "a/.c.bin.atpart": b"partial"})
+    dst = _tree(
+        tmp_path / "dst", {"a/x.bin": b"x" * 99 + b"y", "b.bin": b"hello", "extra": b"1", "a/.c.bin.atpart": b"partial"}
+    )
     bad, good = inv.check_destination(source, dst)
     assert good == {"b.bin"}
     assert sorted((v.kind, v.path) for v in bad) == [("corrupted", "a/x.bin"), ("stray", "extra")]
     done = inv.check_complete(source, dst, good)
-    assert sorted((v.kind, v.path) for v in done) == [("leftover", "a/.c.bin.atpart"), ("lost", "a/x.bin"),
-                                                     ("lost", "c.bin")]
+    assert sorted((v.kind, v.path) for v in done) == [
+        ("leftover", "a/.c.bin.atpart"),
+        ("lost", "a/x.bin"),
+        ("lost", "c.bin"),
+    ]
     assert [v.path for v in inv.check_journal({"b.bin", "a/x.bin"}, good)] == ["a/x.bin"]
 
 
@@ -59,8 +63,14 @@ def test_a_fault_without_trace_in_the_output_is_not_reported():
 
 
 def test_report_fails_on_any_violation_or_unreported_fault():
-    ok = {"kind": "blackhole", "injected": True, "reported": True, "completed": True, "attempts": [{}],
-          "violations": []}
+    ok = {
+        "kind": "blackhole",
+        "injected": True,
+        "reported": True,
+        "completed": True,
+        "attempts": [{}],
+        "violations": [],
+    }
     assert passed(totals([ok]))
     assert not passed(totals([ok, {**ok, "reported": False}]))
     assert not passed(totals([{**ok, "violations": [{"kind": "lost", "path": "a", "detail": ""}]}]))

@@ -6,7 +6,14 @@ import json
 
 import pytest
 
-from airflow_transfer.chunked import plan_chunks, run_chunk, size_histogram, stage_manifest, transfer_summary, verify_tree
+from airflow_transfer.chunked import (
+    plan_chunks,
+    run_chunk,
+    size_histogram,
+    stage_manifest,
+    transfer_summary,
+    verify_tree,
+)
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.errors import TransferError
 from airflow_transfer.protocols.endpoint import Endpoint
@@ -15,8 +22,13 @@ from tests.support.data import make_tree, temp_files, tree_digest
 
 
 def _target(server) -> SSHTarget:
-    return SSHTarget(host=server.host, port=server.port, username=server.user,
-                     key_filenames=[str(server.client_key)], known_hosts=[str(server.known_hosts)])
+    return SSHTarget(
+        host=server.host,
+        port=server.port,
+        username=server.user,
+        key_filenames=[str(server.client_key)],
+        known_hosts=[str(server.known_hosts)],
+    )
 
 
 def test_histogram_classes():
@@ -31,10 +43,13 @@ def test_download_in_chunks_then_verify_and_repair(sshd, remote_dir, local_dir, 
     dst = Endpoint("file", str(local_dir / "archive"))
     info = stage_manifest(src, str(local_dir / "staging"), "run1/manifest")
     assert info["files"] == 62 and info["manifest"].startswith("file://")
-    assert sum(h["files"] for h in info["histogram"]) == 62 and sum(h["bytes"] for h in info["histogram"]) == info["bytes"]
+    assert (
+        sum(h["files"] for h in info["histogram"]) == 62 and sum(h["bytes"] for h in info["histogram"]) == info["bytes"]
+    )
 
-    specs = plan_chunks(info, algorithm="fixed", params=TransferParams(pp=4, p=1, cc=2),
-                        transfer_key="test:chunked/run1", min_chunks=3)
+    specs = plan_chunks(
+        info, algorithm="fixed", params=TransferParams(pp=4, p=1, cc=2), transfer_key="test:chunked/run1", min_chunks=3
+    )
     assert len(specs) == 3
     assert [s["start"] for s in specs] == [0, specs[0]["stop"], specs[1]["stop"]] and specs[-1]["stop"] == 62
     assert all(len(json.dumps(s)) < 600 and "path" not in s for s in specs)  # row ranges, no file lists
@@ -103,8 +118,14 @@ def test_plan_starts_from_the_tuning_library(sshd, remote_dir, local_dir, tmp_pa
     from tests.support.cli import run_cli, ssh_args
 
     url = f"sqlite:///{tmp_path / 'library.db'}"
-    res = run_cli("profile", sshd.url(str(remote_dir)), "--quick", "--json", *ssh_args(sshd),
-                  env={"AIRFLOW__AIRFLOW_TRANSFER__STORE_URL": url})
+    res = run_cli(
+        "profile",
+        sshd.url(str(remote_dir)),
+        "--quick",
+        "--json",
+        *ssh_args(sshd),
+        env={"AIRFLOW__AIRFLOW_TRANSFER__STORE_URL": url},
+    )
     assert res.code == 0, res.err
     with Store.open(url) as store:
         row = store.tuned_for(f"{sshd.host}:{sshd.port}", "localhost", "sftp")
@@ -117,6 +138,7 @@ def test_plan_starts_from_the_tuning_library(sshd, remote_dir, local_dir, tmp_pa
     info = stage_manifest(src, str(local_dir / "staging"), "lib")
     specs = plan_chunks(info, algorithm="globus", link=link, start=start, transfer_key="k-lib")
     assert specs and all(s["params"]["block_size"] == (row["block_size"] or 0) for s in specs)
-    given, start2 = starting_point(src, dst, link.__class__(rtt_s=0.08, bandwidth_bps=1e8, source="given"),
-                                   store_url=url, algorithm="globus")
+    given, start2 = starting_point(
+        src, dst, link.__class__(rtt_s=0.08, bandwidth_bps=1e8, source="given"), store_url=url, algorithm="globus"
+    )
     assert start2.source == "given"  # given figures win over the library

@@ -46,12 +46,25 @@ def test_kill_9_leaves_no_partial_file_and_rerun_completes(sshd, remote_dir, loc
         write_random(src / "small" / f"s{i:03d}.bin", 256 * 1024, seed=i)
     write_random(src / "zlarge" / "big.bin", 160 * 1024 * 1024, seed=99)
     dst = remote_dir / "crash"
-    cmd = [sys.executable, "-m", "airflow_transfer.cli", "copy", str(src), sshd.url(str(dst)),
-           "--pp", "2", "-c", "1", *ssh_args(sshd)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "airflow_transfer.cli",
+        "copy",
+        str(src),
+        sshd.url(str(dst)),
+        "--pp",
+        "2",
+        "-c",
+        "1",
+        *ssh_args(sshd),
+    ]
 
     # Kill 1: while small files are moving.
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert _kill_when(proc, lambda: len(list((dst / "small").glob("s*.bin"))) >= 30 if (dst / "small").exists() else False)
+    assert _kill_when(
+        proc, lambda: len(list((dst / "small").glob("s*.bin"))) >= 30 if (dst / "small").exists() else False
+    )
     assert _final_files_match_source(src, dst) >= 30
 
     # Kill 2: while the large file is half written under its temporary name.

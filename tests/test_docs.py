@@ -8,7 +8,6 @@ import sys
 
 from tests.support.airflow_env import REPO, airflow_env
 
-
 _DISCOVER = r"""
 import importlib, inspect, json, pkgutil
 from airflow.sdk import BaseOperator
@@ -43,8 +42,14 @@ def _public_operator_classes(env: dict) -> dict[str, dict]:
 def test_docs_build_strict_with_a_reference_page_per_operator_and_sensor(tmp_path):
     site = tmp_path / "site"
     env = airflow_env(tmp_path / "airflow-home")  # the hook imports the operators, hence Airflow
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "WARNING" not in proc.stderr, proc.stderr[-4000:]
 
@@ -58,15 +63,30 @@ def test_docs_build_strict_with_a_reference_page_per_operator_and_sensor(tmp_pat
         assert cls["doc"], f"{dotted} has no docstring"
         first_line = cls["doc"].splitlines()[0]
         assert first_line.split("`")[0][:40] in html, f"{dotted}: docstring not rendered"
-        params = [line.split(":param ", 1)[1].split(":", 1)[0] for line in cls["doc"].splitlines()
-                  if line.strip().startswith(":param ")]
+        params = [
+            line.split(":param ", 1)[1].split(":", 1)[0]
+            for line in cls["doc"].splitlines()
+            if line.strip().startswith(":param ")
+        ]
         for name in params:
             assert f"<code>{name}</code>" in html or f">{name}<" in html, f"{dotted}: parameter {name} missing"
 
-    for page in ("quickstart", "concepts", "tuning", "integrity", "protocols", "ui", "benchmarks",
-                 "troubleshooting", "durability", "store", "transfers", "profilers", "testbed"):
+    for page in (
+        "quickstart",
+        "concepts",
+        "tuning",
+        "integrity",
+        "protocols",
+        "ui",
+        "benchmarks",
+        "troubleshooting",
+        "durability",
+        "store",
+        "transfers",
+        "profilers",
+        "testbed",
+    ):
         assert (site / page / "index.html").exists(), page
     ui = (site / "ui" / "index.html").read_text()
-    for shot in ("ui-transfers.png", "ui-transfer.png", "ui-in-airflow.png", "ui-tuning.png",
-                 "ui-protocols.png"):
+    for shot in ("ui-transfers.png", "ui-transfer.png", "ui-in-airflow.png", "ui-tuning.png", "ui-protocols.png"):
         assert shot in ui and (site / "img" / shot).exists(), shot

@@ -34,8 +34,7 @@ def _server_bytes_written(server: SSHServer, since: int) -> int:
 
 
 def _copy_cmd(sshd, src, dst, *extra) -> list[str]:
-    return [sys.executable, "-m", "airflow_transfer.cli", "copy", str(src), sshd.url(str(dst)), *ssh_args(sshd),
-            *extra]
+    return [sys.executable, "-m", "airflow_transfer.cli", "copy", str(src), sshd.url(str(dst)), *ssh_args(sshd), *extra]
 
 
 def _with_store(store_url: str) -> list[str]:  # noqa: F811
@@ -43,8 +42,12 @@ def _with_store(store_url: str) -> list[str]:  # noqa: F811
 
 
 def _final_files(root: Path) -> set[str]:
-    return {os.path.relpath(os.path.join(d, n), root) for d, _, ns in os.walk(root) for n in ns
-            if not n.endswith(TEMP_SUFFIX)}
+    return {
+        os.path.relpath(os.path.join(d, n), root)
+        for d, _, ns in os.walk(root)
+        for n in ns
+        if not n.endswith(TEMP_SUFFIX)
+    }
 
 
 def test_five_kills_then_resume_is_identical_and_resends_little(store_url, sshd, remote_dir, local_dir):  # noqa: F811
@@ -98,9 +101,14 @@ def test_sshd_down_for_20s_midway_then_completes(store_url, own_sshd, test_base,
     dst = test_base / f"outage-dst-{time.monotonic_ns()}"
     dst.mkdir()
     chown_to_user(dst, own_sshd.user)
-    proc = subprocess.Popen(_copy_cmd(own_sshd, src, dst / "d", "--pp", "1", "-c", "1", "--deadline", "120",
-                                      "--json", *_with_store(store_url)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _copy_cmd(
+            own_sshd, src, dst / "d", "--pp", "1", "-c", "1", "--deadline", "120", "--json", *_with_store(store_url)
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     # Count files begun, not files final: verification runs behind the sends, so by the
     # time 15 names are final a fast machine may already have sent everything.
     while not ((dst / "d").exists() and sum(len(ns) for _, _, ns in os.walk(dst / "d")) >= 15):
@@ -124,16 +132,36 @@ def test_sshd_down_for_20s_midway_then_completes(store_url, own_sshd, test_base,
     assert temp_files(dst) == []
 
 
-def test_deadline_shorter_than_outage_fails_clearly_and_journal_is_exact(store_url, own_sshd, test_base,  # noqa: F811
-                                                                         local_dir):
+def test_deadline_shorter_than_outage_fails_clearly_and_journal_is_exact(
+    store_url,
+    own_sshd,
+    test_base,  # noqa: F811
+    local_dir,
+):
     src = _slow_dataset(local_dir, n=500)
     dst = test_base / f"deadline-dst-{time.monotonic_ns()}"
     dst.mkdir()
     chown_to_user(dst, own_sshd.user)
     key = f"deadline-test-{time.monotonic_ns()}"
-    proc = subprocess.Popen(_copy_cmd(own_sshd, src, dst / "d", "--pp", "1", "-c", "1", "--deadline", "8",
-                                      "--transfer-key", key, *_with_store(store_url)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _copy_cmd(
+            own_sshd,
+            src,
+            dst / "d",
+            "--pp",
+            "1",
+            "-c",
+            "1",
+            "--deadline",
+            "8",
+            "--transfer-key",
+            key,
+            *_with_store(store_url),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     while not ((dst / "d").exists() and len(_final_files(dst / "d")) >= 10):
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.01)
@@ -171,15 +199,27 @@ def test_source_changed_after_listing_is_resent_not_mixed(store_url, sshd, remot
     write_random(src / "c05.bin", 450_000, seed=777)  # new size and content after listing
     (src / "c07.bin").write_bytes((src / "c07.bin").read_bytes()[::-1])  # same size, new bytes
     os.utime(src / "c07.bin", (1_700_000_000, 1_700_000_000))  # and an mtime that surely differs
-    res = run_cli("copy", str(src), sshd.url(f"{remote_dir}/chg"), "--manifest", str(manifest), "--json",
-                  *_with_store(store_url), *ssh_args(sshd))
+    res = run_cli(
+        "copy",
+        str(src),
+        sshd.url(f"{remote_dir}/chg"),
+        "--manifest",
+        str(manifest),
+        "--json",
+        *_with_store(store_url),
+        *ssh_args(sshd),
+    )
     assert res.code == 0, res.err
     assert res.summary["files_retried"] >= 2
     assert tree_digest(remote_dir / "chg") == tree_digest(src)
 
 
-def test_enospc_fails_at_once_leaves_nothing_partial_and_rerun_completes(store_url, sshd, test_base,  # noqa: F811
-                                                                          local_dir):
+def test_enospc_fails_at_once_leaves_nothing_partial_and_rerun_completes(
+    store_url,
+    sshd,
+    test_base,  # noqa: F811
+    local_dir,
+):
     if os.geteuid() != 0:
         pytest.fail("needs root to mount a small tmpfs (CI runs as root)")
     mnt = test_base / f"small-fs-{time.monotonic_ns()}"
@@ -191,8 +231,18 @@ def test_enospc_fails_at_once_leaves_nothing_partial_and_rerun_completes(store_u
         for i in range(6):
             write_random(src / f"big{i}.bin", 4 * MiB, seed=i)
         t0 = time.monotonic()
-        res = run_cli("copy", str(src), sshd.url(f"{mnt}/d"), "--pp", "1", "-c", "1", "--json",
-                      *_with_store(store_url), *ssh_args(sshd))
+        res = run_cli(
+            "copy",
+            str(src),
+            sshd.url(f"{mnt}/d"),
+            "--pp",
+            "1",
+            "-c",
+            "1",
+            "--json",
+            *_with_store(store_url),
+            *ssh_args(sshd),
+        )
         assert res.code == 1
         assert time.monotonic() - t0 < 20  # failed at once, not after retries
         failed = res.summary["failed"]

@@ -7,8 +7,18 @@ import pytest
 from tests.support.cli import run_cli, ssh_args
 from tests.support.data import make_tree, temp_files, tree_digest
 
-DESIGN_FIELDS = {"files", "bytes", "seconds", "throughput_mbit", "algorithm", "verify", "chunks",
-                 "protocol_switches", "tuning", "failed"}
+DESIGN_FIELDS = {
+    "files",
+    "bytes",
+    "seconds",
+    "throughput_mbit",
+    "algorithm",
+    "verify",
+    "chunks",
+    "protocol_switches",
+    "tuning",
+    "failed",
+}
 
 
 @pytest.fixture(scope="module")
@@ -18,8 +28,19 @@ def dataset(tmp_path_factory):
 
 
 def test_upload_then_download_is_byte_identical(dataset, sshd, remote_dir, local_dir):
-    up = run_cli("copy", str(dataset), sshd.url(f"{remote_dir}/tree"), "--pp", "8", "-p", "4", "-c", "4",
-                 "--json", *ssh_args(sshd))
+    up = run_cli(
+        "copy",
+        str(dataset),
+        sshd.url(f"{remote_dir}/tree"),
+        "--pp",
+        "8",
+        "-p",
+        "4",
+        "-c",
+        "4",
+        "--json",
+        *ssh_args(sshd),
+    )
     assert up.code == 0, up.err
     summary = up.summary
     assert DESIGN_FIELDS <= set(summary)
@@ -28,8 +49,19 @@ def test_upload_then_download_is_byte_identical(dataset, sshd, remote_dir, local
     assert tree_digest(remote_dir / "tree") == tree_digest(dataset)
     assert temp_files(remote_dir) == []
 
-    down = run_cli("copy", sshd.url(f"{remote_dir}/tree"), str(local_dir / "back"), "--pp", "4", "-p", "3",
-                   "-c", "2", "--json", *ssh_args(sshd))
+    down = run_cli(
+        "copy",
+        sshd.url(f"{remote_dir}/tree"),
+        str(local_dir / "back"),
+        "--pp",
+        "4",
+        "-p",
+        "3",
+        "-c",
+        "2",
+        "--json",
+        *ssh_args(sshd),
+    )
     assert down.code == 0, down.err
     assert down.summary["direction"] == "download"
     assert tree_digest(local_dir / "back") == tree_digest(dataset)

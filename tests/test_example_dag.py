@@ -5,14 +5,26 @@ from __future__ import annotations
 from tests.support.airflow_env import REPO, run_dag, sftp_conn_env
 from tests.support.data import make_tree, temp_files, tree_digest
 
-DESIGN_FIELDS = {"files", "bytes", "seconds", "throughput_mbit", "algorithm", "verify", "chunks",
-                 "protocol_switches", "tuning", "failed"}
+DESIGN_FIELDS = {
+    "files",
+    "bytes",
+    "seconds",
+    "throughput_mbit",
+    "algorithm",
+    "verify",
+    "chunks",
+    "protocol_switches",
+    "tuning",
+    "failed",
+}
 
 
 def test_example_dag_copies_and_returns_summary(airflow_home, sshd, remote_dir, local_dir):
     src = make_tree(local_dir / "dag-src", small=50, seed=21)
     result, log = run_dag(
-        airflow_home, REPO / "dags" / "example_sftp_copy.py", "example_sftp_copy",
+        airflow_home,
+        REPO / "dags" / "example_sftp_copy.py",
+        "example_sftp_copy",
         {"src": str(src), "dst": str(remote_dir / "out"), "conn_id": "at_test_sftp", "algorithm": "fixed"},
         extra_env=sftp_conn_env("at_test_sftp", sshd),
     )
@@ -32,7 +44,9 @@ def test_example_dag_copies_and_returns_summary(airflow_home, sshd, remote_dir, 
 def test_example_dag_tuned_by_auto(airflow_home, sshd, remote_dir, local_dir):
     src = make_tree(local_dir / "dag-auto", small=80, seed=23)
     result, log = run_dag(
-        airflow_home, REPO / "dags" / "example_sftp_copy.py", "example_sftp_copy",
+        airflow_home,
+        REPO / "dags" / "example_sftp_copy.py",
+        "example_sftp_copy",
         {"src": str(src), "dst": str(remote_dir / "auto"), "conn_id": "at_test_sftp"},
         extra_env=sftp_conn_env("at_test_sftp", sshd),
     )
@@ -47,7 +61,9 @@ def test_failed_files_fail_the_task(airflow_home, sshd, test_base, local_dir):
     locked = test_base / "dag-locked"
     locked.mkdir(exist_ok=True)
     result, log = run_dag(
-        airflow_home, REPO / "dags" / "example_sftp_copy.py", "example_sftp_copy",
+        airflow_home,
+        REPO / "dags" / "example_sftp_copy.py",
+        "example_sftp_copy",
         {"src": str(src), "dst": str(locked / "out"), "conn_id": "at_test_sftp"},
         extra_env=sftp_conn_env("at_test_sftp", sshd),
     )
@@ -60,8 +76,13 @@ def test_airflow_discovers_the_provider(airflow_home):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "airflow", "providers", "get", "airflow-transfer", "-o", "json"],
-                          env=airflow_home, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow", "providers", "get", "airflow-transfer", "-o", "json"],
+        env=airflow_home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    info = json.loads(proc.stdout[proc.stdout.index("["):])
+    info = json.loads(proc.stdout[proc.stdout.index("[") :])
     assert info[0]["Provider"] == "airflow-transfer" and info[0]["Version"] == "0.1.0"

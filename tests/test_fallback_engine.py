@@ -65,16 +65,31 @@ class _FTPWatch:
 
 
 def _target(sshd) -> SSHTarget:
-    return SSHTarget(host=sshd.host, port=sshd.port, username=sshd.user, key_filenames=[str(sshd.client_key)],
-                     known_hosts=[str(sshd.known_hosts)], look_for_keys=False)
+    return SSHTarget(
+        host=sshd.host,
+        port=sshd.port,
+        username=sshd.user,
+        key_filenames=[str(sshd.client_key)],
+        known_hosts=[str(sshd.known_hosts)],
+        look_for_keys=False,
+    )
 
 
 def _copy(sshd, src, dst, algorithm, alt, progress, **kw):
     target = _target(sshd)
-    return run_copy(CopyRequest(
-        Endpoint("file", str(src)), Endpoint("sftp", str(dst), target), TransferParams(pp=8, cc=2),
-        algorithm=algorithm, alt_protocols=alt, progress=progress, progress_interval=0.05,
-        make_endpoint=lambda url: resolve_endpoint(url), **kw))
+    return run_copy(
+        CopyRequest(
+            Endpoint("file", str(src)),
+            Endpoint("sftp", str(dst), target),
+            TransferParams(pp=8, cc=2),
+            algorithm=algorithm,
+            alt_protocols=alt,
+            progress=progress,
+            progress_interval=0.05,
+            make_endpoint=lambda url: resolve_endpoint(url),
+            **kw,
+        )
+    )
 
 
 def _auths(sshd, mark: int) -> int:
@@ -147,9 +162,18 @@ def test_sftp_dying_mid_run_hands_the_rest_to_ftp(test_base, ftp, dataset, tmp_p
 
     lines: list[str] = []
     try:
-        summary = _copy(server, dataset, dst, "auto", [f"ftp://{ftp.user}@{ftp.host}:{ftp.port}"], progress,
-                        switch_after=2, probe_interval=60, log=lines.append,
-                        retry=RetryPolicy(backoff_base=0.2, backoff_max=1.0, deadline_s=150))
+        summary = _copy(
+            server,
+            dataset,
+            dst,
+            "auto",
+            [f"ftp://{ftp.user}@{ftp.host}:{ftp.port}"],
+            progress,
+            switch_after=2,
+            probe_interval=60,
+            log=lines.append,
+            retry=RetryPolicy(backoff_base=0.2, backoff_max=1.0, deadline_s=150),
+        )
     finally:
         server.stop()
     assert stopped.is_set(), "sshd was never stopped: the copy finished before 30 %"
@@ -167,6 +191,10 @@ def test_sftp_dying_mid_run_hands_the_rest_to_ftp(test_base, ftp, dataset, tmp_p
     # writes the dying server stored but never acknowledged are not counted, yet FTP continues
     # after them (it resumes from the temporary file's size).
     assert summary["bytes"] * 0.8 <= summary["bytes_moved"] <= summary["bytes"] * 1.5, (
-        summary["bytes"], summary["bytes_moved"], summary["protocols"], summary["files_skipped"])
+        summary["bytes"],
+        summary["bytes_moved"],
+        summary["protocols"],
+        summary["files_skipped"],
+    )
     assert summary["bytes_moved"] == sum(p["bytes_moved"] for p in summary["protocols"].values())
     assert any("protocol switch: sftp -> ftp" in line for line in lines)

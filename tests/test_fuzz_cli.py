@@ -40,14 +40,38 @@ def _dst(area: Path) -> str:
     return str(area / "dst" / uuid.uuid4().hex[:8])
 
 
-NUMBERS = st.one_of(st.integers(-10**12, 10**12).map(str), st.floats(allow_nan=True, allow_infinity=True).map(str),
-                    st.sampled_from(["0", "-1", "1e309", "nan", "inf", "-inf", "0x10", "", " 3", "1_000", "٣"]),
-                    ODD_TEXT)
-INT_OPTS = ["--pp", "--parallelism", "-p", "--concurrency", "-c", "--bdp", "--retries", "--switch-after",
-            "--verify-block-size", "--verify-threads"]
+NUMBERS = st.one_of(
+    st.integers(-(10**12), 10**12).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(str),
+    st.sampled_from(["0", "-1", "1e309", "nan", "inf", "-inf", "0x10", "", " 3", "1_000", "٣"]),
+    ODD_TEXT,
+)
+INT_OPTS = [
+    "--pp",
+    "--parallelism",
+    "-p",
+    "--concurrency",
+    "-c",
+    "--bdp",
+    "--retries",
+    "--switch-after",
+    "--verify-block-size",
+    "--verify-threads",
+]
 FLOAT_OPTS = ["--rtt-ms", "--bandwidth-mbit", "--progress-interval", "--probe-interval", "--deadline"]
-TEXT_OPTS = ["--verify", "--verify-mode", "--algorithm", "--transfer-key", "--alt-protocols", "--store",
-             "--identity", "--known-hosts", "--ssh-config", "--manifest", "--from-list"]
+TEXT_OPTS = [
+    "--verify",
+    "--verify-mode",
+    "--algorithm",
+    "--transfer-key",
+    "--alt-protocols",
+    "--store",
+    "--identity",
+    "--known-hosts",
+    "--ssh-config",
+    "--manifest",
+    "--from-list",
+]
 UNKNOWN = st.sampled_from(["--nope", "-z", "--pp=", "--", "-", "--json=1", "--help-me", "---pp"])
 
 
@@ -122,8 +146,11 @@ def test_copy_endpoints(area, src, to_remote):
 
 
 @fuzz(60)
-@given(src=st.one_of(urls(), ANY_TEXT), opts=copy_options(), algo=st.sampled_from(["auto", "globus", "pcp", "mc",
-                                                                                   "adaptive-cc", "fixed", "x"]))
+@given(
+    src=st.one_of(urls(), ANY_TEXT),
+    opts=copy_options(),
+    algo=st.sampled_from(["auto", "globus", "pcp", "mc", "adaptive-cc", "fixed", "x"]),
+)
 @example(src=".", opts=["--rtt-ms", "nan", "--bandwidth-mbit", "1"], algo="auto")
 @example(src=".", opts=["--bdp", "1"], algo="globus")
 def test_plan(area, src, opts, algo):
@@ -134,9 +161,16 @@ def test_plan(area, src, opts, algo):
 
 
 @fuzz(60)
-@given(host=st.one_of(urls(), ANY_TEXT), host2=st.one_of(st.none(), urls()),
-       opts=st.lists(st.sampled_from(["--light", "--quick", "--json", "--via", "ssh", "--protocol", "ftp",
-                                      "--protocol", "nope", "--nope"]), max_size=3))
+@given(
+    host=st.one_of(urls(), ANY_TEXT),
+    host2=st.one_of(st.none(), urls()),
+    opts=st.lists(
+        st.sampled_from(
+            ["--light", "--quick", "--json", "--via", "ssh", "--protocol", "ftp", "--protocol", "nope", "--nope"]
+        ),
+        max_size=3,
+    ),
+)
 @example(host="sftp://u@127.0.0.1:1/x", host2=None, opts=["--quick"])
 @example(host="sftp://u@[::1]:1/x", host2="sftp://u@127.0.0.1:1/y", opts=["--light"])
 @example(host="ftp://127.0.0.1:1/x", host2=None, opts=[])
@@ -147,8 +181,12 @@ def test_profile(area, host, host2, opts):
 
     def unreachable(spec):
         # local names and local directories would start the real (slow) profilers
-        return spec is not None and spec.lower() not in _LOCAL_NAMES and "://" in spec \
+        return (
+            spec is not None
+            and spec.lower() not in _LOCAL_NAMES
+            and "://" in spec
             and not spec.lower().startswith("file:")
+        )
 
     if not unreachable(host) or (host2 is not None and not unreachable(host2)):
         host = "sftp://u@127.0.0.1:1/x" if not unreachable(host) else host
@@ -158,12 +196,28 @@ def test_profile(area, host, host2, opts):
 
 
 @fuzz(80)
-@given(select=st.one_of(st.none(), ODD_TEXT, st.sampled_from(["a,b", '"a b",c', ",", '"', "a,,b", "*"])),
-       where=st.one_of(st.none(), ANY_TEXT, st.sampled_from(["humidity > 50 and", "x in (", "'unterminated",
-                                                             "a == b == c", "not", "1 > 'x'", "a >= 1e999",
-                                                             "(((((", "a and or b"])),
-       fmt=st.sampled_from([None, "csv", "parquet", "json"]),
-       dst_kind=st.sampled_from(["file", "http", "url"]))
+@given(
+    select=st.one_of(st.none(), ODD_TEXT, st.sampled_from(["a,b", '"a b",c', ",", '"', "a,,b", "*"])),
+    where=st.one_of(
+        st.none(),
+        ANY_TEXT,
+        st.sampled_from(
+            [
+                "humidity > 50 and",
+                "x in (",
+                "'unterminated",
+                "a == b == c",
+                "not",
+                "1 > 'x'",
+                "a >= 1e999",
+                "(((((",
+                "a and or b",
+            ]
+        ),
+    ),
+    fmt=st.sampled_from([None, "csv", "parquet", "json"]),
+    dst_kind=st.sampled_from(["file", "http", "url"]),
+)
 @example(select="temp", where="temp > 'x'", fmt=None, dst_kind="file")
 def test_query(area, select, where, fmt, dst_kind):
     import pyarrow as pa
@@ -172,8 +226,11 @@ def test_query(area, select, where, fmt, dst_kind):
     table = area / "table.parquet"
     if not table.exists():
         pq.write_table(pa.table({"temp": [1.0, 2.5, 40.0], "site": ["a", "b", "c"]}), table)
-    dst = {"file": str(area / "q" / f"{uuid.uuid4().hex[:8]}.parquet"), "http": "http://127.0.0.1:1/x",
-           "url": "sftp://u@127.0.0.1:1/out.parquet"}[dst_kind]
+    dst = {
+        "file": str(area / "q" / f"{uuid.uuid4().hex[:8]}.parquet"),
+        "http": "http://127.0.0.1:1/x",
+        "url": "sftp://u@127.0.0.1:1/out.parquet",
+    }[dst_kind]
     argv = ["query", str(table), dst]
     if select is not None:
         argv += ["--select", select]
@@ -189,13 +246,21 @@ def test_query(area, select, where, fmt, dst_kind):
 
 
 @fuzz(40)
-@given(argv=st.lists(st.one_of(ODD_TEXT, UNKNOWN, st.sampled_from(["copy", "plan", "list", "profile",
-                                                                    "query", "--json", "-h"])), max_size=4))
+@given(
+    argv=st.lists(
+        st.one_of(ODD_TEXT, UNKNOWN, st.sampled_from(["copy", "plan", "list", "profile", "query", "--json", "-h"])),
+        max_size=4,
+    )
+)
 def test_any_argv(area, argv):
     """Free-form argument lists: usage errors (exit 2) or --help (exit 0); never a crash."""
     if argv and argv[0] in ("copy", "plan", "list", "profile", "query") and "-h" not in argv:
-        argv = [a if "://" in a or a.startswith("-") or a in ("copy", "plan", "list", "profile", "query")
-                else str(Path("rel") / a.replace("\x00", "")) for a in argv]
+        argv = [
+            a
+            if "://" in a or a.startswith("-") or a in ("copy", "plan", "list", "profile", "query")
+            else str(Path("rel") / a.replace("\x00", ""))
+            for a in argv
+        ]
         if argv[0] == "profile":
             argv = ["profile", "sftp://u@127.0.0.1:1/x", *[a for a in argv[1:] if a.startswith("-")]]
     assert_clear_cli_error(run_main(argv), argv)

@@ -4,18 +4,24 @@ AttributeError from deep inside, and never a half-built operator."""
 
 from __future__ import annotations
 
+import airflow  # noqa: F401,E402 - installed with the project; a missing Airflow must fail, not skip
 import pytest
-from hypothesis import example, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_transfer.errors import TransferError
 from tests.support.fuzz import ODD_TEXT, fuzz, urls
 
-import airflow  # noqa: F401,E402 - installed with the project; a missing Airflow must fail, not skip
-
-VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
-                   ODD_TEXT, urls(), st.lists(st.integers(), max_size=2), st.dictionaries(ODD_TEXT, st.integers(),
-                                                                                        max_size=2))
+VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=True),
+    ODD_TEXT,
+    urls(),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(ODD_TEXT, st.integers(), max_size=2),
+)
 CLEAR = (ValueError, TransferError)
 
 
@@ -31,8 +37,12 @@ def _construct(cls, kwargs):
 
 
 def _ops():
-    from airflow_transfer.operators.chunked import (ChunkPlanOperator, ChunkTransferOperator,
-                                                    DatasetManifestOperator, VerifyTransferOperator)
+    from airflow_transfer.operators.chunked import (
+        ChunkPlanOperator,
+        ChunkTransferOperator,
+        DatasetManifestOperator,
+        VerifyTransferOperator,
+    )
     from airflow_transfer.operators.query import AttributeQueryTransferOperator
     from airflow_transfer.operators.transfer import TunedTransferOperator
     from airflow_transfer.sensors.protocols import ProtocolAvailableSensor
@@ -51,11 +61,36 @@ def _ops():
 
 
 PARAMS = {
-    "TunedTransferOperator": ["src", "dst", "pairs", "pp", "parallelism", "concurrency", "algorithm", "verify",
-                              "verify_mode", "rtt_ms", "bandwidth_mbit", "progress_interval", "retries_per_file",
-                              "deadline", "alt_protocols", "switch_after", "probe_interval"],
-    "ChunkPlanOperator": ["algorithm", "pp", "parallelism", "concurrency", "chunk_bytes", "min_chunks", "rtt_ms",
-                          "bandwidth_mbit", "algorithm_options"],
+    "TunedTransferOperator": [
+        "src",
+        "dst",
+        "pairs",
+        "pp",
+        "parallelism",
+        "concurrency",
+        "algorithm",
+        "verify",
+        "verify_mode",
+        "rtt_ms",
+        "bandwidth_mbit",
+        "progress_interval",
+        "retries_per_file",
+        "deadline",
+        "alt_protocols",
+        "switch_after",
+        "probe_interval",
+    ],
+    "ChunkPlanOperator": [
+        "algorithm",
+        "pp",
+        "parallelism",
+        "concurrency",
+        "chunk_bytes",
+        "min_chunks",
+        "rtt_ms",
+        "bandwidth_mbit",
+        "algorithm_options",
+    ],
     "ChunkTransferOperator": ["chunk", "max_cc", "verify", "progress_interval", "retries_per_file", "deadline"],
     "DatasetManifestOperator": ["src", "staging_dir", "manifest_name"],
     "VerifyTransferOperator": ["algorithm", "repair", "fail_on_mismatch"],
@@ -82,13 +117,26 @@ def test_operator_arguments(call):
     _construct(cls, kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(pp="8"), dict(pp=2.5), dict(parallelism=None), dict(concurrency=[4]), dict(algorithm=None),
-    dict(algorithm=3), dict(verify_mode=None), dict(rtt_ms="x", bandwidth_mbit=1), dict(rtt_ms=float("nan"),
-                                                                                      bandwidth_mbit=1.0),
-    dict(retries_per_file=0), dict(deadline=-1), dict(progress_interval=-1), dict(alt_protocols=[1]), dict(transfer_key=""),
-    dict(switch_after="3"),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(pp="8"),
+        dict(pp=2.5),
+        dict(parallelism=None),
+        dict(concurrency=[4]),
+        dict(algorithm=None),
+        dict(algorithm=3),
+        dict(verify_mode=None),
+        dict(rtt_ms="x", bandwidth_mbit=1),
+        dict(rtt_ms=float("nan"), bandwidth_mbit=1.0),
+        dict(retries_per_file=0),
+        dict(deadline=-1),
+        dict(progress_interval=-1),
+        dict(alt_protocols=[1]),
+        dict(transfer_key=""),
+        dict(switch_after="3"),
+    ],
+)
 def test_transfer_operator_rejects_at_parse_time(kwargs):
     """Each of these fails the DAG import with a clear error instead of the task at run time."""
     from airflow.sdk import DAG

@@ -108,9 +108,19 @@ def test_hook_endpoint_with_connection(monkeypatch, url):
 
     from airflow_transfer.hooks.endpoint import TransferEndpointHook
 
-    monkeypatch.setenv("AIRFLOW_CONN_AT_FUZZ", json.dumps({
-        "conn_type": "sftp", "host": "conn-host.invalid", "port": 2222, "login": "lab", "password": "hunter2",
-        "extra": {"known_hosts": "/nonexistent/known_hosts", "token": "hunter2"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AT_FUZZ",
+        json.dumps(
+            {
+                "conn_type": "sftp",
+                "host": "conn-host.invalid",
+                "port": 2222,
+                "login": "lab",
+                "password": "hunter2",
+                "extra": {"known_hosts": "/nonexistent/known_hosts", "token": "hunter2"},
+            }
+        ),
+    )
     if url.lower().startswith("any://"):
         url = "sftp" + url[3:]
     try:
@@ -131,8 +141,10 @@ def test_a_connection_s_credentials_never_go_to_another_host(monkeypatch):
 
     from airflow_transfer.hooks.endpoint import TransferEndpointHook
 
-    monkeypatch.setenv("AIRFLOW_CONN_AT_PINNED", json.dumps({
-        "conn_type": "sftp", "host": "lab.example", "login": "lab", "password": "hunter2"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AT_PINNED",
+        json.dumps({"conn_type": "sftp", "host": "lab.example", "login": "lab", "password": "hunter2"}),
+    )
     hook = TransferEndpointHook("at_pinned")
     with pytest.raises(TransferError) as err:
         hook.endpoint("sftp://elsewhere.example/data")
@@ -141,4 +153,6 @@ def test_a_connection_s_credentials_never_go_to_another_host(monkeypatch):
     assert hook.endpoint("sftp://LAB.example:2200/data").target.host.lower() == "lab.example"
     assert hook.endpoint("/data").target.host == "lab.example"
     monkeypatch.setenv("AIRFLOW_CONN_AT_PINNED", json.dumps({"conn_type": "sftp", "login": "lab", "password": "x"}))
-    assert TransferEndpointHook("at_pinned").endpoint("sftp://any.example/d").target.host == "any.example"  # no host: credentials only
+    assert (
+        TransferEndpointHook("at_pinned").endpoint("sftp://any.example/d").target.host == "any.example"
+    )  # no host: credentials only

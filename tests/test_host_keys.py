@@ -13,8 +13,7 @@ from tests.support.cli import run_cli
 
 
 def _fingerprint(pub: Path) -> str:
-    return subprocess.run(["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True,
-                          check=True).stdout.split()[1]
+    return subprocess.run(["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True, check=True).stdout.split()[1]
 
 
 def _one_error_line(res) -> str:
@@ -34,8 +33,9 @@ def test_checked_by_default_without_any_known_hosts(sshd, src, remote_dir, local
     """No --known-hosts and an empty home: nothing is trusted, so the copy is refused."""
     home = local_dir / "home"
     home.mkdir()
-    res = run_cli("copy", str(src), sshd.url(f"{remote_dir}/dst"), "--identity", str(sshd.client_key),
-                  env={"HOME": str(home)})
+    res = run_cli(
+        "copy", str(src), sshd.url(f"{remote_dir}/dst"), "--identity", str(sshd.client_key), env={"HOME": str(home)}
+    )
     line = _one_error_line(res)
     fp = _fingerprint(Path(f"{sshd.host_key}.pub"))
     assert "not known" in line and fp in line and "ssh-keyscan" in line, line
@@ -47,8 +47,15 @@ def test_changed_key_names_both_fingerprints(sshd, src, remote_dir, local_dir):
     other_pub = Path(f"{sshd.other_key}.pub")
     forged = local_dir / "known_hosts_forged"
     forged.write_text(f"[{sshd.host}]:{sshd.port} {' '.join(other_pub.read_text().split()[:2])}\n")
-    res = run_cli("copy", str(src), sshd.url(f"{remote_dir}/dst"), "--identity", str(sshd.client_key),
-                  "--known-hosts", str(forged))
+    res = run_cli(
+        "copy",
+        str(src),
+        sshd.url(f"{remote_dir}/dst"),
+        "--identity",
+        str(sshd.client_key),
+        "--known-hosts",
+        str(forged),
+    )
     line = _one_error_line(res)
     assert "CHANGED" in line and "man-in-the-middle" in line, line
     assert _fingerprint(Path(f"{sshd.host_key}.pub")) in line  # what the server offers
@@ -61,17 +68,29 @@ def test_connection_without_known_hosts_is_checked(airflow_home, sshd, remote_di
     """An Airflow connection with no host key settings verifies against ~/.ssh/known_hosts."""
     home = local_dir / "home"
     home.mkdir()
-    conn = {"conn_type": "sftp", "host": sshd.host, "port": sshd.port, "login": sshd.user,
-            "extra": {"key_file": str(sshd.client_key)}}
-    code = ("from airflow_transfer.hooks.endpoint import TransferEndpointHook\n"
-            "from airflow_transfer.protocols.ssh import open_transport\n"
-            "from airflow_transfer.errors import HostKeyError\n"
-            "ep = TransferEndpointHook('at_hostkey').endpoint('/tmp')\n"
-            "assert ep.target.check_host_key\n"
-            "try:\n    open_transport(ep.target)\nexcept HostKeyError as exc:\n    print('REFUSED', exc.message)\n")
+    conn = {
+        "conn_type": "sftp",
+        "host": sshd.host,
+        "port": sshd.port,
+        "login": sshd.user,
+        "extra": {"key_file": str(sshd.client_key)},
+    }
+    code = (
+        "from airflow_transfer.hooks.endpoint import TransferEndpointHook\n"
+        "from airflow_transfer.protocols.ssh import open_transport\n"
+        "from airflow_transfer.errors import HostKeyError\n"
+        "ep = TransferEndpointHook('at_hostkey').endpoint('/tmp')\n"
+        "assert ep.target.check_host_key\n"
+        "try:\n    open_transport(ep.target)\nexcept HostKeyError as exc:\n    print('REFUSED', exc.message)\n"
+    )
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**airflow_home, "HOME": str(home), "AIRFLOW_CONN_AT_HOSTKEY": json.dumps(conn)})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**airflow_home, "HOME": str(home), "AIRFLOW_CONN_AT_HOSTKEY": json.dumps(conn)},
+    )
     assert "REFUSED" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert _fingerprint(Path(f"{sshd.host_key}.pub")) in proc.stdout

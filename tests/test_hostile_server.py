@@ -58,8 +58,16 @@ class Scene:
     def copy(self, *extra: str, src: str = "/data"):
         self.before = {k: v for k, v in _tree(self.parent).items() if not k.startswith("root")}
         t0 = time.monotonic()
-        run = run_cli("copy", self.server.url(src), str(self.root), *self.server.cli_args(), "--json",
-                      "--restart", *extra, timeout=HANG_GUARD)
+        run = run_cli(
+            "copy",
+            self.server.url(src),
+            str(self.root),
+            *self.server.cli_args(),
+            "--json",
+            "--restart",
+            *extra,
+            timeout=HANG_GUARD,
+        )
         run.seconds = time.monotonic() - t0
         return run
 
@@ -92,15 +100,18 @@ def scene(tmp_path):
         s.server.stop()
 
 
-@pytest.mark.parametrize("name, message", [
-    # a directory entry never holds '/': these are refused before any path is joined
-    ("../escape.txt", "with '/'"),
-    ("ABS", "with '/'"),
-    ("sub/escape.txt", "with '/'"),
-    ("evil\nname", "control character"),
-    ("nul\x00name", "control character"),
-    ("esc\x1b[2Jname", "control character"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        # a directory entry never holds '/': these are refused before any path is joined
+        ("../escape.txt", "with '/'"),
+        ("ABS", "with '/'"),
+        ("sub/escape.txt", "with '/'"),
+        ("evil\nname", "control character"),
+        ("nul\x00name", "control character"),
+        ("esc\x1b[2Jname", "control character"),
+    ],
+)
 def test_hostile_names_are_rejected_never_followed(scene, name, message):
     s = scene(Behaviour())
     if name == "ABS":
@@ -143,11 +154,14 @@ def test_endless_directory_chain_stops_with_a_clear_error(scene):
     s.assert_contained()
 
 
-@pytest.mark.parametrize("lie, error", [
-    ({"size_lies": {"/data/a.bin": A_SIZE + 100_000}}, "shrank"),  # says more than it holds
-    ({"size_lies": {"/data/a.bin": A_SIZE - 100_000}}, "more bytes than its listed size"),  # holds more
-    ({"read_extra": 7}, "bytes for a"),  # answers a read with more than was asked for
-])
+@pytest.mark.parametrize(
+    "lie, error",
+    [
+        ({"size_lies": {"/data/a.bin": A_SIZE + 100_000}}, "shrank"),  # says more than it holds
+        ({"size_lies": {"/data/a.bin": A_SIZE - 100_000}}, "more bytes than its listed size"),  # holds more
+        ({"read_extra": 7}, "bytes for a"),  # answers a read with more than was asked for
+    ],
+)
 def test_lying_sizes_are_never_verified(scene, lie, error):
     s = scene(Behaviour(**lie))
     run = s.copy("--retries", "2")
@@ -174,12 +188,17 @@ def test_short_reads_are_completed_and_verified_by_read_back(scene):
     s.assert_contained()
 
 
-@pytest.mark.parametrize("stall", [
-    {"stall_ops": {"list"}},  # the listing never answers
-    {"stall_ops": {"open"}},  # no file ever opens
-    {"partial_after_reads": 1},  # data stops in the middle of a.bin, inside a reply packet
-    {"stall_after_reads": 5},  # every data read is answered (a.bin 2 + EOF probe, b.txt 1 + probe), the read-back stalls
-])
+@pytest.mark.parametrize(
+    "stall",
+    [
+        {"stall_ops": {"list"}},  # the listing never answers
+        {"stall_ops": {"open"}},  # no file ever opens
+        {"partial_after_reads": 1},  # data stops in the middle of a.bin, inside a reply packet
+        {
+            "stall_after_reads": 5
+        },  # every data read is answered (a.bin 2 + EOF probe, b.txt 1 + probe), the read-back stalls
+    ],
+)
 def test_stalled_server_fails_within_the_stall_timeout(scene, stall):
     s = scene(Behaviour(**stall))
     run = s.copy("--stall-timeout", "1", "--retries", "2", "--concurrency", "1")
@@ -205,8 +224,7 @@ def test_upload_verified_by_read_back_without_exec(scene, tmp_path):
     body = os.urandom(200_000)
     (local / "d" / "x.bin").write_bytes(body)
     (local / "y.txt").write_bytes(b"y\n")
-    run = run_cli("copy", str(local), s.server.url("/up/dest"), *s.server.cli_args(), "--json",
-                  timeout=HANG_GUARD)
+    run = run_cli("copy", str(local), s.server.url("/up/dest"), *s.server.cli_args(), "--json", timeout=HANG_GUARD)
     assert run.code == 0, run.err
     assert (s.served / "up" / "dest" / "d" / "x.bin").read_bytes() == body
     v = run.summary["verify"]
@@ -220,8 +238,18 @@ def test_upload_to_a_server_that_stalls_on_writes(scene, tmp_path):
     local = tmp_path / "local"
     local.mkdir()
     (local / "x.bin").write_bytes(os.urandom(100_000))
-    run = run_cli("copy", str(local), s.server.url("/up/dest"), *s.server.cli_args(), "--json",
-                  "--stall-timeout", "1", "--retries", "2", timeout=HANG_GUARD)
+    run = run_cli(
+        "copy",
+        str(local),
+        s.server.url("/up/dest"),
+        *s.server.cli_args(),
+        "--json",
+        "--stall-timeout",
+        "1",
+        "--retries",
+        "2",
+        timeout=HANG_GUARD,
+    )
     assert run.code == 1, run.err
     assert "Traceback" not in run.err
     failed = {f["path"]: f["error"] for f in run.summary["failed"]}
@@ -236,8 +264,16 @@ def test_upload_to_a_server_whose_reads_lie_is_never_verified(scene, tmp_path):
     local = tmp_path / "local"
     local.mkdir()
     (local / "x.bin").write_bytes(os.urandom(50_000))
-    run = run_cli("copy", str(local), s.server.url("/up/dest"), *s.server.cli_args(), "--json",
-                  "--retries", "2", timeout=HANG_GUARD)
+    run = run_cli(
+        "copy",
+        str(local),
+        s.server.url("/up/dest"),
+        *s.server.cli_args(),
+        "--json",
+        "--retries",
+        "2",
+        timeout=HANG_GUARD,
+    )
     assert run.code == 1, run.err
     assert "Traceback" not in run.err
     assert run.summary["verify"]["verified"] == 0, run.summary["verify"]
@@ -249,10 +285,12 @@ def test_upload_to_a_server_whose_reads_lie_is_never_verified(scene, tmp_path):
 def test_generic_backend_path_is_as_strict(scene, case):
     """--replica reads through the generic backends (paramiko's SFTP client), not the engine:
     the same names, loops and stalls must end the same way there."""
-    behaviour = {"name": Behaviour(extra_names={"/data": ["../escape.txt"]}),
-                 "endless": Behaviour(endless_dir="d" * 200),
-                 "loop": Behaviour(follow_links=True),
-                 "stall": Behaviour(stall_after_reads=0)}[case]
+    behaviour = {
+        "name": Behaviour(extra_names={"/data": ["../escape.txt"]}),
+        "endless": Behaviour(endless_dir="d" * 200),
+        "loop": Behaviour(follow_links=True),
+        "stall": Behaviour(stall_after_reads=0),
+    }[case]
     s = scene(behaviour)
     if case == "loop":
         os.symlink(".", s.served / "data" / "sub" / "loop")

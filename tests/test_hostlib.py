@@ -52,14 +52,16 @@ def test_library_caches_in_the_store_until_refresh(sshd, tmp_path):
         assert again[0].available and again[0].detail == first[0].detail
         expired = HostProtocolLibrary(store, ttl_s=0)
         expired.offered("127.0.0.1", ["ftp"], {"ftp": dead}, refresh=True)
-        assert not store.host_protocols("127.0.0.1", fresh_only=True) or \
-            all(r["protocol"] != "ftp" for r in store.host_protocols("127.0.0.1", fresh_only=True))
+        assert not store.host_protocols("127.0.0.1", fresh_only=True) or all(
+            r["protocol"] != "ftp" for r in store.host_protocols("127.0.0.1", fresh_only=True)
+        )
 
 
 def test_any_resolves_to_first_offered_in_preference_order(sshd, ftp_root):
     lib = HostProtocolLibrary(None)
-    urls = resolve_any(f"any://{sshd.user}@127.0.0.1/data?sftp={sshd.port}&ftp={ftp_root.port}&prefer=sftp,ftp",
-                       lib, writable=True)
+    urls = resolve_any(
+        f"any://{sshd.user}@127.0.0.1/data?sftp={sshd.port}&ftp={ftp_root.port}&prefer=sftp,ftp", lib, writable=True
+    )
     assert urls[0] == f"sftp://{sshd.user}@127.0.0.1:{sshd.port}/data"
     assert urls[1] == f"ftp://{sshd.user}@127.0.0.1:{ftp_root.port}/data"
     dead = free_port()
@@ -87,8 +89,14 @@ def test_cli_copy_to_any_url(sshd, ftp_root, local_dir, remote_dir):
     src = make_tree(local_dir / "src", small=12, seed=9)
     env = {"NETRC": str(ftp_root.netrc_path)}
     dead = free_port()
-    res = run_cli("copy", str(src), f"any://{sshd.user}@127.0.0.1{remote_dir}?sftp={dead}&ftp={ftp_root.port}",
-                  "--json", *ssh_args(sshd), env=env)
+    res = run_cli(
+        "copy",
+        str(src),
+        f"any://{sshd.user}@127.0.0.1{remote_dir}?sftp={dead}&ftp={ftp_root.port}",
+        "--json",
+        *ssh_args(sshd),
+        env=env,
+    )
     assert res.code == 0, res.err
     assert res.summary["dst"].startswith("ftp://")
     assert tree_digest(remote_dir) == tree_digest(src)

@@ -46,7 +46,8 @@ def _module_name(path: Path) -> str:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _lazy_exports(tree: ast.Module) -> dict[str, str]:
@@ -72,7 +73,7 @@ def _load() -> dict[str, Module]:
                 return [a.name for a in node.names]
             if node.level:
                 base = name.split(".") if is_pkg else name.split(".")[:-1]
-                base = base[:len(base) - (node.level - 1)]
+                base = base[: len(base) - (node.level - 1)]
                 pkg = ".".join(base + ([node.module] if node.module else []))
             else:
                 pkg = node.module or ""
@@ -135,7 +136,7 @@ MODULES = _load()
 
 
 def _rel(module: str) -> str:
-    return module[len(PKG) + 1:] if module != PKG else "__init__"
+    return module[len(PKG) + 1 :] if module != PKG else "__init__"
 
 
 def _layers() -> list[list[list[str]]]:
@@ -220,15 +221,17 @@ def test_every_module_is_in_one_layer():
     assert not unplaced, f"add these to [tool.airflow_transfer.layers] stack in pyproject.toml: {unplaced}"
     names = Counter(n for layer in _layers() for names in layer for n in names)
     assert not [n for n, c in names.items() if c > 1], "a name is in two layers"
-    missing = [n for n in names if n != "__init__" and not any(
-        _rel(m) == n or _rel(m).startswith(n + ".") for m in MODULES)]
+    missing = [
+        n for n in names if n != "__init__" and not any(_rel(m) == n or _rel(m).startswith(n + ".") for m in MODULES)
+    ]
     assert not missing, f"the stack names modules that do not exist: {missing}"
 
 
 def test_no_import_cycles():
     cycles = _sccs(_edges() - _allowed())
     assert not cycles, "import cycles (move the shared piece into a lower module):\n" + "\n".join(
-        " <-> ".join(_rel(m) for m in c) for c in cycles)
+        " <-> ".join(_rel(m) for m in c) for c in cycles
+    )
 
 
 def test_imports_go_down_the_layers():
@@ -237,21 +240,25 @@ def test_imports_go_down_the_layers():
         (la, sa), (lb, sb) = _place(a) or (0, 0), _place(b) or (len(_layers()), 0)
         if lb < la or (lb == la and sb != sa):
             bad.append(_where(a, b))
-    assert not bad, ("imports against [tool.airflow_transfer.layers] (a module imports its own layer, its own "
-                     "slice, or lower layers):\n" + "\n".join(bad))
+    assert not bad, (
+        "imports against [tool.airflow_transfer.layers] (a module imports its own layer, its own "
+        "slice, or lower layers):\n" + "\n".join(bad)
+    )
 
 
 def test_allow_list_has_no_stale_entries():
     edges = _edges()
-    stale = [f"{x} -> {y}" for x, y in _allow_entries()
-             if not any(_under(a, x) and _under(b, y) for a, b in edges)]
+    stale = [f"{x} -> {y}" for x, y in _allow_entries() if not any(_under(a, x) and _under(b, y) for a, b in edges)]
     assert not stale, f"remove these from [tool.airflow_transfer.layers] allow, they no longer happen: {stale}"
 
 
 def test_only_the_airflow_surface_imports_airflow():
     surface = CONTRACT["airflow"]
-    bad = [f"{m.path.relative_to(ROOT)}:{m.externals['airflow']}" for m in MODULES.values()
-           if "airflow" in m.externals and not any(_under(m.name, s) for s in surface)]
+    bad = [
+        f"{m.path.relative_to(ROOT)}:{m.externals['airflow']}"
+        for m in MODULES.values()
+        if "airflow" in m.externals and not any(_under(m.name, s) for s in surface)
+    ]
     assert not bad, f"Airflow imported outside the Airflow surface ({surface}): {bad}"
 
 
@@ -263,6 +270,9 @@ def test_imports_inside_functions_say_why():
     assert len(found) <= limit, (
         f"{len(found) - limit} new import(s) inside functions without a reason: move them to the top of the "
         f"module, or add a comment on the line above saying why they must be lazy. All unexplained:\n"
-        + "\n".join(found))
-    assert len(found) == limit, (f"only {len(found)} unexplained imports inside functions are left: lower "
-                                 f"unexplained_function_imports in pyproject.toml to {len(found)}")
+        + "\n".join(found)
+    )
+    assert len(found) == limit, (
+        f"only {len(found)} unexplained imports inside functions are left: lower "
+        f"unexplained_function_imports in pyproject.toml to {len(found)}"
+    )

@@ -153,8 +153,12 @@ def test_aligned_ranges_combine_into_the_file_block_list(payload: bytes, tmp_pat
     assert concat_ranges(parts) == whole.blocks
     assert len(whole.blocks) == 4
     with pytest.raises(ValueError, match="block boundary"):
-        concat_ranges([file_digests("xxh128", path, BLOCK, offset=0, length=BLOCK + 1),
-                       file_digests("xxh128", path, BLOCK, offset=BLOCK + 1)])
+        concat_ranges(
+            [
+                file_digests("xxh128", path, BLOCK, offset=0, length=BLOCK + 1),
+                file_digests("xxh128", path, BLOCK, offset=BLOCK + 1),
+            ]
+        )
 
 
 def test_mismatched_blocks_names_the_damaged_block(payload: bytes) -> None:

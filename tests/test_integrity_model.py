@@ -27,20 +27,40 @@ BLOCKS = {"100MB": 100 * MB, "500MB": 500 * MB, "1GB": GB, "2GB": 2 * GB}
 # Table I, as printed: (block-level per block size, file-level, sequential) in t and c.
 TABLE_I = {
     ("transfer", "20-10G"): (
-        {"100MB": lambda t, c: 400 * t + c / 5, "500MB": lambda t, c: 400 * t + c,
-         "1GB": lambda t, c: 400 * t + 2 * c, "2GB": lambda t, c: 400 * t + 4 * c},
-        lambda t, c: 400 * t + 20 * c, lambda t, c: 400 * (t + c)),
+        {
+            "100MB": lambda t, c: 400 * t + c / 5,
+            "500MB": lambda t, c: 400 * t + c,
+            "1GB": lambda t, c: 400 * t + 2 * c,
+            "2GB": lambda t, c: 400 * t + 4 * c,
+        },
+        lambda t, c: 400 * t + 20 * c,
+        lambda t, c: 400 * (t + c),
+    ),
     ("transfer", "10G-500M"): (
         {k: (lambda t, c: 210 * t + c) for k in BLOCKS},
-        lambda t, c: 200 * t + 201 * c, lambda t, c: 210 * (t + c)),
+        lambda t, c: 200 * t + 201 * c,
+        lambda t, c: 210 * (t + c),
+    ),
     ("checksum", "20-10G"): (
-        {"100MB": lambda t, c: 400 * c + t / 5, "500MB": lambda t, c: 400 * c + t,
-         "1GB": lambda t, c: 400 * c + 2 * t, "2GB": lambda t, c: 400 * c + 4 * t},
-        lambda t, c: 400 * c + 20 * t, lambda t, c: 400 * (c + t)),
+        {
+            "100MB": lambda t, c: 400 * c + t / 5,
+            "500MB": lambda t, c: 400 * c + t,
+            "1GB": lambda t, c: 400 * c + 2 * t,
+            "2GB": lambda t, c: 400 * c + 4 * t,
+        },
+        lambda t, c: 400 * c + 20 * t,
+        lambda t, c: 400 * (c + t),
+    ),
     ("checksum", "10G-500M"): (
-        {"100MB": lambda t, c: 208 * c + 51 / 5 * t, "500MB": lambda t, c: 210 * c + t,
-         "1GB": lambda t, c: 210 * c + 2 * t, "2GB": lambda t, c: 201 * c + 40 * t},
-        lambda t, c: 200 * t + 201 * c, lambda t, c: 210 * (c + t)),
+        {
+            "100MB": lambda t, c: 208 * c + 51 / 5 * t,
+            "500MB": lambda t, c: 210 * c + t,
+            "1GB": lambda t, c: 210 * c + 2 * t,
+            "2GB": lambda t, c: 201 * c + 40 * t,
+        },
+        lambda t, c: 200 * t + 201 * c,
+        lambda t, c: 210 * (c + t),
+    ),
 }
 # The paper's testbeds (section IV.C): Rains t = 7 s, c = 1 s; Cooley t = 0.5 s, c = 1 s.
 TESTBED = {"transfer": (7.0, 1.0), "checksum": (0.5, 1.0)}

@@ -57,8 +57,12 @@ class Pipes:
         self.commands.append(command)
         kwargs = {"user": self.user} if self.user else {}
         proc = subprocess.Popen(
-            self.prefix + command, shell=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, **kwargs,
+            self.prefix + command,
+            shell=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            **kwargs,
         )
         self.procs.append(proc)
 
@@ -150,7 +154,9 @@ def test_helper_ranges_and_pipelined_window(files) -> None:
     path = files[3 * BLOCK + 7]
     client = ChecksumHelperClient(Pipes(), python=sys.executable, window=2)
     with client:
-        requests = [DigestRequest(path, "sha256", offset=o, length=BLOCK, block_size=1000) for o in (0, BLOCK, 2 * BLOCK)]
+        requests = [
+            DigestRequest(path, "sha256", offset=o, length=BLOCK, block_size=1000) for o in (0, BLOCK, 2 * BLOCK)
+        ]
         requests.insert(1, DigestRequest(path.with_name("missing"), "sha256"))
         requests.append(DigestRequest(path, "sha256", offset=3 * BLOCK, length=8))  # 7 bytes there
         results = client.digest_many(requests)
@@ -238,8 +244,9 @@ def test_helper_unavailable_and_login_noise(files) -> None:
 
 
 def resident_bytes(path: Path) -> int:
-    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
-                         capture_output=True, check=True, text=True).stdout
+    out = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)], capture_output=True, check=True, text=True
+    ).stdout
     return int(out.strip())
 
 
@@ -330,7 +337,11 @@ def test_parse_coreutils_output_rejects_garbage() -> None:
     good = b"fsync=1\ndrop=0\nsize=3\n" + digest_bytes("md5", b"abc").encode() + b"  ./x\n"
     parsed = parse_coreutils_output("md5", good)
     assert (parsed.digest, parsed.fsynced, parsed.cache_dropped, parsed.size) == (
-        "900150983cd24fb0d6963f7d28e17f72", True, False, 3)
+        "900150983cd24fb0d6963f7d28e17f72",
+        True,
+        False,
+        3,
+    )
     with pytest.raises(ValueError):
         parse_coreutils_output("md5", b"fsync=1\ndrop=0\nsize=3\nnot-a-digest  ./x\n")
     with pytest.raises(ValueError):
@@ -359,9 +370,17 @@ def test_helper_and_coreutils_over_real_ssh(sshd, remote_dir: Path) -> None:
     kw = sshd.connect_kwargs()
     client = paramiko.SSHClient()
     client.load_host_keys(kw["known_hosts"])
-    client.connect(kw["host"], port=kw["port"], username=kw["username"], key_filename=kw["key_filename"],
-                   look_for_keys=False, allow_agent=False, timeout=10)
+    client.connect(
+        kw["host"],
+        port=kw["port"],
+        username=kw["username"],
+        key_filename=kw["key_filename"],
+        look_for_keys=False,
+        allow_agent=False,
+        timeout=10,
+    )
     try:
+
         def open_channel(command: str):
             stdin, stdout, _ = client.exec_command(command, timeout=20)
 

@@ -64,9 +64,11 @@ def test_interop_cell(interop, server_name: str, scenario: Scenario, record_prop
         if not first.get("killed"):
             # Still a valid cell (the re-run must then skip everything), but not the one intended.
             warnings.warn(f"{server_name} {scenario.name}: {first.get('note')}", stacklevel=1)
-    detail = (f"{server_name} {scenario.name}: exit {rec.get('exit')}, timed out {rec.get('timed_out')}, "
-              f"{rec.get('seconds')} s, first run: {first.get('note', '-')}; "
-              + "; ".join(rec.get("examples", []) + rec.get("error", [])))
+    detail = (
+        f"{server_name} {scenario.name}: exit {rec.get('exit')}, timed out {rec.get('timed_out')}, "
+        f"{rec.get('seconds')} s, first run: {first.get('note', '-')}; "
+        + "; ".join(rec.get("examples", []) + rec.get("error", []))
+    )
     assert not first.get("timed_out"), detail
     assert not rec.get("timed_out"), detail
     assert rec["exit"] == 0, detail

@@ -60,9 +60,11 @@ def _same(root: Path, expected: dict[str, bytes]) -> None:
         got = path.read_bytes()
         if got != body:
             first = next((i for i, (a, b) in enumerate(zip(got, body)) if a != b), min(len(got), len(body)))
-            pytest.fail(f"{rel} differs from its source: {len(got)} bytes against {len(body)}, "
-                        f"first difference at byte {first} (sha256 {hashlib.sha256(got).hexdigest()[:16]} "
-                        f"against {hashlib.sha256(body).hexdigest()[:16]})")
+            pytest.fail(
+                f"{rel} differs from its source: {len(got)} bytes against {len(body)}, "
+                f"first difference at byte {first} (sha256 {hashlib.sha256(got).hexdigest()[:16]} "
+                f"against {hashlib.sha256(body).hexdigest()[:16]})"
+            )
 
 
 def _temporaries(root: Path) -> list[Path]:
@@ -84,8 +86,9 @@ def _start(*args: str) -> subprocess.Popen:
     # stderr to a file, not a pipe: nobody reads it while the run goes on, and a full pipe
     # would stall the CLI for reasons of its own
     log = tempfile.TemporaryFile(mode="w+")
-    proc = subprocess.Popen([sys.executable, "-m", "airflow_transfer.cli", *args],
-                            stdout=subprocess.DEVNULL, stderr=log, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airflow_transfer.cli", *args], stdout=subprocess.DEVNULL, stderr=log, text=True
+    )
     proc.log = log
     return proc
 
@@ -103,8 +106,9 @@ def _kill_when_stalled(proc: subprocess.Popen, stalled, snapshot, what: str) -> 
         deadline = time.monotonic() + HANG_GUARD
         while not stalled():
             if proc.poll() is not None:
-                pytest.fail(f"the first run ended ({proc.returncode}) before the server stalled its {what}: "
-                            f"{_stderr(proc)}")
+                pytest.fail(
+                    f"the first run ended ({proc.returncode}) before the server stalled its {what}: {_stderr(proc)}"
+                )
             assert time.monotonic() < deadline, f"the server never stalled the first run's {what}"
             time.sleep(0.1)
         last, steady = None, 0
@@ -142,8 +146,12 @@ def hostile(tmp_path):
 
 # -- defect 1: download resume with short reads -------------------------------------------
 
-DOWNLOAD_SIZES = {"a.bin": 2 * MIB + 123_457, "b.bin": 3 * MIB + 654_321, "sub/c.bin": 4 * MIB + 99_991,
-                  "sub/d.bin": 5 * MIB + 777_777}
+DOWNLOAD_SIZES = {
+    "a.bin": 2 * MIB + 123_457,
+    "b.bin": 3 * MIB + 654_321,
+    "sub/c.bin": 4 * MIB + 99_991,
+    "sub/d.bin": 5 * MIB + 777_777,
+}
 SEED = 20_260_901
 
 
@@ -151,7 +159,7 @@ def _holes(partial: bytes, body: bytes) -> list[int]:
     """Offsets of 4 KiB blocks of the partial file that are zero where the source is not."""
     out = []
     for off in range(0, len(partial), 4096):
-        got, want = partial[off:off + 4096], body[off:off + 4096]
+        got, want = partial[off : off + 4096], body[off : off + 4096]
         if got != want and not got.strip(b"\0"):
             out.append(off)
     return out
@@ -166,8 +174,23 @@ def test_download_resume_after_kill_with_random_short_reads_is_byte_identical(tm
     # still unanswered behind later reads, and the temporary files have holes before their end.
     srv = hostile(served, Behaviour(short_read_seed=SEED, stall_after_reads=40))
     key = f"interop-download-{uuid.uuid4().hex[:8]}"
-    args = ["copy", srv.url("/data"), str(dst), *srv.cli_args(), "--json", "--transfer-key", key,
-            "--verify", "none", "--pp", "8", "-p", "1", "-c", "2"]
+    args = [
+        "copy",
+        srv.url("/data"),
+        str(dst),
+        *srv.cli_args(),
+        "--json",
+        "--transfer-key",
+        key,
+        "--verify",
+        "none",
+        "--pp",
+        "8",
+        "-p",
+        "1",
+        "-c",
+        "2",
+    ]
     proc = _start(*args)
     _kill_when_stalled(proc, lambda: srv.reads > 40, lambda: _sizes_and_digests(dst), "reads")
 
@@ -177,12 +200,14 @@ def test_download_resume_after_kill_with_random_short_reads_is_byte_identical(tm
     early_holes = {}
     for tmp_rel, data in partial.items():
         head, tail = os.path.split(tmp_rel)
-        rel = os.path.join(head, tail[1:-len(".atpart")])
+        rel = os.path.join(head, tail[1 : -len(".atpart")])
         holes = [off for off in _holes(data, expected[rel]) if off + 4096 <= len(data) - RESUME_OVERLAP]
         if holes:
             early_holes[rel] = holes
-    assert early_holes, ("no temporary file has a hole before its last "
-                         f"{RESUME_OVERLAP >> 10} KiB: {[(k, len(v)) for k, v in partial.items()]}")
+    assert early_holes, (
+        "no temporary file has a hole before its last "
+        f"{RESUME_OVERLAP >> 10} KiB: {[(k, len(v)) for k, v in partial.items()]}"
+    )
 
     # The re-run: same journal (transfer key), the server still answers short, now every read.
     srv.b.stall_after_reads = None
@@ -200,8 +225,24 @@ def test_download_reconnect_mid_file_with_random_short_reads_is_byte_identical(t
     expected = _dataset(served / "data", DOWNLOAD_SIZES, SEED + 1)
     dst = tmp_path / "dst"
     srv = hostile(served, Behaviour(short_read_seed=SEED, drop_after_reads=30))
-    run = run_cli("copy", srv.url("/data"), str(dst), *srv.cli_args(), "--json", "--verify", "none",
-                  "--pp", "8", "-p", "1", "-c", "1", "--retries", "5", timeout=HANG_GUARD)
+    run = run_cli(
+        "copy",
+        srv.url("/data"),
+        str(dst),
+        *srv.cli_args(),
+        "--json",
+        "--verify",
+        "none",
+        "--pp",
+        "8",
+        "-p",
+        "1",
+        "-c",
+        "1",
+        "--retries",
+        "5",
+        timeout=HANG_GUARD,
+    )
     assert srv.reads > 31, "the connection was never dropped"
     _succeeded(run)
     assert run.summary["files_retried"] >= 1, run.summary  # the drop hit a file in flight
@@ -210,6 +251,7 @@ def test_download_reconnect_mid_file_with_random_short_reads_is_byte_identical(t
 
 
 # -- defect 2: read-back EIO during verification ------------------------------------------
+
 
 @pytest.mark.parametrize("mode", [[], ["--verify-mode", "file"]], ids=["default-mode", "file-mode"])
 def test_read_back_eio_fails_each_file_well_before_the_deadline(tmp_path, hostile, mode):
@@ -222,11 +264,24 @@ def test_read_back_eio_fails_each_file_well_before_the_deadline(tmp_path, hostil
     srv = hostile(served, Behaviour(fail_reads=["*.atpart"]))
     t0 = time.monotonic()
     try:
-        run = run_cli("copy", str(local), srv.url("/up/dest"), *srv.cli_args(), "--json", "--verify", "sha256",
-                      *mode, "--deadline", "600", timeout=READ_BACK_BOUND)
+        run = run_cli(
+            "copy",
+            str(local),
+            srv.url("/up/dest"),
+            *srv.cli_args(),
+            "--json",
+            "--verify",
+            "sha256",
+            *mode,
+            "--deadline",
+            "600",
+            timeout=READ_BACK_BOUND,
+        )
     except subprocess.TimeoutExpired:
-        pytest.fail(f"still running after {READ_BACK_BOUND}s ({srv.failed_reads} failed reads so far): the "
-                    "read-back EIO is taken for a dead connection and retried until --deadline 600")
+        pytest.fail(
+            f"still running after {READ_BACK_BOUND}s ({srv.failed_reads} failed reads so far): the "
+            "read-back EIO is taken for a dead connection and retried until --deadline 600"
+        )
     seconds = time.monotonic() - t0
     _no_traceback(run)
     assert srv.failed_reads >= 1, "the read-back never reached the server"
@@ -263,15 +318,26 @@ def test_parallel_upload_to_a_sequential_write_server_falls_back_to_one_stream(t
     local = tmp_path / "local"
     expected = _dataset(local, UPLOAD_SIZES, SEED + 3)
     srv = hostile(served, Behaviour(refuse_offset_writes=True))
-    run = run_cli("copy", str(local), srv.url("/up/dest"), *srv.cli_args(), "--json", "--parallelism", "4",
-                  "--verify", "none", timeout=HANG_GUARD)
+    run = run_cli(
+        "copy",
+        str(local),
+        srv.url("/up/dest"),
+        *srv.cli_args(),
+        "--json",
+        "--parallelism",
+        "4",
+        "--verify",
+        "none",
+        timeout=HANG_GUARD,
+    )
     _succeeded(run)
     dest = served / "up" / "dest"
     _same(dest, expected)
     assert _temporaries(dest) == []
     notes = _tuning_notes(run.summary)
-    assert "offset" in notes and re.search(r"\bp\s*=\s*1\b", notes), \
+    assert "offset" in notes and re.search(r"\bp\s*=\s*1\b", notes), (
         f"tuning.notes should say the server takes no writes at an offset and p=1 was used: {run.summary['tuning']}"
+    )
 
 
 @pytest.mark.parametrize("rerun_p", ["1", "4"])
@@ -284,8 +350,17 @@ def test_upload_resume_after_kill_on_a_sequential_write_server(tmp_path, hostile
     # One stream per file (what this server can take) until 24 writes are answered, then none.
     srv = hostile(served, Behaviour(refuse_offset_writes=True, stall_after_writes=24))
     key = f"interop-upload-{uuid.uuid4().hex[:8]}"
-    common = ["copy", str(local), srv.url("/up/dest"), *srv.cli_args(), "--json", "--transfer-key", key,
-              "--verify", "none"]
+    common = [
+        "copy",
+        str(local),
+        srv.url("/up/dest"),
+        *srv.cli_args(),
+        "--json",
+        "--transfer-key",
+        key,
+        "--verify",
+        "none",
+    ]
     proc = _start(*common, "--parallelism", "1")
     _kill_when_stalled(proc, lambda: srv.writes > 24, lambda: _sizes_and_digests(dest), "writes")
 

@@ -17,8 +17,7 @@ def _done(store_url: str, key: str) -> tuple[str, set[str]]:
     try:
         record = next(t for t in store.list_transfers() if t.key == key)
         states = store.file_states(record.id)
-        return record.state, {p for p, s in zip(states["path"].to_pylist(), states["state"].to_pylist())
-                              if s == "done"}
+        return record.state, {p for p, s in zip(states["path"].to_pylist(), states["state"].to_pylist()) if s == "done"}
     finally:
         store.close()
 

@@ -47,8 +47,19 @@ def test_few_large_files_spread_over_the_connections_not_one_pipeline(sshd, remo
         write_random(local_dir / "two" / f"big{n}.bin", 24 * 1024 * 1024, seed=40 + n)
     for attempt in range(3):
         mark = sshd.log_mark()
-        res = run_cli("copy", str(local_dir / "two"), sshd.url(f"{remote_dir}/two{attempt}"), "--pp", "4", "-p", "1",
-                      "-c", "2", "--json", *ssh_args(sshd))
+        res = run_cli(
+            "copy",
+            str(local_dir / "two"),
+            sshd.url(f"{remote_dir}/two{attempt}"),
+            "--pp",
+            "4",
+            "-p",
+            "1",
+            "-c",
+            "2",
+            "--json",
+            *ssh_args(sshd),
+        )
         assert res.code == 0, res.err
         events = [e for e in sshd.sftp_events(mark) if e[2].endswith(".atpart") and e[1] == "open"]
         assert len({pid for pid, _, _ in events}) == 2, events  # two sessions wrote, one file each

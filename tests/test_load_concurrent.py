@@ -54,12 +54,28 @@ def test_twenty_cli_transfers_at_once_share_one_store(store_url, sshd, remote_di
             sizes = _make_tree(src, k)
             chown_to_user(src, sshd.user)
             src_arg, dst_arg = sshd.url(str(src)), str(dst)
-        jobs.append((src, dst, sizes, [sys.executable, "-m", "airflow_transfer.cli", "copy", src_arg, dst_arg,
-                                       "--json", "--store", store_url, *ssh_args(sshd)]))
+        jobs.append(
+            (
+                src,
+                dst,
+                sizes,
+                [
+                    sys.executable,
+                    "-m",
+                    "airflow_transfer.cli",
+                    "copy",
+                    src_arg,
+                    dst_arg,
+                    "--json",
+                    "--store",
+                    store_url,
+                    *ssh_args(sshd),
+                ],
+            )
+        )
 
     t0 = time.monotonic()
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for *_, cmd in jobs]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for *_, cmd in jobs]
     outputs = [p.communicate(timeout=600) for p in procs]
     print(f"{TRANSFERS} transfers x {FILES} files on {store_url.split(':')[0]}: {time.monotonic() - t0:.1f}s")
 
@@ -94,5 +110,8 @@ def test_twenty_cli_transfers_at_once_share_one_store(store_url, sshd, remote_di
                 assert row["state"] == "done", row
                 assert decode(row["ranges"]) == ([[0, size]] if size else []), row
             counts = store.journal_counts(tid)
-            assert counts["done"] == {"files": FILES, "bytes": sum(sizes.values()),
-                                      "bytes_done": sum(sizes.values())}, counts
+            assert counts["done"] == {
+                "files": FILES,
+                "bytes": sum(sizes.values()),
+                "bytes_done": sum(sizes.values()),
+            }, counts

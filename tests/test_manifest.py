@@ -13,12 +13,17 @@ from airflow_transfer.protocols.pool import SFTPPool
 from airflow_transfer.protocols.ssh import SSHTarget
 from tests.support.cli import run_cli, ssh_args
 from tests.support.data import make_tree
-from tests.support.sshd import chown_to_user, restricted_sshd
+from tests.support.sshd import restricted_sshd
 
 
 def _target(server) -> SSHTarget:
-    return SSHTarget(host=server.host, port=server.port, username=server.user,
-                     key_filenames=[str(server.client_key)], known_hosts=[str(server.known_hosts)])
+    return SSHTarget(
+        host=server.host,
+        port=server.port,
+        username=server.user,
+        key_filenames=[str(server.client_key)],
+        known_hosts=[str(server.known_hosts)],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -26,13 +31,14 @@ def tree(test_base):
     # Under test_base: the sshd's unprivileged user must be able to read it.
     root = make_tree(test_base / "manifest-src" / "tree", small=60, seed=11)
     os.symlink("/etc/passwd", root / "link-out")  # symlinks are not followed
-    (root / "d1" / f".half.bin.atpart").write_bytes(b"x")  # our own temporaries are never listed
+    (root / "d1" / ".half.bin.atpart").write_bytes(b"x")  # our own temporaries are never listed
     return root
 
 
 def _rows(m: Manifest):
-    return sorted(zip(m.table["path"].to_pylist(), m.table["size"].to_pylist(),
-                      [int(x) for x in m.table["mtime"].to_pylist()]))
+    return sorted(
+        zip(m.table["path"].to_pylist(), m.table["size"].to_pylist(), [int(x) for x in m.table["mtime"].to_pylist()])
+    )
 
 
 def test_local_listing(tree):

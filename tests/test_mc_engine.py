@@ -15,7 +15,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from airflow_transfer.engine.chunk_session import EngineChunkSession
@@ -39,8 +38,13 @@ CLASSES = ("small", "middle", "large", "huge")
 
 
 def _target(server) -> SSHTarget:
-    return SSHTarget(host=server.host, port=server.port, username=server.user,
-                     key_filenames=[str(server.client_key)], known_hosts=[str(server.known_hosts)])
+    return SSHTarget(
+        host=server.host,
+        port=server.port,
+        username=server.user,
+        key_filenames=[str(server.client_key)],
+        known_hosts=[str(server.known_hosts)],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -136,12 +140,17 @@ def test_mc_runs_chunks_at_once_and_moves_channels(mixed, sshd, remote_dir, spy)
     mark = sshd.log_mark()
     spy["mark"] = sshd.log_mark
     dst = remote_dir / "mc"
-    summary = run_copy(CopyRequest(Endpoint("file", str(mixed)), Endpoint("sftp", str(dst), _target(sshd)),
-                                   # A 32 KiB protocol window against a 125 kB BDP: Large and Huge chunks may
-                                   # use up to 5 channels (multichunk.useful_channels), so they can grow here.
-                                   algorithm="mc", link=LinkInfo(rtt_s=0.001, bandwidth_bps=1e9, source="given",
-                                                                 channel_window_bytes=32 * 1024),
-                                   use_store=False))
+    summary = run_copy(
+        CopyRequest(
+            Endpoint("file", str(mixed)),
+            Endpoint("sftp", str(dst), _target(sshd)),
+            # A 32 KiB protocol window against a 125 kB BDP: Large and Huge chunks may
+            # use up to 5 channels (multichunk.useful_channels), so they can grow here.
+            algorithm="mc",
+            link=LinkInfo(rtt_s=0.001, bandwidth_bps=1e9, source="given", channel_window_bytes=32 * 1024),
+            use_store=False,
+        )
+    )
     assert summary["failed"] == [] and summary["verify"]["verified"] == 116
     assert tree_digest(dst) == tree_digest(mixed) and temp_files(dst) == []
     assert sorted(c["id"] for c in summary["chunks"]) == [f"mc.{n}" for n in sorted(CLASSES)]
@@ -155,8 +164,9 @@ def test_mc_runs_chunks_at_once_and_moves_channels(mixed, sshd, remote_dir, spy)
     # The summary places chunks on one timeline too (reports draw them from it).
     told = {c["id"]: (c["start_s"], c["start_s"] + c["seconds"]) for c in summary["chunks"]}
     assert all(0 <= lo <= hi <= summary["seconds"] + 0.01 for lo, hi in told.values()), told
-    assert any(lo < told["mc.huge"][1] and told["mc.huge"][0] < hi for cid, (lo, hi) in told.items()
-               if cid != "mc.huge"), told
+    assert any(
+        lo < told["mc.huge"][1] and told["mc.huge"][0] < hi for cid, (lo, hi) in told.items() if cid != "mc.huge"
+    ), told
 
     events = sshd.sftp_events(mark)
     assert _classes_at_once(events) >= 2  # the server saw files of two chunks open at the same time
@@ -177,8 +187,11 @@ def test_mc_runs_chunks_at_once_and_moves_channels(mixed, sshd, remote_dir, spy)
     # this race by test_set_channels_grows_and_shrinks_a_running_chunk.
     growth_marks = [at_mark for cid, n, at_mark in spy["set_channels"] if cid == "mc.huge" and n > 2]
     if growth_marks:
-        opened = {p for _, op, p in sshd.sftp_events(mark, growth_marks[0])
-                  if op == "open" and p.endswith(TEMP_SUFFIX) and _chunk_of(p) == "huge"}
+        opened = {
+            p
+            for _, op, p in sshd.sftp_events(mark, growth_marks[0])
+            if op == "open" and p.endswith(TEMP_SUFFIX) and _chunk_of(p) == "huge"
+        }
         unsent = sum(1 for _ in (mixed / "huge").iterdir()) - len(opened)
         if unsent >= 6:
             writers = _writers_at_once(events, lambda p: _chunk_of(p) == "huge")
@@ -229,7 +242,9 @@ def test_set_channels_grows_and_shrinks_a_running_chunk(sshd, remote_dir, local_
     result = events[-1].result
     assert result.params.cc == 1 and result.failed == [] and len(result.outcomes) == 400
     assert all(not e.done for e in events[:-1])
-    assert _writers_at_once(sshd.sftp_events(grow_mark, shrink_mark), lambda p: True) >= 3  # more connections at once after growing
+    assert (
+        _writers_at_once(sshd.sftp_events(grow_mark, shrink_mark), lambda p: True) >= 3
+    )  # more connections at once after growing
     # And one again after shrinking: one session opened the files from then on. A retired worker's
     # last file (pp=1) may still show up when the server's log lines land after the mark.
     opens = Counter(pid for pid, op, p in sshd.sftp_events(shrink_mark) if op == "open" and p.endswith(TEMP_SUFFIX))
@@ -276,8 +291,21 @@ def test_close_stops_running_chunks_at_a_file_boundary(verify, sshd, remote_dir,
 @pytest.mark.parametrize("mode", ["block"])  # file mode: test_mc_runs_chunks_at_once_and_moves_channels
 def test_mc_cli_verified_byte_identical(mode, mixed, sshd, remote_dir):
     dst = remote_dir / f"cli-{mode}"
-    res = run_cli("copy", str(mixed), sshd.url(str(dst)), "--algorithm", "mc", *LINK, "--verify-mode", mode,
-                  "--verify-block-size", str(1 * MIB), "--json", *ssh_args(sshd), timeout=300)
+    res = run_cli(
+        "copy",
+        str(mixed),
+        sshd.url(str(dst)),
+        "--algorithm",
+        "mc",
+        *LINK,
+        "--verify-mode",
+        mode,
+        "--verify-block-size",
+        str(1 * MIB),
+        "--json",
+        *ssh_args(sshd),
+        timeout=300,
+    )
     assert res.code == 0, res.err
     s = res.summary
     assert s["failed"] == [] and s["files"] == 116 and len(s["chunks"]) == 4
@@ -291,8 +319,24 @@ def test_mc_cli_verified_byte_identical(mode, mixed, sshd, remote_dir):
 def test_mc_resumes_after_sigkill(mixed, sshd, remote_dir, tmp_path):
     dst = remote_dir / "killed"
     store = f"sqlite:///{tmp_path / 'store.db'}"
-    cmd = [sys.executable, "-m", "airflow_transfer.cli", "copy", str(mixed), sshd.url(str(dst)), "--algorithm", "mc",
-           *LINK, "--verify-mode", "block", "--verify-block-size", str(1 * MIB), "--store", store, *ssh_args(sshd)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "airflow_transfer.cli",
+        "copy",
+        str(mixed),
+        sshd.url(str(dst)),
+        "--algorithm",
+        "mc",
+        *LINK,
+        "--verify-mode",
+        "block",
+        "--verify-block-size",
+        str(1 * MIB),
+        "--store",
+        store,
+        *ssh_args(sshd),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     huge = dst / "huge"
     deadline = time.monotonic() + 120
@@ -304,8 +348,23 @@ def test_mc_resumes_after_sigkill(mixed, sshd, remote_dir, tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert len(list(huge.glob("h*.bin"))) < 20
-    res = run_cli("copy", str(mixed), sshd.url(str(dst)), "--algorithm", "mc", *LINK, "--verify-mode", "block",
-                  "--verify-block-size", str(1 * MIB), "--store", store, "--json", *ssh_args(sshd), timeout=300)
+    res = run_cli(
+        "copy",
+        str(mixed),
+        sshd.url(str(dst)),
+        "--algorithm",
+        "mc",
+        *LINK,
+        "--verify-mode",
+        "block",
+        "--verify-block-size",
+        str(1 * MIB),
+        "--store",
+        store,
+        "--json",
+        *ssh_args(sshd),
+        timeout=300,
+    )
     assert res.code == 0, res.err
     assert res.summary["failed"] == [] and res.summary["files_skipped"] >= 3
     assert tree_digest(dst) == tree_digest(mixed) and temp_files(dst) == []
@@ -318,8 +377,19 @@ def test_a_failing_file_in_one_chunk_does_not_stop_the_others(mixed, sshd, remot
     assert run_cli("list", str(src), "--out", str(manifest)).code == 0
     (src / "small" / "s007.dat").unlink()  # listed, then gone: that file fails, nothing else
     dst = remote_dir / "partial"
-    res = run_cli("copy", str(src), sshd.url(str(dst)), "--manifest", str(manifest), "--algorithm", "mc", *LINK,
-                  "--json", *ssh_args(sshd), timeout=120)
+    res = run_cli(
+        "copy",
+        str(src),
+        sshd.url(str(dst)),
+        "--manifest",
+        str(manifest),
+        "--algorithm",
+        "mc",
+        *LINK,
+        "--json",
+        *ssh_args(sshd),
+        timeout=120,
+    )
     assert res.code != 0 and "Traceback" not in res.err
     s = res.summary
     assert [f["path"] for f in s["failed"]] == ["small/s007.dat"]

@@ -17,8 +17,16 @@ import pytest
 from airflow_transfer.errors import HostKeyError, UsageError
 from airflow_transfer.protocols import openssh
 from airflow_transfer.protocols.pool import SFTPPool
-from airflow_transfer.protocols.sftp_wire import FXF_CREAT, FXF_READ, FXF_TRUNC, FXF_WRITE, OPEN, READ, WRITE, \
-    SFTPProtocolError, SFTPWire
+from airflow_transfer.protocols.sftp_wire import (
+    FXF_CREAT,
+    FXF_READ,
+    FXF_TRUNC,
+    FXF_WRITE,
+    OPEN,
+    READ,
+    WRITE,
+    SFTPWire,
+)
 from airflow_transfer.protocols.ssh import SSHTarget
 from tests.support.cli import run_cli, ssh_args
 from tests.support.data import make_tree, tree_digest, write_random
@@ -27,8 +35,14 @@ MIB = 1 << 20
 
 
 def _target(sshd, **kw) -> SSHTarget:
-    base = dict(host=sshd.host, port=sshd.port, username=sshd.user, key_filenames=[str(sshd.client_key)],
-                known_hosts=[str(sshd.known_hosts)], client="auto")
+    base = dict(
+        host=sshd.host,
+        port=sshd.port,
+        username=sshd.user,
+        key_filenames=[str(sshd.client_key)],
+        known_hosts=[str(sshd.known_hosts)],
+        client="auto",
+    )
     return SSHTarget(**{**base, **kw})
 
 
@@ -50,8 +64,10 @@ def _get(wire: SFTPWire, path: str, size: int) -> bytes:
     parts: dict[int, bytes] = {}
     step = wire.max_read
     for off in range(0, size, step):
+
         def got(t, r, off=off):
             parts[off] = bytes(r.bytes_())
+
         wire.send(READ, wire.p_read(handle, off, step), got)
     while wire.outstanding:
         wire.pump(block=True)
@@ -69,13 +85,14 @@ def test_pool_carries_sftp_over_openssh_and_round_trips_bytes(sshd, remote_dir):
         data = os.urandom(6 * MIB + 12345)
         path = str(remote_dir / "openssh-roundtrip.bin")
         _put(conn.wire, path, data)
-        assert hashlib.sha256((remote_dir / "openssh-roundtrip.bin").read_bytes()).digest() == \
-            hashlib.sha256(data).digest()
+        assert (
+            hashlib.sha256((remote_dir / "openssh-roundtrip.bin").read_bytes()).digest()
+            == hashlib.sha256(data).digest()
+        )
         # 48 MiB asked for at once: ssh fills the pipe towards us while we are still writing READs.
         big = remote_dir / "openssh-big.bin"
         write_random(big, 48 * MIB, seed=5)
-        assert hashlib.sha256(_get(conn.wire, str(big), 48 * MIB)).digest() == \
-            hashlib.sha256(big.read_bytes()).digest()
+        assert hashlib.sha256(_get(conn.wire, str(big), 48 * MIB)).digest() == hashlib.sha256(big.read_bytes()).digest()
         # exec channels (remote digests, helpers) still work on an OpenSSH connection
         pool.release(conn)
         status, out, _ = pool.exec_command("echo at-ok")
@@ -117,8 +134,13 @@ def test_host_keys_are_checked_as_strictly_as_on_paramiko(sshd, tmp_path):
     # an unknown host and a wrong pinned key fail with the same errors as paramiko gives
     other = tmp_path / "other_known_hosts"
     other.write_text("")
-    for kw in ({"known_hosts": [str(other)]},
-               {"known_hosts": [], "host_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5C2h1ZEGKEf8tXvO7KB6qlXbmgLvNuBRg0Zk+EcEAf"}):
+    for kw in (
+        {"known_hosts": [str(other)]},
+        {
+            "known_hosts": [],
+            "host_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5C2h1ZEGKEf8tXvO7KB6qlXbmgLvNuBRg0Zk+EcEAf",
+        },
+    ):
         pool = SFTPPool(_target(sshd, **kw))
         with pytest.raises(HostKeyError):
             pool.acquire()
@@ -132,9 +154,17 @@ def test_targets_openssh_cannot_carry_go_to_paramiko_with_a_reason(sshd):
     assert "passphrase" in openssh.usable(_target(sshd, passphrase="x"))
     assert "paramiko" in openssh.usable(_target(sshd, client="paramiko"))
     for kw in ({"client": "paramiko"}, {}):  # {}: SSHTarget's default
-        target = _target(sshd, **kw) if kw else SSHTarget(host=sshd.host, port=sshd.port, username=sshd.user,
-                                                          key_filenames=[str(sshd.client_key)],
-                                                          known_hosts=[str(sshd.known_hosts)])
+        target = (
+            _target(sshd, **kw)
+            if kw
+            else SSHTarget(
+                host=sshd.host,
+                port=sshd.port,
+                username=sshd.user,
+                key_filenames=[str(sshd.client_key)],
+                known_hosts=[str(sshd.known_hosts)],
+            )
+        )
         pool = SFTPPool(target)
         try:
             assert pool.acquire().client == "paramiko"
@@ -165,13 +195,35 @@ def test_a_killed_ssh_client_is_a_lost_connection_not_a_hang(sshd, remote_dir):
 def test_cli_copy_both_ways_over_openssh_and_over_paramiko(sshd, remote_dir, local_dir):
     src = make_tree(local_dir / "ossh-src", small=60, big_mib=12, seed=3)
     for client in ("openssh", "paramiko"):
-        up = run_cli("copy", str(src), sshd.url(f"{remote_dir}/ossh-{client}"), "--ssh-client", client,
-                     "--pp", "4", "-c", "2", "--json", *ssh_args(sshd))
+        up = run_cli(
+            "copy",
+            str(src),
+            sshd.url(f"{remote_dir}/ossh-{client}"),
+            "--ssh-client",
+            client,
+            "--pp",
+            "4",
+            "-c",
+            "2",
+            "--json",
+            *ssh_args(sshd),
+        )
         assert up.code == 0, up.err
         assert up.summary["failed"] == [] and up.summary["ssh_client"] == client
         assert tree_digest(remote_dir / f"ossh-{client}") == tree_digest(src)
-        down = run_cli("copy", sshd.url(f"{remote_dir}/ossh-{client}"), str(local_dir / f"ossh-back-{client}"),
-                       "--ssh-client", client, "--pp", "4", "-c", "2", "--json", *ssh_args(sshd))
+        down = run_cli(
+            "copy",
+            sshd.url(f"{remote_dir}/ossh-{client}"),
+            str(local_dir / f"ossh-back-{client}"),
+            "--ssh-client",
+            client,
+            "--pp",
+            "4",
+            "-c",
+            "2",
+            "--json",
+            *ssh_args(sshd),
+        )
         assert down.code == 0, down.err
         assert tree_digest(local_dir / f"ossh-back-{client}") == tree_digest(src)
 
@@ -183,8 +235,10 @@ def test_connection_extra_chooses_the_client_and_rejects_nonsense(monkeypatch):
     from airflow_transfer.hooks.endpoint import TransferEndpointHook
 
     def endpoint(extra):
-        monkeypatch.setenv("AIRFLOW_CONN_AT_OSSH", json.dumps({
-            "conn_type": "sftp", "host": "lab.example", "login": "lab", "extra": extra}))
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_AT_OSSH",
+            json.dumps({"conn_type": "sftp", "host": "lab.example", "login": "lab", "extra": extra}),
+        )
         return TransferEndpointHook("at_ossh").endpoint("/data")
 
     assert endpoint({}).target.client == "paramiko"  # the default

@@ -11,9 +11,15 @@ from airflow_transfer.errors import ConnectError
 from airflow_transfer.protocols.pool import SFTPPool
 from airflow_transfer.protocols.ssh import SSHTarget
 
+
 def _target(sshd, **kw) -> SSHTarget:
-    base = dict(host=sshd.host, port=sshd.port, username=sshd.user, key_filenames=[str(sshd.client_key)],
-                known_hosts=[str(sshd.known_hosts)])
+    base = dict(
+        host=sshd.host,
+        port=sshd.port,
+        username=sshd.user,
+        key_filenames=[str(sshd.client_key)],
+        known_hosts=[str(sshd.known_hosts)],
+    )
     return SSHTarget(**{**base, **kw})
 
 
@@ -98,8 +104,17 @@ def test_a_copy_adopts_the_pool_started_ahead_and_opens_no_other_connection(sshd
     pool = _Recording(dst.target)
     # What the CLI starts before its imports: 2 data connections (fixed, cc=2) and the checksum helper's.
     assert pool.warm(warm_count("fixed", 2, verify=True)) == 3
-    summary = run_copy(CopyRequest(Endpoint("file", str(src)), dst, TransferParams(pp=4, cc=2), pool=pool,
-                                   use_store=False, verify_mode="block", verify_threads=1))
+    summary = run_copy(
+        CopyRequest(
+            Endpoint("file", str(src)),
+            dst,
+            TransferParams(pp=4, cc=2),
+            pool=pool,
+            use_store=False,
+            verify_mode="block",
+            verify_threads=1,
+        )
+    )
     assert summary["failed"] == [] and summary["verify"]["verified"] == 30
     assert tree_digest(remote_dir / "adopted") == tree_digest(src)
     # Every connection the copy used came from the warmed three; the session closed them.

@@ -19,8 +19,9 @@ def store_env(tmp_path):
 @pytest.mark.parametrize("via", ["direct", "ssh"])
 def test_profile_an_ssh_host_stores_profiles_and_both_directions(sshd, remote_dir, store_env, via):
     url, env = store_env
-    res = run_cli("profile", sshd.url(str(remote_dir)), "--quick", "--via", via, "--json", *ssh_args(sshd),
-                  env=env, timeout=240)
+    res = run_cli(
+        "profile", sshd.url(str(remote_dir)), "--quick", "--via", via, "--json", *ssh_args(sshd), env=env, timeout=240
+    )
     assert res.code == 0, res.err
     out = res.summary
     far = f"{sshd.host}:{sshd.port}"
@@ -29,11 +30,15 @@ def test_profile_an_ssh_host_stores_profiles_and_both_directions(sshd, remote_di
         assert {k: v["ok"] for k, v in host.items()} == {"disk": True, "memory": True, "kernel": True}
     assert out["hosts"][far]["disk"]["summary"]["write"]["best_block"] > 0
     assert [(l["source"], l["destination"], l["direction"], l["via"]) for l in out["links"]] == [
-        (far, "localhost", "recv", via), ("localhost", far, "send", via)]
+        (far, "localhost", "recv", via),
+        ("localhost", far, "send", via),
+    ]
     for link in out["links"]:
         assert 0 < link["rtt_ms"] < 50 and link["bandwidth_mbit"] > 0
     assert {(t["source"], t["destination"], t["protocol"]) for t in out["tuned"]} == {
-        (far, "localhost", "sftp"), ("localhost", far, "sftp")}
+        (far, "localhost", "sftp"),
+        ("localhost", far, "sftp"),
+    }
     assert "profiles" not in res.out and "tuned localhost ->" in res.err  # progress on stderr only
     # nothing left behind on the remote host: the disk profiler cleaned its directory, nothing was installed
     assert os.listdir(remote_dir) == []
@@ -67,8 +72,9 @@ def test_unreachable_host_is_one_clear_line(store_env, tmp_path):
     from tests.support.sshd import free_port
 
     _, env = store_env
-    res = run_cli("profile", f"sftp://127.0.0.1:{free_port()}/", "--quick", "--known-hosts",
-                  str(tmp_path / "none"), env=env)
+    res = run_cli(
+        "profile", f"sftp://127.0.0.1:{free_port()}/", "--quick", "--known-hosts", str(tmp_path / "none"), env=env
+    )
     assert res.code != 0
     lines = res.err.strip().splitlines()
     assert lines[-1].startswith("airflow-transfer: error: cannot connect to 127.0.0.1"), res.err

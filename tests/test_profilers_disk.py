@@ -63,8 +63,9 @@ def test_disk_profile_is_sane_and_leaves_nothing_behind(tmp_path, how):
 
 
 def test_disk_dummy_file_fallback_is_stated_and_cleaned(tmp_path):
-    code, out, _err = run_profiler("disk", "module", ["--path", str(tmp_path), *SMALL, "--evict", "dummy-file",
-                                                       "--dummy-size", "2M"])
+    code, out, _err = run_profiler(
+        "disk", "module", ["--path", str(tmp_path), *SMALL, "--evict", "dummy-file", "--dummy-size", "2M"]
+    )
     assert code == 0, out
     assert out["cache_eviction"]["method"] == "dummy-file"
     assert "smaller than the page cache" in out["cache_eviction"]["detail"]
@@ -74,10 +75,13 @@ def test_disk_dummy_file_fallback_is_stated_and_cleaned(tmp_path):
 def run_without_fadvise(args: list[str]) -> dict:
     """The disk profiler on a platform without os.posix_fadvise (macOS, for one)."""
     script = str(REPO / "profilers" / "disk.py")
-    code = ("import os, runpy, sys; del os.posix_fadvise; sys.argv[0] = 'disk.py'; "
-            f"runpy.run_path({script!r}, run_name='__main__')")
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", code, *args], capture_output=True, text=True,
-                          timeout=30, cwd="/")
+    code = (
+        "import os, runpy, sys; del os.posix_fadvise; sys.argv[0] = 'disk.py'; "
+        f"runpy.run_path({script!r}, run_name='__main__')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code, *args], capture_output=True, text=True, timeout=30, cwd="/"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout)
 
@@ -101,8 +105,9 @@ def test_without_fadvise_a_memory_sized_dummy_over_budget_is_refused_and_said(tm
 
 @pytest.mark.parametrize("sig, name", [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM")])
 def test_disk_profiler_cleans_up_when_interrupted(tmp_path, sig, name):
-    cmd, kwargs = profiler_cmd("disk", "piped", ["--path", str(tmp_path), "--file-size", "64M", "--total", "64G",
-                                                 "--max-seconds", "60"])
+    cmd, kwargs = profiler_cmd(
+        "disk", "piped", ["--path", str(tmp_path), "--file-size", "64M", "--total", "64G", "--max-seconds", "60"]
+    )
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
     try:
         deadline = time.monotonic() + 10

@@ -31,7 +31,7 @@ def test_memory_profile_is_sane(how):
     assert code == 0, out
     assert out["ok"] is True and out["profiler"] == "memory"
     blocks = out["block_sizes"]
-    assert blocks == [4096 * 2 ** i for i in range(12)]  # 4 KiB .. 8 MiB: never above the region
+    assert blocks == [4096 * 2**i for i in range(12)]  # 4 KiB .. 8 MiB: never above the region
     assert [t["block"] for t in out["trials"]] == blocks
     assert all(t["mib_s"] > 0 for t in out["trials"])
     assert out["best_block"] in blocks

@@ -35,7 +35,10 @@ def profiler_cmd(how: str, args: list[str]) -> tuple[list[str], dict]:
     if how == "module":
         return [sys.executable, "-m", "profilers.network", *args], {"cwd": REPO, "stdin": subprocess.DEVNULL}
     # -I -S: standard library only, as on a bare remote host
-    return [sys.executable, "-I", "-S", "-", *args], {"cwd": "/", "stdin": open(REPO / "profilers" / "network.py", "rb")}
+    return [sys.executable, "-I", "-S", "-", *args], {
+        "cwd": "/",
+        "stdin": open(REPO / "profilers" / "network.py", "rb"),
+    }
 
 
 def run_profiler(how: str, args: list[str], timeout: float = 30, env: dict | None = None) -> tuple[int, dict]:
@@ -91,8 +94,9 @@ def test_kernel_limits_without_a_host(how):
 
 @pytest.mark.parametrize("how", ["module", "piped"])
 def test_rtt_to_a_local_listening_socket(how, listening_port):
-    code, out = run_profiler(how, ["--rtt-host", "127.0.0.1", "--rtt-port", str(listening_port), "--rtt-count",
-                                   "5", "--no-hops"])
+    code, out = run_profiler(
+        how, ["--rtt-host", "127.0.0.1", "--rtt-port", str(listening_port), "--rtt-count", "5", "--no-hops"]
+    )
     assert code == 0
     rtt = out["rtt"]
     assert rtt["available"] is True and rtt["failures"] == 0 and len(rtt["samples_ms"]) == 5
@@ -104,8 +108,9 @@ def test_rtt_to_a_closed_port_is_unavailable_with_the_reason():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
-    code, out = run_profiler("module", ["--rtt-host", "127.0.0.1", "--rtt-port", str(closed), "--rtt-count", "2",
-                                        "--no-hops"])
+    code, out = run_profiler(
+        "module", ["--rtt-host", "127.0.0.1", "--rtt-port", str(closed), "--rtt-count", "2", "--no-hops"]
+    )
     assert code == 0
     assert out["rtt"]["available"] is False and out["rtt"]["failures"] == 2
     assert "refused" in out["rtt"]["reason"].lower()
@@ -115,9 +120,25 @@ def test_rtt_to_a_closed_port_is_unavailable_with_the_reason():
 def test_bandwidth_probe_against_its_own_sink(sink_how, client_how):
     sink = SinkProcess(sink_how)
     try:
-        code, out = run_profiler(client_how, ["--host", "127.0.0.1", "--port", str(sink.port), "--seconds", "0.5",
-                                              "--streams", "2", "--direction", "both", "--rtt-count", "3",
-                                              "--no-hops", "--stop-sink"])
+        code, out = run_profiler(
+            client_how,
+            [
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(sink.port),
+                "--seconds",
+                "0.5",
+                "--streams",
+                "2",
+                "--direction",
+                "both",
+                "--rtt-count",
+                "3",
+                "--no-hops",
+                "--stop-sink",
+            ],
+        )
         served = sink.result()
     finally:
         sink.close()
@@ -141,8 +162,7 @@ def test_bandwidth_probe_against_its_own_sink(sink_how, client_how):
 def test_light_mode_is_short_and_skips_hops():
     sink = SinkProcess("module")
     try:
-        code, out = run_profiler("piped", ["--light", "--host", "127.0.0.1", "--port", str(sink.port),
-                                           "--stop-sink"])
+        code, out = run_profiler("piped", ["--light", "--host", "127.0.0.1", "--port", str(sink.port), "--stop-sink"])
     finally:
         sink.close()
     assert code == 0
@@ -156,14 +176,44 @@ def test_light_mode_is_short_and_skips_hops():
 def test_sink_with_a_token_refuses_strangers():
     sink = SinkProcess("module", "--token", "s3cret")
     try:
-        code, out = run_profiler("module", ["--host", "127.0.0.1", "--port", str(sink.port), "--seconds", "0.2",
-                                            "--streams", "1", "--rtt-count", "1", "--no-hops"])
+        code, out = run_profiler(
+            "module",
+            [
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(sink.port),
+                "--seconds",
+                "0.2",
+                "--streams",
+                "1",
+                "--rtt-count",
+                "1",
+                "--no-hops",
+            ],
+        )
         assert code == 0
         assert out["bandwidth"]["send"]["available"] is False
         assert "token" in out["bandwidth"]["send"]["reason"]
-        code, out = run_profiler("module", ["--host", "127.0.0.1", "--port", str(sink.port), "--seconds", "0.2",
-                                            "--streams", "1", "--rtt-count", "1", "--no-hops", "--token", "s3cret",
-                                            "--stop-sink"])
+        code, out = run_profiler(
+            "module",
+            [
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(sink.port),
+                "--seconds",
+                "0.2",
+                "--streams",
+                "1",
+                "--rtt-count",
+                "1",
+                "--no-hops",
+                "--token",
+                "s3cret",
+                "--stop-sink",
+            ],
+        )
         assert out["bandwidth"]["send"]["mbit"] > 0
         served = sink.result()
     finally:
@@ -192,8 +242,10 @@ def test_in_process_sink_and_probe():
 
 
 def test_hops_on_loopback_or_the_reason_they_are_missing(listening_port):
-    code, out = run_profiler("module", ["--rtt-host", "127.0.0.1", "--rtt-port", str(listening_port),
-                                        "--rtt-count", "1", "--hop-timeout", "10"])
+    code, out = run_profiler(
+        "module",
+        ["--rtt-host", "127.0.0.1", "--rtt-port", str(listening_port), "--rtt-count", "1", "--hop-timeout", "10"],
+    )
     assert code == 0
     hops = out["hops"]
     if shutil.which("traceroute") or shutil.which("tracepath"):
@@ -208,8 +260,9 @@ def test_hops_on_loopback_or_the_reason_they_are_missing(listening_port):
 
 def test_without_traceroute_or_tracepath_hops_are_unavailable(tmp_path, listening_port):
     env = {"PATH": str(tmp_path)}  # an empty directory: neither tool can be found
-    code, out = run_profiler("piped", ["--rtt-host", "127.0.0.1", "--rtt-port", str(listening_port),
-                                       "--rtt-count", "1"], env=env)
+    code, out = run_profiler(
+        "piped", ["--rtt-host", "127.0.0.1", "--rtt-port", str(listening_port), "--rtt-count", "1"], env=env
+    )
     assert code == 0
     assert out["hops"] == {"available": False, "reason": out["hops"]["reason"]}
     assert "traceroute" in out["hops"]["reason"] and "tracepath" in out["hops"]["reason"]
@@ -230,7 +283,10 @@ def test_traceroute_and_tracepath_parsers():
 
     hops = hop_latencies(parse_tracepath(TRACEPATH_OUT))
     assert [(h["hop"], h["address"], h["rtt_ms"]) for h in hops] == [
-        (1, "192.0.2.1", 0.09), (2, None, None), (3, "21.4.9.19", 25.288)]
+        (1, "192.0.2.1", 0.09),
+        (2, None, None),
+        (3, "21.4.9.19", 25.288),
+    ]
     assert hops[2]["latency_ms"] == pytest.approx(25.288 - 0.09)
 
 

@@ -42,9 +42,14 @@ def ssh_cmd(sshd, *extra: str) -> list[str]:
 
 def test_disk_profiler_piped_over_ssh(sshd, remote_dir):
     with open(REPO / "profilers" / "disk.py", "rb") as script:
-        proc = subprocess.run(ssh_cmd(sshd) + ["python3", "-", "--path", str(remote_dir), "--file-size", "1M",
-                                               "--total", "8M", "--rounds", "1"],
-                              stdin=script, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            ssh_cmd(sshd)
+            + ["python3", "-", "--path", str(remote_dir), "--file-size", "1M", "--total", "8M", "--rounds", "1"],
+            stdin=script,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["ok"] is True and out["path"] == str(remote_dir)
@@ -61,7 +66,11 @@ def test_network_sink_over_ssh_through_a_tunnel(sshd):
         sink = subprocess.Popen(
             ssh_cmd(sshd, "-o", "ExitOnForwardFailure=yes", "-L", f"{local_port}:127.0.0.1:{remote_port}")
             + ["python3", "-", "--serve", str(remote_port), "--idle-timeout", "30"],
-            stdin=script, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdin=script,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     try:
         ready = sink.stderr.readline().split()
         assert ready == ["READY", "127.0.0.1", str(remote_port)], ready
@@ -75,10 +84,34 @@ def test_network_sink_over_ssh_through_a_tunnel(sshd):
                     raise
                 time.sleep(0.05)
         client = subprocess.run(
-            [sys.executable, "-m", "profilers.network", "--host", "127.0.0.1", "--port", str(local_port),
-             "--rtt-host", sshd.host, "--rtt-port", str(sshd.port), "--rtt-count", "3", "--seconds", "0.5",
-             "--streams", "2", "--direction", "both", "--no-hops", "--stop-sink"],
-            cwd=REPO, capture_output=True, text=True, timeout=30)
+            [
+                sys.executable,
+                "-m",
+                "profilers.network",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(local_port),
+                "--rtt-host",
+                sshd.host,
+                "--rtt-port",
+                str(sshd.port),
+                "--rtt-count",
+                "3",
+                "--seconds",
+                "0.5",
+                "--streams",
+                "2",
+                "--direction",
+                "both",
+                "--no-hops",
+                "--stop-sink",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         stdout, _stderr = sink.communicate(timeout=20)
     finally:
         if sink.poll() is None:

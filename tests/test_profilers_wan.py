@@ -7,6 +7,8 @@ every packet crosses the emulator (checked with its counters).
 
 from __future__ import annotations
 
+from datetime import UTC
+
 import pytest
 
 from airflow_transfer.profiling.hosts import LOCALHOST, ProfileHost, key_of_target
@@ -20,8 +22,14 @@ from tests.support.wan import wan_testbed  # noqa: F401  (fixture)
 
 def _far(tb) -> ProfileHost:
     s = tb.sshd
-    target = SSHTarget(host=s.host, port=s.port, username=s.user, key_filenames=[str(s.client_key)],
-                       known_hosts=[str(s.known_hosts)], look_for_keys=False)
+    target = SSHTarget(
+        host=s.host,
+        port=s.port,
+        username=s.user,
+        key_filenames=[str(s.client_key)],
+        known_hosts=[str(s.known_hosts)],
+        look_for_keys=False,
+    )
     return ProfileHost(key_of_target(target), target)
 
 
@@ -50,11 +58,11 @@ def test_network_profiler_measures_the_emulated_link(wan_testbed, tmp_path, prof
 
 
 def test_light_profiler_backs_off_on_a_stable_link_and_resets_when_the_rate_changes(wan_testbed, tmp_path):  # noqa: F811
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     tb = wan_testbed(rtt_ms=50, rate_mbit=100)
     far = _far(tb)
-    t0 = datetime(2026, 11, 21, tzinfo=timezone.utc)
+    t0 = datetime(2026, 11, 21, tzinfo=UTC)
     kw = dict(k=2, base_interval_s=600, max_interval_s=7200)  # the light probe as the DAG runs it (3 s)
     states, rates = [], []
     with Store.open(f"sqlite:///{tmp_path / 'lib.db'}") as store, tb.in_src():

@@ -12,16 +12,28 @@ DAGS = REPO / "dags" / "airflow_transfer_profiling.py"
 
 
 def test_profiling_dag_writes_the_library_and_the_next_transfer_uses_it(  # noqa: PLR0915
-        airflow_home, sshd, remote_dir, local_dir, store_url):  # noqa: F811
+    airflow_home, sshd, remote_dir, local_dir, store_url
+):  # noqa: F811
     env = {**sftp_conn_env("at_prof_sftp", sshd), "AIRFLOW__AIRFLOW_TRANSFER__STORE_URL": store_url}
     far = f"{sshd.host}:{sshd.port}"
-    result, log = run_dag(airflow_home, DAGS, "airflow_transfer_profile",
-                          {"pairs": [["local", f"at_prof_sftp:{remote_dir}"]], "quick": True}, extra_env=env)
+    result, log = run_dag(
+        airflow_home,
+        DAGS,
+        "airflow_transfer_profile",
+        {"pairs": [["local", f"at_prof_sftp:{remote_dir}"]], "quick": True},
+        extra_env=env,
+    )
     assert result["state"].endswith("success"), log[-5000:]
     # one mapped task instance per host (disk, memory, kernel) and per ordered pair (network, tune)
-    assert set(result["tasks"]) == {"hosts_to_profile", "pairs_to_profile",
-                                    *(f"{t}[{i}]" for t in ("disk_profile", "memory_profile", "kernel_profile",
-                                                            "network_profile", "tune") for i in (0, 1))}
+    assert set(result["tasks"]) == {
+        "hosts_to_profile",
+        "pairs_to_profile",
+        *(
+            f"{t}[{i}]"
+            for t in ("disk_profile", "memory_profile", "kernel_profile", "network_profile", "tune")
+            for i in (0, 1)
+        ),
+    }
     assert all(state.endswith("success") for state in result["tasks"].values()), result["tasks"]
     assert result["xcom"]["hosts_to_profile.return_value"] == ["local", f"at_prof_sftp:{remote_dir}"]
     assert result["xcom"]["pairs_to_profile.return_value"] == [["local", "at_prof_sftp"], ["at_prof_sftp", "local"]]
@@ -39,16 +51,23 @@ def test_profiling_dag_writes_the_library_and_the_next_transfer_uses_it(  # noqa
 
     # a transfer that follows starts from the library (operator -> job.py)
     src = make_tree(local_dir / "after-profile", small=30, seed=31)
-    result, log = run_dag(airflow_home, REPO / "dags" / "example_sftp_copy.py", "example_sftp_copy",
-                          {"src": str(src), "dst": str(remote_dir / "out"), "conn_id": "at_prof_sftp",
-                           "algorithm": "auto"}, extra_env=env)
+    result, log = run_dag(
+        airflow_home,
+        REPO / "dags" / "example_sftp_copy.py",
+        "example_sftp_copy",
+        {"src": str(src), "dst": str(remote_dir / "out"), "conn_id": "at_prof_sftp", "algorithm": "auto"},
+        extra_env=env,
+    )
     assert result["state"].endswith("success"), log[-4000:]
     tuning = result["xcom"]["copy_dataset.return_value"]["tuning"]
     assert tuning["source"] == f"library (measured {up['measured_at']})"
     assert tuning["library_id"] == up["id"]
     assert abs(tuning["rtt_ms"] - up["rtt_ms"]) < 1e-3 and abs(tuning["bandwidth_mbit"] - up["bandwidth_mbit"]) < 0.01
     assert (tuning["streams"], tuning["tcp_buffer"], tuning["block_size"]) == (
-        up["streams"], up["tcp_buffer"], up["block_size"])
+        up["streams"],
+        up["tcp_buffer"],
+        up["block_size"],
+    )
 
     if not store_url.startswith("sqlite"):
         return  # the back-off state on PostgreSQL: tests/test_store_tuning_library.py (the DAG runs cost minutes)
@@ -77,8 +96,11 @@ def test_pairs_come_from_the_variable_when_the_param_is_empty(airflow_home, sshd
 
     store_url = f"sqlite:///{tmp_path / 'library.db'}"  # noqa: F811 - one backend is enough here
 
-    env = {**sftp_conn_env("at_var_sftp", sshd), "AIRFLOW__AIRFLOW_TRANSFER__STORE_URL": store_url,
-           "AIRFLOW_VAR_AIRFLOW_TRANSFER_PROFILE_PAIRS": json.dumps([["at_var_sftp", "local"]])}
+    env = {
+        **sftp_conn_env("at_var_sftp", sshd),
+        "AIRFLOW__AIRFLOW_TRANSFER__STORE_URL": store_url,
+        "AIRFLOW_VAR_AIRFLOW_TRANSFER_PROFILE_PAIRS": json.dumps([["at_var_sftp", "local"]]),
+    }
     result, log = run_dag(airflow_home, DAGS, "airflow_transfer_profile_light", {"quick": True}, extra_env=env)
     assert result["state"].endswith("success"), log[-5000:]
     assert result["xcom"]["pairs_to_profile.return_value"] == [["at_var_sftp", "local"], ["local", "at_var_sftp"]]

@@ -21,9 +21,13 @@ def test_profiling_dag_over_the_emulated_wan(airflow_home, wan_testbed, tmp_path
     def profile_and_read() -> list[dict]:
         before = tb.link.stats()["fwd"]["tx_bytes"]
         with tb.in_src():
-            result, log = run_dag(airflow_home, DAGS, "airflow_transfer_profile",
-                                  {"pairs": [["local", f"at_wan_sftp:{tb.remote_dir('disk')}"]], "quick": True},
-                                  extra_env=env)
+            result, log = run_dag(
+                airflow_home,
+                DAGS,
+                "airflow_transfer_profile",
+                {"pairs": [["local", f"at_wan_sftp:{tb.remote_dir('disk')}"]], "quick": True},
+                extra_env=env,
+            )
         assert result["state"].endswith("success"), log[-5000:]
         assert tb.link.stats()["fwd"]["tx_bytes"] - before > 10_000_000  # the probe crossed the emulator
         with Store.open(store_url) as store:

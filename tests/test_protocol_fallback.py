@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.engine.params import TransferParams
-from airflow_transfer.engine.retry import RetryPolicy
+from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols import backends
 from airflow_transfer.protocols.backends.base import Backend
 from airflow_transfer.protocols.endpoint import Endpoint
-from airflow_transfer.protocols.ssh import SSHTarget
 from airflow_transfer.protocols.resolve import resolve_endpoint
-from tests.support.cli import run_cli, ssh_args
+from airflow_transfer.protocols.ssh import SSHTarget
+from tests.support.cli import run_cli
 from tests.support.data import make_tree, temp_files, tree_digest
 from tests.support.servers import HTTPServer, MotoServer, ftp_at_root
 
@@ -30,8 +26,14 @@ def ftp_root(test_base):
 
 
 def _target(sshd) -> SSHTarget:
-    return SSHTarget(host=sshd.host, port=sshd.port, username=sshd.user, key_filenames=[str(sshd.client_key)],
-                     known_hosts=[str(sshd.known_hosts)], look_for_keys=False)
+    return SSHTarget(
+        host=sshd.host,
+        port=sshd.port,
+        username=sshd.user,
+        key_filenames=[str(sshd.client_key)],
+        known_hosts=[str(sshd.known_hosts)],
+        look_for_keys=False,
+    )
 
 
 def test_upload_over_ftp_verified_then_skipped(ftp_root, local_dir, remote_dir):
@@ -55,8 +57,9 @@ def test_download_over_http_and_range_resume(local_dir, tmp_path):
         dst = local_dir / "got"
         res = run_cli("copy", server.url("/ds/"), str(dst), "--json")
         assert res.code == 0, res.err
-        assert {k: v for k, v in tree_digest(dst).items() if v != "dir"} == \
-            {k: v for k, v in tree_digest(root / "ds").items() if v != "dir"}
+        assert {k: v for k, v in tree_digest(dst).items() if v != "dir"} == {
+            k: v for k, v in tree_digest(root / "ds").items() if v != "dir"
+        }
         assert res.summary["verify"]["verified"] == res.summary["files"]
     finally:
         server.stop()
@@ -138,11 +141,20 @@ def test_silent_truncation_detected_by_size_and_resent_over_alternate(sshd, ftp_
     lines: list[str] = []
     try:
         target = _target(sshd)
-        req = CopyRequest(Endpoint("file", str(src)), Endpoint("sftp", str(remote_dir), target),
-                          TransferParams(cc=2), alt_protocols=[f"ftp://{ftp_root.user}@{ftp_root.host}:{ftp_root.port}"],
-                          probe_interval=0.5, log=lines.append, transfer_key=f"silent-{remote_dir.name}",
-                          make_endpoint=lambda url: Endpoint("sftp", url.split(str(sshd.port), 1)[1], target)
-                          if url.startswith("sftp") else resolve_endpoint(url))
+        req = CopyRequest(
+            Endpoint("file", str(src)),
+            Endpoint("sftp", str(remote_dir), target),
+            TransferParams(cc=2),
+            alt_protocols=[f"ftp://{ftp_root.user}@{ftp_root.host}:{ftp_root.port}"],
+            probe_interval=0.5,
+            log=lines.append,
+            transfer_key=f"silent-{remote_dir.name}",
+            make_endpoint=lambda url: (
+                Endpoint("sftp", url.split(str(sshd.port), 1)[1], target)
+                if url.startswith("sftp")
+                else resolve_endpoint(url)
+            ),
+        )
         summary = run_copy(req)
     finally:
         backends.register_wrapper("sftp", None)
@@ -161,9 +173,21 @@ def test_all_protocols_down_fails_at_deadline_naming_each(local_dir, remote_dir)
     src = make_tree(local_dir / "src", small=3, seed=7)
     dead_ssh, dead_ftp = free_port(), free_port()
     t0 = time.monotonic()
-    res = run_cli("copy", str(src), f"sftp://attest@127.0.0.1:{dead_ssh}{remote_dir}", "--json",
-                  "--alt-protocols", f"ftp://127.0.0.1:{dead_ftp}", "--deadline", "8", "--switch-after", "1",
-                  "--known-hosts", "/dev/null", timeout=120)
+    res = run_cli(
+        "copy",
+        str(src),
+        f"sftp://attest@127.0.0.1:{dead_ssh}{remote_dir}",
+        "--json",
+        "--alt-protocols",
+        f"ftp://127.0.0.1:{dead_ftp}",
+        "--deadline",
+        "8",
+        "--switch-after",
+        "1",
+        "--known-hosts",
+        "/dev/null",
+        timeout=120,
+    )
     assert res.code != 0
     assert "sftp" in res.err and "ftp" in res.err and ("deadline" in res.err or "cannot" in res.err), res.err
     assert time.monotonic() - t0 < 60

@@ -38,8 +38,7 @@ def _touched(root: Path) -> int:
 def _ftp_only(root: Path, sshd) -> set[str]:
     """Finished files whose temporary name sftp never opened."""
     opened = {os.path.basename(p) for _, op, p in sshd.sftp_events() if op == "open"}
-    return {n for _, _, names in os.walk(root) for n in names
-            if not n.startswith(".") and f".{n}.atpart" not in opened}
+    return {n for _, _, names in os.walk(root) for n in names if not n.startswith(".") and f".{n}.atpart" not in opened}
 
 
 def _notes(err: list[str]) -> str:
@@ -69,22 +68,52 @@ def test_experiment1_two_outages_two_switches_each_way(wan_testbed):  # noqa: F8
     for d in [src, *src.iterdir()]:
         os.chmod(d, 0o755)
     dst = tb.remote_dir("exp1")
-    ftp = FTPServer(root="/", host=tb.link.dst_addr, port=2121, netns=tb.link.dst_ns,
-                    run_as=tb.sshd.user).start(netrc_dir=tb.base)
+    ftp = FTPServer(root="/", host=tb.link.dst_addr, port=2121, netns=tb.link.dst_ns, run_as=tb.sshd.user).start(
+        netrc_dir=tb.base
+    )
     try:
         sshd = tb.sshd
-        boot = ("import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
-                "from airflow_transfer.cli import main; sys.exit(main(sys.argv[1:]))")
-        argv = ["ip", "netns", "exec", tb.link.src_ns, sys.executable, "-c", boot, "copy",
-                str(src), f"sftp://{sshd.user}@{sshd.host}:{sshd.port}{dst}",
-                "--alt-protocols", f"ftp://{sshd.user}@{tb.link.dst_addr}:2121",
-                "--switch-after", "3", "--probe-interval", "1", "-c", "4", "--pp", "4", "--json",
-                "--identity", str(sshd.client_key), "--known-hosts", str(sshd.known_hosts),
-                "--store", f"sqlite:///{tb.base}/store.db", "--progress-interval", "2"]
-        env = {**os.environ, "NETRC": str(ftp.netrc_path),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                cwd=REPO_ROOT)
+        boot = (
+            "import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
+            "from airflow_transfer.cli import main; sys.exit(main(sys.argv[1:]))"
+        )
+        argv = [
+            "ip",
+            "netns",
+            "exec",
+            tb.link.src_ns,
+            sys.executable,
+            "-c",
+            boot,
+            "copy",
+            str(src),
+            f"sftp://{sshd.user}@{sshd.host}:{sshd.port}{dst}",
+            "--alt-protocols",
+            f"ftp://{sshd.user}@{tb.link.dst_addr}:2121",
+            "--switch-after",
+            "3",
+            "--probe-interval",
+            "1",
+            "-c",
+            "4",
+            "--pp",
+            "4",
+            "--json",
+            "--identity",
+            str(sshd.client_key),
+            "--known-hosts",
+            str(sshd.known_hosts),
+            "--store",
+            f"sqlite:///{tb.base}/store.db",
+            "--progress-interval",
+            "2",
+        ]
+        env = {
+            **os.environ,
+            "NETRC": str(ftp.netrc_path),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        }
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT)
         err: list[str] = []
         reader = threading.Thread(target=lambda: err.extend(iter(proc.stderr.readline, "")), daemon=True)
         reader.start()
@@ -98,9 +127,7 @@ def test_experiment1_two_outages_two_switches_each_way(wan_testbed):  # noqa: F8
             _wait(lambda: _touched(dst) >= floor + 40, 300, f"40 files begun on sftp (round {round_})", proc, err)
             sshd.stop()
             kills.append(_done(dst))
-            _wait(lambda: count("protocol switch: sftp -> ftp") >= round_, 120, f"switch to ftp {round_}", proc,
-                  err)
-            at_switch = _done(dst)
+            _wait(lambda: count("protocol switch: sftp -> ftp") >= round_, 120, f"switch to ftp {round_}", proc, err)
             # sftp uploads ahead of its verification: wait until ftp has finished files that
             # sftp never opened (in the sftp-server's log), i.e. data ftp moved itself.
             _wait(lambda: len(_ftp_only(dst, sshd)) >= 5 * round_, 180, f"files moved by ftp {round_}", proc, err)
@@ -113,7 +140,17 @@ def test_experiment1_two_outages_two_switches_each_way(wan_testbed):  # noqa: F8
         ftp.stop()
     assert proc.returncode == 0, _notes(err)
     summary = json.loads(out)
-    print("kills at", kills, "switches", summary["protocol_switches"], "protocols", summary["protocols"], summary["verify"], summary["bytes_moved"], summary["bytes"])
+    print(
+        "kills at",
+        kills,
+        "switches",
+        summary["protocol_switches"],
+        "protocols",
+        summary["protocols"],
+        summary["verify"],
+        summary["bytes_moved"],
+        summary["bytes"],
+    )
     assert summary["failed"] == [] and summary["files"] == FILES, summary["failed"][:5]
     assert tree_digest(dst) == tree_digest(src)
     assert summary["verify"]["verified"] >= FILES - summary["files_skipped"]

@@ -16,10 +16,14 @@ pytestmark = pytest.mark.airflow
 
 def test_sensor_defers_until_all_protocols_answer(airflow_home, sshd, test_base):
     ftp_port = free_port()
-    env = {"AT_SFTP_PORT": str(sshd.port), "AT_FTP_PORT": str(ftp_port),
-           "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags")}  # dag.test() needs the file in the bundle
-    run = start_dag(airflow_home, REPO / "tests" / "dags" / "protocol_sensor.py", "test_protocol_sensor", {},
-                    extra_env=env)
+    env = {
+        "AT_SFTP_PORT": str(sshd.port),
+        "AT_FTP_PORT": str(ftp_port),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags"),
+    }  # dag.test() needs the file in the bundle
+    run = start_dag(
+        airflow_home, REPO / "tests" / "dags" / "protocol_sensor.py", "test_protocol_sensor", {}, extra_env=env
+    )
     ftp = None
     try:
         # Deferred: the trigger probes while ftp is still down.

@@ -17,7 +17,7 @@ REPLICATION = REPO / "dags" / "example_instrument_replication.py"
 PIPELINE = REPO / "dags" / "example_science_pipeline.py"
 TEST_DAGS = {"AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags")}  # dag.test() needs the file in the bundle
 
-_INTEGRITY = r'''
+_INTEGRITY = r"""
 import json, sys, warnings
 warnings.simplefilter("error")  # a deprecation warning while parsing is an import error
 from airflow.dag_processing.dagbag import DagBag
@@ -29,12 +29,17 @@ out = {"errors": {k: str(v)[-500:] for k, v in bag.import_errors.items()},
 for dag in bag.dags.values():
     DagSerialization.serialize_dag(dag)  # what the dag-processor stores
 print("@@" + json.dumps(out))
-'''
+"""
 
 
 def test_every_dag_imports_without_errors_or_warnings(airflow_home):
-    proc = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", _INTEGRITY, str(REPO / "dags")],
-                          env=airflow_home, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-W", "error::DeprecationWarning", "-c", _INTEGRITY, str(REPO / "dags")],
+        env=airflow_home,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(next(line[2:] for line in proc.stdout.splitlines() if line.startswith("@@")))
     assert out["errors"] == {} and out["warnings"] == {}
@@ -60,13 +65,13 @@ def _appender(path, stop: threading.Event, sizes: list[int]) -> threading.Thread
                 f.flush()
                 sizes.append(f.tell())
                 time.sleep(0.2)
+
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t
 
 
-def test_replication_waits_for_stable_source_then_chunks_match_one_task(
-        airflow_home, sshd, remote_dir, local_dir):
+def test_replication_waits_for_stable_source_then_chunks_match_one_task(airflow_home, sshd, remote_dir, local_dir):
     src = make_tree(remote_dir / "instrument", small=70, big_mib=9, seed=41)
     growing = src / "run-0001" / "frames.raw"
     growing.parent.mkdir()
@@ -75,11 +80,27 @@ def test_replication_waits_for_stable_source_then_chunks_match_one_task(
     writer = _appender(growing, stop, sizes)
     archive = local_dir / "archive"
     conn = sftp_conn_env("at_instrument", sshd)
-    env = {**conn, "AT_INSTRUMENT_POLL": "0.5", "AT_INSTRUMENT_ARCHIVE": str(archive),
-           "AT_INSTRUMENT_CHUNK_CC": "2", "AIRFLOW__AIRFLOW_TRANSFER__STAGING_DIR": str(local_dir / "staging")}
-    run = start_dag(airflow_home, REPLICATION, "example_instrument_replication",
-                    {"src": str(src), "conn_id": "at_instrument", "dst": str(archive), "stable_for": 2,
-                     "algorithm": "fixed", "min_chunks": 3}, extra_env=env)
+    env = {
+        **conn,
+        "AT_INSTRUMENT_POLL": "0.5",
+        "AT_INSTRUMENT_ARCHIVE": str(archive),
+        "AT_INSTRUMENT_CHUNK_CC": "2",
+        "AIRFLOW__AIRFLOW_TRANSFER__STAGING_DIR": str(local_dir / "staging"),
+    }
+    run = start_dag(
+        airflow_home,
+        REPLICATION,
+        "example_instrument_replication",
+        {
+            "src": str(src),
+            "conn_id": "at_instrument",
+            "dst": str(archive),
+            "stable_for": 2,
+            "algorithm": "fixed",
+            "min_chunks": 3,
+        },
+        extra_env=env,
+    )
     try:
         # The sensor deferred and its trigger runs while the file still grows.
         assert run.wait_for("running trigger in line", timeout=240), "".join(run.lines)[-4000:]
@@ -112,9 +133,13 @@ def test_replication_waits_for_stable_source_then_chunks_match_one_task(
 
     # The same tree moved by one TunedTransferOperator task gives the same bytes.
     single = local_dir / "single"
-    res2, log2 = run_dag(airflow_home, REPO / "tests" / "dags" / "single_download.py", "test_single_download",
-                         {"src": str(src), "conn_id": "at_instrument", "dst": str(single)},
-                         extra_env={**conn, **TEST_DAGS})
+    res2, log2 = run_dag(
+        airflow_home,
+        REPO / "tests" / "dags" / "single_download.py",
+        "test_single_download",
+        {"src": str(src), "conn_id": "at_instrument", "dst": str(single)},
+        extra_env={**conn, **TEST_DAGS},
+    )
     assert res2["state"].endswith("success"), _why(log2)
     assert tree_digest(single) == tree_digest(archive)
 
@@ -122,10 +147,18 @@ def test_replication_waits_for_stable_source_then_chunks_match_one_task(
     results = remote_dir / "results"
     results.mkdir()
     chown_to_user(results, sshd.user)
-    res3, log3 = run_dag(airflow_home, PIPELINE, "example_science_pipeline",
-                         {"archive": str(archive), "products": str(local_dir / "products"),
-                          "results_conn_id": "at_instrument", "results_dst": str(results / "run")},
-                         extra_env={**conn, "AT_INSTRUMENT_ARCHIVE": str(archive)})
+    res3, log3 = run_dag(
+        airflow_home,
+        PIPELINE,
+        "example_science_pipeline",
+        {
+            "archive": str(archive),
+            "products": str(local_dir / "products"),
+            "results_conn_id": "at_instrument",
+            "results_dst": str(results / "run"),
+        },
+        extra_env={**conn, "AT_INSTRUMENT_ARCHIVE": str(archive)},
+    )
     assert res3["state"].endswith("success"), _why(log3)
     index = json.loads((results / "run" / "index.json").read_text())
     assert len(index) == 74 and res3["xcom"]["index_archive.return_value"]["files"] == 74
@@ -138,8 +171,14 @@ def test_verify_task_repairs_a_damaged_archive(airflow_home, sshd, remote_dir, l
     archive = local_dir / "archive-r"
     conn = sftp_conn_env("at_instrument", sshd)
     env = {**conn, "AT_INSTRUMENT_POLL": "0.2", "AT_INSTRUMENT_ARCHIVE": str(archive)}
-    conf = {"src": str(src), "conn_id": "at_instrument", "dst": str(archive), "stable_for": 0,
-            "algorithm": "globus", "min_chunks": 2}
+    conf = {
+        "src": str(src),
+        "conn_id": "at_instrument",
+        "dst": str(archive),
+        "stable_for": 0,
+        "algorithm": "globus",
+        "min_chunks": 2,
+    }
     first, log = run_dag(airflow_home, REPLICATION, "example_instrument_replication", conf, extra_env=env)
     assert first["state"].endswith("success"), _why(log)
     victim = archive / "d3" / "e0" / "f0003.dat"
@@ -160,8 +199,13 @@ def test_sensor_without_deferral_pokes_until_stable(airflow_home, sshd, remote_d
     chown_to_user(src, sshd.user)
     write_random(src / "late.bin", 1000, 1)
     dag_file = REPO / "tests" / "dags" / "sensor_poke.py"
-    res, log = run_dag(airflow_home, dag_file, "test_sensor_poke", {"src": str(src), "conn_id": "at_instrument"},
-                       extra_env={**sftp_conn_env("at_instrument", sshd), **TEST_DAGS})
+    res, log = run_dag(
+        airflow_home,
+        dag_file,
+        "test_sensor_poke",
+        {"src": str(src), "conn_id": "at_instrument"},
+        extra_env={**sftp_conn_env("at_instrument", sshd), **TEST_DAGS},
+    )
     assert res["state"].endswith("success"), _why(log)
     out = res["xcom"]["stable.return_value"]
     assert out["files"] == 6 and "running trigger in line" not in log

@@ -49,8 +49,9 @@ def reference(table: pa.Table, keep, cols: list[str]) -> list[dict]:
 def result_rows(path: str, fmt: str, schema: pa.Schema | None = None) -> list[dict]:
     if fmt == "csv":
         if schema is not None:  # pyarrow writes timestamp[s] with a ".000" fraction: read it back as ms
-            schema = pa.schema([pa.field(f.name, pa.timestamp("ms")) if pa.types.is_timestamp(f.type) else f
-                                for f in schema])
+            schema = pa.schema(
+                [pa.field(f.name, pa.timestamp("ms")) if pa.types.is_timestamp(f.type) else f for f in schema]
+            )
         opts = pcsv.ConvertOptions(column_types=schema) if schema is not None else None
         return pcsv.read_csv(path, convert_options=opts).to_pylist()
     return pq.read_table(path).to_pylist()
@@ -61,20 +62,36 @@ def gt(col, v):
 
 
 def sftp_ep(sshd, path) -> Endpoint:
-    return Endpoint("sftp", str(path), SSHTarget(host=sshd.host, port=sshd.port, username=sshd.user,
-                                                 key_filenames=[str(sshd.client_key)],
-                                                 known_hosts=[str(sshd.known_hosts)], look_for_keys=False))
+    return Endpoint(
+        "sftp",
+        str(path),
+        SSHTarget(
+            host=sshd.host,
+            port=sshd.port,
+            username=sshd.user,
+            key_filenames=[str(sshd.client_key)],
+            known_hosts=[str(sshd.known_hosts)],
+            look_for_keys=False,
+        ),
+    )
 
 
 QUERIES = [
     ("humidity > 50", gt("humidity", 50)),
     ("humidity > 500", lambda r: False),  # empty result
     ("humidity is null or humidity >= 0", lambda r: True),  # every row
-    ("temperature is null and humidity between 20 and 30",
-     lambda r: r["temperature"] is None and r["humidity"] is not None and 20 <= r["humidity"] <= 30),
-    ("time >= '2020-01-04T00:00:00' and not humidity < 90",
-     lambda r: r["time"] >= __import__("datetime").datetime(2020, 1, 4) and r["humidity"] is not None
-     and not r["humidity"] < 90),
+    (
+        "temperature is null and humidity between 20 and 30",
+        lambda r: r["temperature"] is None and r["humidity"] is not None and 20 <= r["humidity"] <= 30,
+    ),
+    (
+        "time >= '2020-01-04T00:00:00' and not humidity < 90",
+        lambda r: (
+            r["time"] >= __import__("datetime").datetime(2020, 1, 4)
+            and r["humidity"] is not None
+            and not r["humidity"] < 90
+        ),
+    ),
 ]
 
 
@@ -82,7 +99,7 @@ QUERIES = [
 @pytest.mark.parametrize("where,keep", QUERIES, ids=[q[0] for q in QUERIES])
 def test_local_results_equal_reference(local_dir, fmt, where, keep):
     table = climate_table(20_000, seed=3, nulls=True)
-    src = write(table, local_dir / f"c.{ {'ipc': 'arrow'}.get(fmt, fmt)}", fmt, row_group=4096)
+    src = write(table, local_dir / f"c.{ {'ipc': 'arrow'}.get(fmt, fmt) }", fmt, row_group=4096)
     out = local_dir / "out" / "r.parquet"
     s = run_query(QueryRequest(Endpoint("file", str(src)), Endpoint("file", str(out)), select=SELECT, where=where))
     got = result_rows(str(out), "parquet")
@@ -112,8 +129,14 @@ def test_compressed_csv(local_dir, sshd, remote_dir, codec, ext):
     with pa.CompressedOutputStream(str(packed), codec) as out:
         out.write(plain.read_bytes())
     chown_to_user(remote_dir, sshd.user)
-    s = run_query(QueryRequest(sftp_ep(sshd, packed), Endpoint("file", str(local_dir / "outdir") + "/"),
-                               select=SELECT, where="humidity > 50"))
+    s = run_query(
+        QueryRequest(
+            sftp_ep(sshd, packed),
+            Endpoint("file", str(local_dir / "outdir") + "/"),
+            select=SELECT,
+            where="humidity > 50",
+        )
+    )
     assert s["input_format"] == "csv" and s["destination"].endswith("/outdir/c.query.parquet")
     assert result_rows(s["destination"], "parquet") == reference(table, gt("humidity", 50), SELECT)
     assert s["bytes_read"] == packed.stat().st_size  # the compressed bytes, once
@@ -126,8 +149,11 @@ def test_directory_source_and_directory_destination(local_dir):
     (local_dir / "ds" / ".hidden.parquet").write_bytes(b"not parquet")  # skipped
     outdir = local_dir / "outdir"
     outdir.mkdir()
-    s = run_query(QueryRequest(Endpoint("file", str(local_dir / "ds")), Endpoint("file", str(outdir)),
-                               select=SELECT, where="humidity > 75"))
+    s = run_query(
+        QueryRequest(
+            Endpoint("file", str(local_dir / "ds")), Endpoint("file", str(outdir)), select=SELECT, where="humidity > 75"
+        )
+    )
     assert s["files"] == 3 and s["destination"] == str(outdir / "ds.query.parquet")
     ordered = [parts[0], parts[2], parts[1]]  # sub0/part0, sub0/part2, sub1/part1
     expected = [row for t in ordered for row in reference(t, gt("humidity", 75), SELECT)]
@@ -139,15 +165,18 @@ def test_failure_leaves_no_output(local_dir):
     write(climate_table(1000, seed=2).drop_columns(["humidity"]), local_dir / "ds" / "b.parquet", "parquet")
     out = local_dir / "o.parquet"
     with pytest.raises(TransferError, match="column 'humidity' is missing"):
-        run_query(QueryRequest(Endpoint("file", str(local_dir / "ds")), Endpoint("file", str(out)),
-                               select=SELECT, where="humidity > 1"))
+        run_query(
+            QueryRequest(
+                Endpoint("file", str(local_dir / "ds")), Endpoint("file", str(out)), select=SELECT, where="humidity > 1"
+            )
+        )
     assert not out.exists() and not list(local_dir.glob(".*atpart"))
 
 
 def test_sftp_source_and_destination(sshd, remote_dir):
     table = climate_table(30_000, seed=5, nulls=True)
     for fmt in ("parquet", "csv", "ipc"):
-        src = write(table, remote_dir / "in" / f"c.{ {'ipc': 'arrow'}.get(fmt, fmt)}", fmt, row_group=8192)
+        src = write(table, remote_dir / "in" / f"c.{ {'ipc': 'arrow'}.get(fmt, fmt) }", fmt, row_group=8192)
         chown_to_user(remote_dir, sshd.user)
         dst = remote_dir / "out" / f"{fmt}.parquet"
         s = run_query(QueryRequest(sftp_ep(sshd, src), sftp_ep(sshd, dst), select=SELECT, where="humidity > 50"))
@@ -168,8 +197,14 @@ def test_sftp_directory_source(sshd, remote_dir, fmt):
     chown_to_user(remote_dir, sshd.user)
     (remote_dir / "res").mkdir()
     chown_to_user(remote_dir / "res", sshd.user)
-    s = run_query(QueryRequest(sftp_ep(sshd, remote_dir / "ds"), sftp_ep(sshd, remote_dir / "res"), select=SELECT,
-                               where="humidity <= 20 or temperature is null"))
+    s = run_query(
+        QueryRequest(
+            sftp_ep(sshd, remote_dir / "ds"),
+            sftp_ep(sshd, remote_dir / "res"),
+            select=SELECT,
+            where="humidity <= 20 or temperature is null",
+        )
+    )
     out = remote_dir / "res" / "ds.query.parquet"
     assert s["files"] == 5 and s["destination"].endswith(str(out))
     keep = lambda r: (r["humidity"] is not None and r["humidity"] <= 20) or r["temperature"] is None  # noqa: E731
@@ -185,14 +220,16 @@ def test_parquet_reads_at_most_40_percent_over_sftp(sshd, remote_dir):
     meta = pq.read_metadata(src)
     assert meta.num_columns == 6 and meta.row_group(0).num_rows == 65536
     out = remote_dir.parent / f"{remote_dir.name}-local" / "r.parquet"
-    s = run_query(QueryRequest(sftp_ep(sshd, src), Endpoint("file", str(out)), select=["temperature", "humidity"],
-                               where="humidity > 50"))
+    s = run_query(
+        QueryRequest(
+            sftp_ep(sshd, src), Endpoint("file", str(out)), select=["temperature", "humidity"], where="humidity > 50"
+        )
+    )
     size = src.stat().st_size
     assert s["bytes_source"] == size
     assert s["bytes_read"] <= 0.40 * size, (s["bytes_read"], size)
     # ... and what was read is what the two columns occupy, plus the footer.
-    cols = sum(meta.row_group(i).column(j).total_compressed_size for i in range(meta.num_row_groups)
-               for j in (3, 4))
+    cols = sum(meta.row_group(i).column(j).total_compressed_size for i in range(meta.num_row_groups) for j in (3, 4))
     assert cols <= s["bytes_read"] <= cols + 2 * 65536
     assert result_rows(str(out), "parquet") == reference(table, gt("humidity", 50), ["temperature", "humidity"])
 
@@ -203,8 +240,11 @@ def test_row_group_pruning_over_sftp(sshd, remote_dir):
     chown_to_user(remote_dir, sshd.user)
     out = remote_dir.parent / f"{remote_dir.name}-local" / "r.parquet"
     cut = table["time"][280_000].as_py()
-    s = run_query(QueryRequest(sftp_ep(sshd, src), Endpoint("file", str(out)), select=SELECT,
-                               where=f"time >= '{cut.isoformat()}'"))
+    s = run_query(
+        QueryRequest(
+            sftp_ep(sshd, src), Endpoint("file", str(out)), select=SELECT, where=f"time >= '{cut.isoformat()}'"
+        )
+    )
     assert s["row_groups"] == {"total": 5, "read": 1}
     assert s["rows"] == 20_000 and s["rows_scanned"] == 300_000 - 4 * 65536
     assert s["bytes_read"] < 0.12 * src.stat().st_size
@@ -222,11 +262,14 @@ def http_server(local_dir):
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "ipc"])
 def test_http_source(http_server, local_dir, fmt):
     table = climate_table(200_000, seed=8, nulls=True)
-    name = f"c.{ {'ipc': 'arrow'}.get(fmt, fmt)}"
+    name = f"c.{ {'ipc': 'arrow'}.get(fmt, fmt) }"
     src = write(table, http_server.root / name, fmt, row_group=65536)
     out = local_dir / "r.parquet"
-    s = run_query(QueryRequest(http_server.url(name), Endpoint("file", str(out)), select=["temperature", "humidity"],
-                               where="humidity > 50"))
+    s = run_query(
+        QueryRequest(
+            http_server.url(name), Endpoint("file", str(out)), select=["temperature", "humidity"], where="humidity > 50"
+        )
+    )
     assert result_rows(str(out), "parquet") == reference(table, gt("humidity", 50), ["temperature", "humidity"])
     assert s["bytes_source"] == src.stat().st_size
     assert s["bytes_read"] == http_server.bytes_sent  # our accounting agrees with the server's
@@ -264,11 +307,15 @@ def test_http_without_range_support(local_dir):
     server = RangeServer(root, ranges=False).start()
     try:
         with pytest.raises(TransferError, match="ignores Range requests"):
-            run_query(QueryRequest(server.url("c.parquet"), Endpoint("file", str(local_dir / "a.parquet")),
-                                   where="humidity > 1"))
+            run_query(
+                QueryRequest(
+                    server.url("c.parquet"), Endpoint("file", str(local_dir / "a.parquet")), where="humidity > 1"
+                )
+            )
         # CSV is read front to back: a server without ranges still serves it.
-        s = run_query(QueryRequest(server.url("c.csv"), Endpoint("file", str(local_dir / "b.parquet")),
-                                   where="humidity > 1"))
+        s = run_query(
+            QueryRequest(server.url("c.csv"), Endpoint("file", str(local_dir / "b.parquet")), where="humidity > 1")
+        )
         assert s["rows"] == sum(1 for r in climate_table(1000).to_pylist() if r["humidity"] > 1)
         with pytest.raises(TransferError, match="404"):
             run_query(QueryRequest(server.url("nope.parquet"), Endpoint("file", str(local_dir / "c.parquet"))))
@@ -282,8 +329,17 @@ def test_cli_query_over_sftp_json(sshd, remote_dir, local_dir):
     src = write(table, remote_dir / "c.csv", "csv")
     chown_to_user(remote_dir, sshd.user)
     out = local_dir / "cli.csv"
-    r = run_cli("query", f"sftp://{sshd.user}@{sshd.host}:{sshd.port}{src}", str(out), "--select",
-                "temperature,time", "--where", "humidity > 50", "--json", *ssh_args(sshd))
+    r = run_cli(
+        "query",
+        f"sftp://{sshd.user}@{sshd.host}:{sshd.port}{src}",
+        str(out),
+        "--select",
+        "temperature,time",
+        "--where",
+        "humidity > 50",
+        "--json",
+        *ssh_args(sshd),
+    )
     assert r.code == 0, r.err
     s = json.loads(r.out)
     assert len(r.out.strip().splitlines()) == 1
@@ -293,13 +349,16 @@ def test_cli_query_over_sftp_json(sshd, remote_dir, local_dir):
     assert got == reference(table, gt("humidity", 50), SELECT)
 
 
-@pytest.mark.parametrize("args,text", [
-    (["--where", "humidity >> 50"], "at character 11: expected a column name or a value"),
-    (["--where", "humdity > 50"], "at character 1: unknown column 'humdity'"),
-    (["--where", "humidity > 'wet'"], "cannot compare column 'humidity' (double) with a string"),
-    (["--select", "temperature,nope"], "--select names unknown column 'nope'"),
-    (["--format", "xml"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args,text",
+    [
+        (["--where", "humidity >> 50"], "at character 11: expected a column name or a value"),
+        (["--where", "humdity > 50"], "at character 1: unknown column 'humdity'"),
+        (["--where", "humidity > 'wet'"], "cannot compare column 'humidity' (double) with a string"),
+        (["--select", "temperature,nope"], "--select names unknown column 'nope'"),
+        (["--format", "xml"], "invalid choice"),
+    ],
+)
 def test_cli_bad_query_exit_2(local_dir, args, text):
     src = write(climate_table(100), local_dir / "c.parquet", "parquet")
     r = run_cli("query", str(src), str(local_dir / "o.parquet"), *args)
@@ -320,8 +379,9 @@ def test_usage_errors():
 
 def test_sftp_errors_are_one_line(sshd, remote_dir, local_dir):
     with pytest.raises(TransferError, match="cannot read the source: no such file") as info:
-        run_query(QueryRequest(sftp_ep(sshd, remote_dir / "missing.parquet"),
-                               Endpoint("file", str(local_dir / "m.parquet"))))
+        run_query(
+            QueryRequest(sftp_ep(sshd, remote_dir / "missing.parquet"), Endpoint("file", str(local_dir / "m.parquet")))
+        )
     assert "\n" not in info.value.message
     write(climate_table(100), local_dir / "c.parquet", "parquet")
     if os.geteuid() != 0:

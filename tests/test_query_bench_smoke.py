@@ -24,10 +24,25 @@ def test_query_bench_tiny_round():
     os.chmod(scratch, 0o755)
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "benchmarks.query_bench", "--sizes", "3000", "--reps", "1", "--profile", "lan",
-             "--out", str(scratch / "results")],
-            cwd=REPO, capture_output=True, text=True, timeout=600,
-            env={**os.environ, "AIRFLOW_TRANSFER_BENCH_DATA": str(scratch / "data")})
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.query_bench",
+                "--sizes",
+                "3000",
+                "--reps",
+                "1",
+                "--profile",
+                "lan",
+                "--out",
+                str(scratch / "results"),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "AIRFLOW_TRANSFER_BENCH_DATA": str(scratch / "data")},
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         result = json.loads((scratch / "results" / "query.json").read_text())
         runs = {r["method"]: r for r in result["runs"]}

@@ -12,16 +12,46 @@ from airflow_transfer.query.expr import QueryError, Where, parse_select
 T0 = dt.datetime(2020, 1, 1)
 ROWS = [
     {"h": 10.5, "t": 1.0, "name": "oslo", "n": 1, "ok": True, "ts": T0, "d": dt.date(2020, 1, 1)},
-    {"h": 55.0, "t": None, "name": "rome", "n": 2, "ok": False, "ts": T0 + dt.timedelta(days=40),
-     "d": dt.date(2020, 2, 10)},
+    {
+        "h": 55.0,
+        "t": None,
+        "name": "rome",
+        "n": 2,
+        "ok": False,
+        "ts": T0 + dt.timedelta(days=40),
+        "d": dt.date(2020, 2, 10),
+    },
     {"h": None, "t": 3.5, "name": None, "n": 3, "ok": None, "ts": None, "d": None},
-    {"h": 80.0, "t": -2.0, "name": "it's", "n": None, "ok": True, "ts": T0 + dt.timedelta(days=400),
-     "d": dt.date(2021, 2, 4)},
-    {"h": 50.0, "t": 0.0, "name": "lima", "n": 5, "ok": False, "ts": T0 + dt.timedelta(hours=1),
-     "d": dt.date(2020, 1, 1)},
+    {
+        "h": 80.0,
+        "t": -2.0,
+        "name": "it's",
+        "n": None,
+        "ok": True,
+        "ts": T0 + dt.timedelta(days=400),
+        "d": dt.date(2021, 2, 4),
+    },
+    {
+        "h": 50.0,
+        "t": 0.0,
+        "name": "lima",
+        "n": 5,
+        "ok": False,
+        "ts": T0 + dt.timedelta(hours=1),
+        "d": dt.date(2020, 1, 1),
+    },
 ]
-SCHEMA = pa.schema([("h", pa.float64()), ("t", pa.float32()), ("name", pa.string()), ("n", pa.int32()),
-                    ("ok", pa.bool_()), ("ts", pa.timestamp("ms")), ("d", pa.date32())])
+SCHEMA = pa.schema(
+    [
+        ("h", pa.float64()),
+        ("t", pa.float32()),
+        ("name", pa.string()),
+        ("n", pa.int32()),
+        ("ok", pa.bool_()),
+        ("ts", pa.timestamp("ms")),
+        ("d", pa.date32()),
+    ]
+)
 TABLE = pa.Table.from_pylist(ROWS, schema=SCHEMA)
 
 
@@ -71,8 +101,10 @@ CASES = [
     ("ts >= '2020-02-01'", lambda r: _cmp(r["ts"], ">=", dt.datetime(2020, 2, 1))),
     ("ts < timestamp '2020-01-01T00:30:00Z'", lambda r: _cmp(r["ts"], "<", dt.datetime(2020, 1, 1, 0, 30))),
     ("d = date '2020-01-01'", lambda r: _cmp(r["d"], "==", dt.date(2020, 1, 1))),
-    ("d between '2020-01-02' and '2021-12-31'",
-     lambda r: _and(_cmp(r["d"], ">=", dt.date(2020, 1, 2)), _cmp(r["d"], "<=", dt.date(2021, 12, 31)))),
+    (
+        "d between '2020-01-02' and '2021-12-31'",
+        lambda r: _and(_cmp(r["d"], ">=", dt.date(2020, 1, 2)), _cmp(r["d"], "<=", dt.date(2021, 12, 31))),
+    ),
     ("n = 2.5 or n > 1e0", lambda r: _or(_cmp(r["n"], "==", 2.5), _cmp(r["n"], ">", 1.0))),
     ("h > -1e9 and \"name\" >= 'm'", lambda r: _and(_cmp(r["h"], ">", -1e9), _cmp(r["name"], ">=", "m"))),
     ("50 < h", lambda r: _cmp(50, "<", r["h"])),
@@ -126,7 +158,7 @@ def test_errors_point_at_the_position(expr, pos, text):
 
 
 def test_columns_and_select_lists():
-    assert Where.parse("b > 1 and (a = 2 or b < 0) and \"c d\" is null").columns == ["b", "a", "c d"]
+    assert Where.parse('b > 1 and (a = 2 or b < 0) and "c d" is null').columns == ["b", "a", "c d"]
     assert parse_select('temperature, time,"odd, name"') == ["temperature", "time", "odd, name"]
     assert parse_select("*") is None and parse_select(None) is None
     assert parse_select(["a", "b"]) == ["a", "b"]
@@ -135,10 +167,21 @@ def test_columns_and_select_lists():
 
 
 def test_dictionary_strings_and_zoned_timestamps():
-    utc = dt.timezone.utc
-    t = pa.table({"s": pa.array(["a", "b", None, "a"]).dictionary_encode(),
-                  "ts": pa.array([dt.datetime(2020, 1, 1, tzinfo=utc), dt.datetime(2020, 1, 1, 12, tzinfo=utc), None,
-                                  dt.datetime(2020, 1, 2, tzinfo=utc)], pa.timestamp("s", tz="UTC"))})
+    utc = dt.UTC
+    t = pa.table(
+        {
+            "s": pa.array(["a", "b", None, "a"]).dictionary_encode(),
+            "ts": pa.array(
+                [
+                    dt.datetime(2020, 1, 1, tzinfo=utc),
+                    dt.datetime(2020, 1, 1, 12, tzinfo=utc),
+                    None,
+                    dt.datetime(2020, 1, 2, tzinfo=utc),
+                ],
+                pa.timestamp("s", tz="UTC"),
+            ),
+        }
+    )
 
     def sel(expr):
         return t.append_column("i", pa.array(range(4))).filter(Where.parse(expr).compile(t.schema))["i"].to_pylist()

@@ -40,12 +40,12 @@ def _exercise(rf, data: bytes, seed: int) -> None:
             for _ in range(rng.randrange(1, 8)):
                 n = rng.randrange(1, 700_000)
                 got = rf.read(n)
-                assert got == data[pos: pos + n], (step, pos, n)
+                assert got == data[pos : pos + n], (step, pos, n)
                 pos += len(got)
         else:
             off = rng.randrange(0, len(data) + 10)
             n = rng.choice([1, 7, 4096, 65536, 255 * 1024, 300_000, 1_500_000])
-            assert rf.read_at(off, n) == data[off: off + n], (step, off, n)
+            assert rf.read_at(off, n) == data[off : off + n], (step, off, n)
         if rng.random() < 0.05:
             rf.drop_prefetched()
     rf.seek(0)
@@ -73,9 +73,16 @@ def test_sftp(sshd, remote_dir):
     data = os.urandom(SIZE)
     (remote_dir / "blob.bin").write_bytes(data)
     chown_to_user(remote_dir, sshd.user)
-    pool = SFTPPool(SSHTarget(host=sshd.host, port=sshd.port, username=sshd.user,
-                              key_filenames=[str(sshd.client_key)], known_hosts=[str(sshd.known_hosts)],
-                              look_for_keys=False))
+    pool = SFTPPool(
+        SSHTarget(
+            host=sshd.host,
+            port=sshd.port,
+            username=sshd.user,
+            key_filenames=[str(sshd.client_key)],
+            known_hosts=[str(sshd.known_hosts)],
+            look_for_keys=False,
+        )
+    )
     conn = pool.acquire()
     try:
         for seed in (2, 3):

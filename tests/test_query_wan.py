@@ -31,16 +31,28 @@ def test_bytes_crossing_the_link_match_the_accounting(wan_testbed, tmp_path):  #
     pq.write_table(table, remote / "c.parquet", row_group_size=65536)
     pcsv.write_csv(table, remote / "c.csv")
     chown_to_user(remote, s.user)
-    target = SSHTarget(host=s.host, port=s.port, username=s.user, key_filenames=[str(s.client_key)],
-                       known_hosts=[str(s.known_hosts)], look_for_keys=False)
+    target = SSHTarget(
+        host=s.host,
+        port=s.port,
+        username=s.user,
+        key_filenames=[str(s.client_key)],
+        known_hosts=[str(s.known_hosts)],
+        look_for_keys=False,
+    )
     expected = [{c: r[c] for c in SELECT} for r in table.to_pylist() if r["humidity"] > 50]
     for name in ("c.parquet", "c.csv"):
         size = (remote / name).stat().st_size
         out = tmp_path / f"{name}.out.parquet"
         before = tb.link.stats()["rev"]["tx_bytes"]
         with tb.in_src():
-            summary = run_query(QueryRequest(Endpoint("sftp", str(remote / name), target), Endpoint("file", str(out)),
-                                             select=SELECT, where="humidity > 50"))
+            summary = run_query(
+                QueryRequest(
+                    Endpoint("sftp", str(remote / name), target),
+                    Endpoint("file", str(out)),
+                    select=SELECT,
+                    where="humidity > 50",
+                )
+            )
         crossed = tb.link.stats()["rev"]["tx_bytes"] - before
         report = f"{name}: file {size}, query read {summary['bytes_read']}, link carried {crossed}"
         assert pq.read_table(out).to_pylist() == expected, report

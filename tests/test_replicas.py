@@ -22,8 +22,16 @@ def test_a_replica_lacking_files_is_dropped_and_the_others_serve_them(tmp_path):
     names = [f"f{i}" for i in range(8)]
     _tree(tmp_path / "a", names)
     _tree(tmp_path / "b", names[:1])  # a stale replica
-    res = run_cli("copy", str(tmp_path / "a"), str(tmp_path / "dst"), "--replica", str(tmp_path / "b"), "--json",
-                  "--store", f"sqlite:///{tmp_path / 's.db'}")
+    res = run_cli(
+        "copy",
+        str(tmp_path / "a"),
+        str(tmp_path / "dst"),
+        "--replica",
+        str(tmp_path / "b"),
+        "--json",
+        "--store",
+        f"sqlite:///{tmp_path / 's.db'}",
+    )
     assert res.code == 0, res.err
     assert tree_digest(tmp_path / "dst") == tree_digest(tmp_path / "a")
     primary, stale = res.summary["replicas"]
@@ -36,8 +44,9 @@ def test_a_replica_lacking_files_is_dropped_and_the_others_serve_them(tmp_path):
 def test_a_file_no_replica_has_fails_with_what_where_and_what_to_do(tmp_path):
     _tree(tmp_path / "a", ["x"])
     _tree(tmp_path / "b", ["y"])
-    source = ReplicaSource(ReplicaSet([Endpoint("file", str(tmp_path / "a")), Endpoint("file", str(tmp_path / "b"))]),
-                           backends.connect)
+    source = ReplicaSource(
+        ReplicaSet([Endpoint("file", str(tmp_path / "a")), Endpoint("file", str(tmp_path / "b"))]), backends.connect
+    )
     try:
         with source.open_read(str(tmp_path / "a" / "x")) as f:  # a has it, b may be asked first: either way it reads
             assert f.read() == b"x" * 20_000

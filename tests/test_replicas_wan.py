@@ -45,11 +45,16 @@ def _second_sshd(tb):
 
 
 def _run(tb, argv, env=None):
-    boot = ("import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
-            "from airflow_transfer.cli import main; sys.exit(main(sys.argv[1:]))")
+    boot = (
+        "import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
+        "from airflow_transfer.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
     full = ["ip", "netns", "exec", tb.link.src_ns, sys.executable, "-c", boot, *argv]
-    env = {**os.environ, **(env or {}),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        **(env or {}),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+    }
     return subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT)
 
 
@@ -62,8 +67,17 @@ def test_faster_replica_serves_more_and_losing_one_still_completes(wan_testbed):
         user = tb.sshd.user
         slow_url = f"sftp://{user}@{tb.sshd.host}:{tb.sshd.port}{data}"
         fast_url = f"sftp://{user}@127.0.0.1:{fast.port}{data}"
-        common = ["--identity", str(tb.sshd.client_key), "--known-hosts", str(known), "-c", "4", "--json",
-                  "--store", f"sqlite:///{tb.base}/store.db"]
+        common = [
+            "--identity",
+            str(tb.sshd.client_key),
+            "--known-hosts",
+            str(known),
+            "-c",
+            "4",
+            "--json",
+            "--store",
+            f"sqlite:///{tb.base}/store.db",
+        ]
 
         # 1. Both replicas up: most bytes from the fast one.
         out1 = tb.base / "out1"

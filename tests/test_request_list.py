@@ -29,9 +29,18 @@ def test_request_list_spanning_three_host_pairs(sshd, test_base, local_dir, remo
             f"{a} {sftp_url(remote_dir / 'a')}\n"
             f"{b} {sftp_url(remote_dir / 'b')}\n"
             f"{c} {ftp.url(str(remote_dir / 'c'))}\n"
-            f"{http.url('/pub/')} {local_dir / 'from-http'}\n")
-        res = run_cli("copy", "--from-list", str(lst), "--algorithm", "globus", "--json", *ssh_args(sshd),
-                      env={"NETRC": str(ftp.netrc_path)})
+            f"{http.url('/pub/')} {local_dir / 'from-http'}\n"
+        )
+        res = run_cli(
+            "copy",
+            "--from-list",
+            str(lst),
+            "--algorithm",
+            "globus",
+            "--json",
+            *ssh_args(sshd),
+            env={"NETRC": str(ftp.netrc_path)},
+        )
     finally:
         ftp.stop()
         http.stop()
@@ -71,10 +80,18 @@ def test_operator_pairs_under_dag_test(airflow_home, local_dir, tmp_path):
     make_tree(www / "pub", small=3, seed=33)
     http = HTTPServer(www).start()
     try:
-        pairs = [[str(a), str(local_dir / "out-a")], [str(b), str(local_dir / "out-b")],
-                 [http.url("/pub/"), str(local_dir / "out-http")]]
-        res, log = run_dag(airflow_home, REPO / "tests" / "dags" / "request_list.py", "test_request_list",
-                           {"pairs": pairs}, extra_env={"AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags")})
+        pairs = [
+            [str(a), str(local_dir / "out-a")],
+            [str(b), str(local_dir / "out-b")],
+            [http.url("/pub/"), str(local_dir / "out-http")],
+        ]
+        res, log = run_dag(
+            airflow_home,
+            REPO / "tests" / "dags" / "request_list.py",
+            "test_request_list",
+            {"pairs": pairs},
+            extra_env={"AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags")},
+        )
     finally:
         http.stop()
     assert res["state"].endswith("success"), log[-4000:]

@@ -54,8 +54,10 @@ def password_sshd(test_base):
         encrypted = server.base / "id_encrypted"
         passphrase = f"pp-key-{secrets.token_hex(6)}"
         if not encrypted.exists():
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", "secrets-test",
-                            "-f", str(encrypted)], check=True)
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", "secrets-test", "-f", str(encrypted)],
+                check=True,
+            )
         with open(server.authorized_keys, "a") as f:
             f.write(Path(str(encrypted) + ".pub").read_text())
         yield server, password, encrypted, passphrase
@@ -73,9 +75,14 @@ def world(airflow_home, password_sshd, postgres_server, test_base):  # noqa: F81
     database_url = make_url(postgres_server.create_database())
     store_url = database_url.set(password=store_password).render_as_string(hide_password=False)
     masked_store = store_url.replace(f":{store_password}@", ":***@")
-    needles = {"ssh password": ssh_password, "key passphrase": passphrase, "extra token": token,
-               "store password": store_password, "encrypted key body": _key_body(encrypted),
-               "client key body": _key_body(sshd.client_key)}
+    needles = {
+        "ssh password": ssh_password,
+        "key passphrase": passphrase,
+        "extra token": token,
+        "store password": store_password,
+        "encrypted key body": _key_body(encrypted),
+        "client key body": _key_body(sshd.client_key),
+    }
 
     work = test_base / f"secrets-{secrets.token_hex(4)}"
     remote = work / "remote"
@@ -84,22 +91,41 @@ def world(airflow_home, password_sshd, postgres_server, test_base):  # noqa: F81
     src = make_tree(work / "src", small=40, big_mib=1, seed=7)
 
     home = Path(airflow_home["AIRFLOW_HOME"])
-    env = {**airflow_home, "AIRFLOW__AIRFLOW_TRANSFER__STORE_URL": store_url,
-           "AIRFLOW__LOGGING__LOGGING_LEVEL": "DEBUG",
-           "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags")}  # dag.test() needs the file in the bundle
+    env = {
+        **airflow_home,
+        "AIRFLOW__AIRFLOW_TRANSFER__STORE_URL": store_url,
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "DEBUG",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags"),
+    }  # dag.test() needs the file in the bundle
     base = {"conn_type": "sftp", "host": sshd.host, "port": sshd.port, "login": sshd.user}
     conns = {
-        "AIRFLOW_CONN_AT_SECRET_PASSWORD": {**base, "password": ssh_password,
-                                            "extra": {"known_hosts": str(sshd.known_hosts), "token": token}},
-        "AIRFLOW_CONN_AT_SECRET_KEY": {**base, "extra": {"known_hosts": str(sshd.known_hosts),
-                                                         "private_key": encrypted.read_text(),
-                                                         "private_key_passphrase": passphrase}},
+        "AIRFLOW_CONN_AT_SECRET_PASSWORD": {
+            **base,
+            "password": ssh_password,
+            "extra": {"known_hosts": str(sshd.known_hosts), "token": token},
+        },
+        "AIRFLOW_CONN_AT_SECRET_KEY": {
+            **base,
+            "extra": {
+                "known_hosts": str(sshd.known_hosts),
+                "private_key": encrypted.read_text(),
+                "private_key_passphrase": passphrase,
+            },
+        },
     }
     result, dag_output = run_dag(
-        env, REPO / "tests" / "dags" / "secrets_transfer.py", "test_secrets_transfer",
-        {"src": str(src), "remote": str(remote / "dag"), "back": str(work / "back"),
-         "password_conn": "at_secret_password", "key_conn": "at_secret_key"},
-        extra_env={k: json.dumps(v) for k, v in conns.items()})
+        env,
+        REPO / "tests" / "dags" / "secrets_transfer.py",
+        "test_secrets_transfer",
+        {
+            "src": str(src),
+            "remote": str(remote / "dag"),
+            "back": str(work / "back"),
+            "password_conn": "at_secret_password",
+            "key_conn": "at_secret_key",
+        },
+        extra_env={k: json.dumps(v) for k, v in conns.items()},
+    )
     errors = [line for line in dag_output.splitlines() if "[debug" not in line and "rror" in line]
     assert result["state"].endswith("success"), "\n".join(errors[-30:])[-6000:]
 
@@ -115,16 +141,35 @@ def world(airflow_home, password_sshd, postgres_server, test_base):  # noqa: F81
             texts[f"task log {path.relative_to(home)}"] = path.read_text(errors="replace")
 
     cli_env = {"AIRFLOW__AIRFLOW_TRANSFER__STORE_URL": store_url}
-    copied = run_cli("copy", str(src), sshd.url(f"{remote}/cli"), "--store", store_url, "--json",
-                     "--progress-interval", "0.2", *ssh_args(sshd), env=cli_env)
+    copied = run_cli(
+        "copy",
+        str(src),
+        sshd.url(f"{remote}/cli"),
+        "--store",
+        store_url,
+        "--json",
+        "--progress-interval",
+        "0.2",
+        *ssh_args(sshd),
+        env=cli_env,
+    )
     assert copied.code == 0, copied.err[-3000:]
     unreachable = make_url(store_url).set(port=1).render_as_string(hide_password=False)
     refused = run_cli("copy", str(src), str(work / "never"), "--store", unreachable)
     assert refused.code != 0, refused.err
-    texts.update({"CLI copy stdout": copied.out, "CLI copy stderr": copied.err,
-                  "CLI store-error stderr": refused.err, "CLI store-error stdout": refused.out})
-    summaries = {"CLI": copied.summary, "upload": result["xcom"]["upload.return_value"],
-                 "download": result["xcom"]["download.return_value"]}
+    texts.update(
+        {
+            "CLI copy stdout": copied.out,
+            "CLI copy stderr": copied.err,
+            "CLI store-error stderr": refused.err,
+            "CLI store-error stdout": refused.out,
+        }
+    )
+    summaries = {
+        "CLI": copied.summary,
+        "upload": result["xcom"]["upload.return_value"],
+        "download": result["xcom"]["download.return_value"],
+    }
 
     engine = create_engine(database_url.set(password=store_password))
     try:
@@ -138,28 +183,41 @@ def world(airflow_home, password_sshd, postgres_server, test_base):  # noqa: F81
 
     server = ApiServer(env, work / "api-server.log").start()
     try:
-        yield {"needles": needles, "texts": texts, "summaries": summaries, "server": server, "env": env,
-               "masked_store": masked_store, "store_url": store_url, "refused": refused, "tables": tables,
-               "sshd": sshd, "encrypted": encrypted}
+        yield {
+            "needles": needles,
+            "texts": texts,
+            "summaries": summaries,
+            "server": server,
+            "env": env,
+            "masked_store": masked_store,
+            "store_url": store_url,
+            "refused": refused,
+            "tables": tables,
+            "sshd": sshd,
+            "encrypted": encrypted,
+        }
     finally:
         server.stop()
 
 
 def _app_paths(env: dict) -> list[str]:
     """Every route the plugin app declares, read from the app (a new route is covered automatically)."""
-    code = ("import json; from airflow_transfer.plugins.app import create_app; "
-            "print('@@ROUTES@@' + json.dumps([r.path for r in create_app('sqlite://').routes]))")
+    code = (
+        "import json; from airflow_transfer.plugins.app import create_app; "
+        "print('@@ROUTES@@' + json.dumps([r.path for r in create_app('sqlite://').routes]))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("@@ROUTES@@"))
-    return json.loads(line[len("@@ROUTES@@"):])
+    return json.loads(line[len("@@ROUTES@@") :])
 
 
 def _ui_urls(world) -> list[tuple[str, dict]]:
     server = world["server"]
     token = server.token()
-    listing = httpx.get(f"{server.url}{PREFIX}/api/transfers", headers={"Authorization": f"Bearer {token}"},
-                        timeout=30).json()
+    listing = httpx.get(
+        f"{server.url}{PREFIX}/api/transfers", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    ).json()
     rows = listing.get("transfers") or listing.get("items") or []
     ids = sorted({r["id"] for r in rows if isinstance(r, dict) and "id" in r})
     assert len(ids) >= 3, listing  # upload, download, CLI copy
@@ -181,8 +239,13 @@ def _check_secrets_appear_nowhere(world):
     texts = dict(world["texts"])
     for path, params in _ui_urls(world):
         for accept in ("text/html", "application/json"):
-            resp = httpx.get(f"{server.url}{PREFIX}{path}", params=params, headers={**headers, "Accept": accept},
-                             timeout=30, follow_redirects=True)
+            resp = httpx.get(
+                f"{server.url}{PREFIX}{path}",
+                params=params,
+                headers={**headers, "Accept": accept},
+                timeout=30,
+                follow_redirects=True,
+            )
             assert resp.status_code == 200, (path, params, resp.status_code, resp.text[:300])
             texts[f"UI {path} {params} ({accept})"] = resp.text
             anonymous = httpx.get(f"{server.url}{PREFIX}{path}", params=params, timeout=30)
@@ -198,7 +261,7 @@ def _check_secrets_appear_nowhere(world):
         for what, needle in world["needles"].items():
             at = text.find(needle)
             if at >= 0:  # show where, without printing the secret itself
-                context = text[max(0, at - 300):at + len(needle) + 100].replace(needle, "<SECRET>")
+                context = text[max(0, at - 300) : at + len(needle) + 100].replace(needle, "<SECRET>")
                 leaks.append(f"{what} in {where}: ...{context}...")
     assert not leaks, "secrets leaked:\n" + "\n\n".join(leaks[:12])
 
@@ -222,8 +285,9 @@ def _check_transfers_really_used_the_secrets(world):
     assert "copying" in dag_output
     sshd_log = world["sshd"].log_text()
     assert f"Accepted password for {world['sshd'].user}" in sshd_log, sshd_log[-3000:]
-    fp = subprocess.run(["ssh-keygen", "-lf", f"{world['encrypted']}.pub"], capture_output=True, text=True,
-                        check=True).stdout.split()[1]
+    fp = subprocess.run(
+        ["ssh-keygen", "-lf", f"{world['encrypted']}.pub"], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
     assert f"Accepted publickey for {world['sshd'].user}" in sshd_log and fp in sshd_log, sshd_log[-3000:]
 
 
@@ -240,11 +304,14 @@ def test_store_url_is_a_sensitive_airflow_option(airflow_home):
     configuration page) and masks it in logs, because the provider declares it sensitive."""
     password = f"pw-cfg-{secrets.token_hex(6)}"
     env = {**airflow_home, "AIRFLOW__AIRFLOW_TRANSFER__STORE_URL": f"postgresql+psycopg://u:{password}@db.invalid/x"}
-    code = ("from airflow.configuration import conf\n"
-            "print('SENSITIVE', ('airflow_transfer', 'store_url') in conf.sensitive_config_values)\n")
+    code = (
+        "from airflow.configuration import conf\n"
+        "print('SENSITIVE', ('airflow_transfer', 'store_url') in conf.sensitive_config_values)\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert "SENSITIVE True" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
-    listed = subprocess.run([sys.executable, "-m", "airflow", "config", "list"], env=env, capture_output=True,
-                            text=True, timeout=120)
+    listed = subprocess.run(
+        [sys.executable, "-m", "airflow", "config", "list"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert listed.returncode == 0 and "[airflow_transfer]" in listed.stdout, listed.stderr[-2000:]
     assert password not in listed.stdout + listed.stderr

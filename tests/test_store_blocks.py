@@ -27,8 +27,10 @@ def test_block_digests_round_trip_and_are_replaced_and_cleared(store_url: str) -
             w.mark_block("f", 0, 100, "sha256:aa")
             w.mark_block("f", 200, 100, "sha256:cc")
             w.mark_block("g", 0, 10, "md5:gg")
-        assert _blocks(store, rec.id) == {"f": [[0, 100, "sha256:aa"], [100, 100, "sha256:bb"],
-                                                [200, 100, "sha256:cc"]], "g": [[0, 10, "md5:gg"]]}
+        assert _blocks(store, rec.id) == {
+            "f": [[0, 100, "sha256:aa"], [100, 100, "sha256:bb"], [200, 100, "sha256:cc"]],
+            "g": [[0, 10, "md5:gg"]],
+        }
         with store.journal_writer(rec.id) as w:
             w.mark_block("f", 50, 100, "sha256:new")  # re-sent over two old blocks: both go
             w.mark_done("g", 10)

@@ -56,8 +56,18 @@ def _work(url: str, key: str, index: int, workers: int) -> dict:
                 writer.mark_range(path, 0, OWN_SIZE // 2)
                 writer.mark_done(path, OWN_SIZE, checksum=f"md5:{index}{j}")
             writer.mark_failed(f"w{index:02d}/bad", "permission denied", attempts=3)
-        store.record_chunk(record.id, {"id": f"chunk-{index}", "files": OWN_FILES, "bytes": OWN_FILES * OWN_SIZE,
-                                       "pp": 1, "p": 1, "cc": 1, "seconds": 0.5})
+        store.record_chunk(
+            record.id,
+            {
+                "id": f"chunk-{index}",
+                "files": OWN_FILES,
+                "bytes": OWN_FILES * OWN_SIZE,
+                "pp": 1,
+                "p": 1,
+                "cc": 1,
+                "seconds": 0.5,
+            },
+        )
         return {"transfer_id": record.id, "resumed": record.resumed, "flushes": writer.flushes}
 
 
@@ -94,10 +104,11 @@ def _run_workers(url: str) -> list[dict]:
 
 
 def test_twenty_processes_write_one_journal_without_lock_errors_or_lost_rows(store_url: str) -> None:  # noqa: F811
+    from sqlalchemy import func, select
+
     from airflow_transfer.store import Store, decode
     from airflow_transfer.store.migrations import latest_version
     from airflow_transfer.store.schema import schema_version
-    from sqlalchemy import func, select
 
     outputs = _run_workers(store_url)
 
@@ -106,7 +117,10 @@ def test_twenty_processes_write_one_journal_without_lock_errors_or_lost_rows(sto
     assert all(o["flushes"] >= OWN_FILES * 3 // 5 // 2 for o in outputs)  # batched, not one per event
     transfer_id = outputs[0]["transfer_id"]
     with Store.open(store_url) as store:
-        assert store.read(lambda c: c.execute(select(func.count()).select_from(schema_version)).scalar()) == latest_version()
+        assert (
+            store.read(lambda c: c.execute(select(func.count()).select_from(schema_version)).scalar())
+            == latest_version()
+        )
         record = store.get_transfer(transfer_id)
         assert record.attempts == WORKERS
         assert sorted(c.chunk_id for c in record.chunks) == sorted(f"chunk-{w}" for w in range(WORKERS))
@@ -123,4 +137,3 @@ def test_twenty_processes_write_one_journal_without_lock_errors_or_lost_rows(sto
                 assert (row["state"], row["ranges"], row["checksum"]) == ("done", f"[[0,{OWN_SIZE}]]", f"md5:{w}{j}")
             bad = rows[f"w{w:02d}/bad"]
             assert (bad["state"], bad["attempts"], bad["last_error"]) == ("failed", 3, "permission denied")
-

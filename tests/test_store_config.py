@@ -69,9 +69,9 @@ def test_mask_url_examples(url: str, expected: str) -> None:
     assert mask_url(url) == expected
 
 
-_password = st.text(
-    alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=4, max_size=24
-).filter(lambda p: "***" not in p)
+_password = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=4, max_size=24).filter(
+    lambda p: "***" not in p
+)
 
 
 @settings(max_examples=150, deadline=None)

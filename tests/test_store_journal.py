@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from datetime import timedelta, timezone
+from datetime import UTC, timedelta
 
 import pyarrow as pa
 import pytest
@@ -31,9 +31,7 @@ def store(store_url: str) -> Store:  # noqa: F811
 
 
 def _listing(sizes: dict[str, int], mtime: float = 1_700_000_000.25) -> pa.Table:
-    return pa.table(
-        {"path": list(sizes), "size": list(sizes.values()), "mtime": [mtime] * len(sizes)}, schema=SCHEMA
-    )
+    return pa.table({"path": list(sizes), "size": list(sizes.values()), "mtime": [mtime] * len(sizes)}, schema=SCHEMA)
 
 
 def _states(store: Store, transfer_id: int) -> dict[str, dict]:
@@ -48,7 +46,7 @@ def test_begin_creates_a_running_transfer_with_masked_urls(store: Store) -> None
     assert record.state == "running" and not record.resumed and record.attempts == 1
     assert record.src_url == "sftp://alice:***@src/data" and record.dst_url == "file:///dst"
     assert record.algorithm == "pcp"
-    assert record.started_at.tzinfo == timezone.utc and record.ended_at is None
+    assert record.started_at.tzinfo == UTC and record.ended_at is None
     again = store.get_transfer(record.id)
     assert "pw123" not in repr(again)
 
@@ -102,12 +100,24 @@ def test_finish_records_state_end_time_and_summary(store: Store) -> None:
 
 def test_chunks_round_trip_from_an_engine_chunk_result(store: Store) -> None:
     record = store.begin_transfer("k", "sftp://h/a", "file:///b")
-    result = ChunkResult("small-0", TransferParams(pp=8, p=1, cc=4), files=100, bytes=10_000_000,
-                         bytes_moved=10_500_000, seconds=2.0)
+    result = ChunkResult(
+        "small-0", TransferParams(pp=8, p=1, cc=4), files=100, bytes=10_000_000, bytes_moved=10_500_000, seconds=2.0
+    )
     start = record.started_at
     first = store.record_chunk(record.id, result, started_at=start, ended_at=start + timedelta(seconds=2))
-    second = store.record_chunk(record.id, {"id": "large-0", "files": 2, "bytes": 4_000_000, "pp": 1, "p": 4,
-                                            "cc": 2, "seconds": 1.0, "throughput_mbit": 32.0})
+    second = store.record_chunk(
+        record.id,
+        {
+            "id": "large-0",
+            "files": 2,
+            "bytes": 4_000_000,
+            "pp": 1,
+            "p": 4,
+            "cc": 2,
+            "seconds": 1.0,
+            "throughput_mbit": 32.0,
+        },
+    )
     assert second > first
 
     loaded = store.get_transfer(record.id)
@@ -200,8 +210,9 @@ def test_listing_again_keeps_progress_but_restarts_files_that_changed(store: Sto
     store.mark_done(record.id, "finished", 10)
 
     relisted = _listing({"same": 10, "grown": 20, "touched": 10, "finished": 10, "new": 7})
-    relisted = relisted.set_column(2, "mtime", pa.array([1_700_000_000.25, 1_700_000_000.25, 1_800_000_000.0,
-                                                          1_700_000_000.25, 1.0]))
+    relisted = relisted.set_column(
+        2, "mtime", pa.array([1_700_000_000.25, 1_700_000_000.25, 1_800_000_000.0, 1_700_000_000.25, 1.0])
+    )
     store.record_listing(record.id, relisted)
     rows = _states(store, record.id)
     assert (rows["same"]["state"], rows["same"]["ranges"]) == ("partial", "[[0,5]]")
@@ -214,7 +225,9 @@ def test_listing_again_keeps_progress_but_restarts_files_that_changed(store: Sto
 def test_listing_is_validated(store: Store) -> None:
     record = store.begin_transfer("k", "sftp://h/a", "file:///b")
     with pytest.raises(ValueError, match="duplicate paths"):
-        store.record_listing(record.id, _listing({"a": 1}).append_column("x", pa.array([0])).select([0, 1, 2]).take([0, 0]))
+        store.record_listing(
+            record.id, _listing({"a": 1}).append_column("x", pa.array([0])).select([0, 1, 2]).take([0, 0])
+        )
     with pytest.raises(ValueError, match=r"lacks column\(s\) \['mtime'\]"):
         store.record_listing(record.id, pa.table({"path": ["a"], "size": [1]}))
     # extra columns (a checksum) and int32 sizes are fine
@@ -226,8 +239,11 @@ def test_a_large_listing_is_bulk_inserted_quickly(store: Store) -> None:
     record = store.begin_transfer("k", "sftp://h/a", "file:///b")
     n = 100_000
     table = pa.table(
-        {"path": [f"dir{i % 100}/file{i:06d}" for i in range(n)], "size": pa.array(range(n), pa.int64()),
-         "mtime": pa.array([1.0] * n)},
+        {
+            "path": [f"dir{i % 100}/file{i:06d}" for i in range(n)],
+            "size": pa.array(range(n), pa.int64()),
+            "mtime": pa.array([1.0] * n),
+        },
         schema=SCHEMA,
     )
     started = time.perf_counter()

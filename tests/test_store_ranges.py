@@ -63,9 +63,7 @@ def test_byte_offsets_beyond_four_gib_survive() -> None:
     assert covered_bytes([[0, big]]) == big
 
 
-_ranges = st.lists(
-    st.tuples(st.integers(0, 200), st.integers(0, 40)).map(lambda t: [t[0], t[0] + t[1]]), max_size=30
-)
+_ranges = st.lists(st.tuples(st.integers(0, 200), st.integers(0, 40)).map(lambda t: [t[0], t[0] + t[1]]), max_size=30)
 
 
 @settings(max_examples=100, deadline=None)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -11,7 +11,7 @@ from airflow_transfer.store.tuning_library import next_state
 from airflow_transfer.tuning.stork_tuner import DiskFacts, HostFacts, PathFacts, tune_direction
 from tests.support.postgres import postgres_server, store_url  # noqa: F401  (fixtures)
 
-T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -22,18 +22,22 @@ def store(store_url: str) -> Store:  # noqa: F811
 
 def _tuned(src: str, dst: str, rtt_ms: float, mbit: float, protocol: str = "sftp") -> dict:
     disk = DiskFacts(1 << 20, 512 << 10)
-    return tune_direction(HostFacts(src, disk, disk), HostFacts(dst, disk, disk),
-                          PathFacts(rtt_ms, mbit), protocol=protocol, mean_file_size=1 << 20).to_dict()
+    return tune_direction(
+        HostFacts(src, disk, disk),
+        HostFacts(dst, disk, disk),
+        PathFacts(rtt_ms, mbit),
+        protocol=protocol,
+        mean_file_size=1 << 20,
+    ).to_dict()
 
 
 def test_profiles_are_stored_per_host_and_pair_and_read_back_newest_first(store: Store) -> None:
     old = store.add_profile("h1", "disk", {"ok": True, "read": {"best_block": 4096}}, measured_at=T0)
-    new = store.add_profile("h1", "disk", {"ok": True, "read": {"best_block": 8192}},
-                            measured_at=T0 + timedelta(minutes=5))
-    failed = store.add_profile("h1", "disk", {"ok": False, "error": "no space"},
-                               measured_at=T0 + timedelta(minutes=9))
-    net = store.add_profile("localhost", "network", {"ok": True, "summary": {"rtt_ms": 50}}, peer="h1",
-                            measured_at=T0)
+    new = store.add_profile(
+        "h1", "disk", {"ok": True, "read": {"best_block": 8192}}, measured_at=T0 + timedelta(minutes=5)
+    )
+    failed = store.add_profile("h1", "disk", {"ok": False, "error": "no space"}, measured_at=T0 + timedelta(minutes=9))
+    net = store.add_profile("localhost", "network", {"ok": True, "summary": {"rtt_ms": 50}}, peer="h1", measured_at=T0)
     assert len({old, new, failed, net}) == 4
 
     latest = store.latest_profile("h1", "disk")

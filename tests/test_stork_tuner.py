@@ -34,10 +34,12 @@ MIB = 1024 * 1024
 GENERIC = protocol_traits("generic")
 
 
-def host(name: str, *, read: DiskFacts | None = None, write: DiskFacts | None = None,
-         limit: int | None = 64 * MIB) -> HostFacts:
-    return HostFacts(name, disk_read=read, disk_write=write, tcp_rmem_max=limit, tcp_wmem_max=limit,
-                     rmem_max=limit, wmem_max=limit)
+def host(
+    name: str, *, read: DiskFacts | None = None, write: DiskFacts | None = None, limit: int | None = 64 * MIB
+) -> HostFacts:
+    return HostFacts(
+        name, disk_read=read, disk_write=write, tcp_rmem_max=limit, tcp_wmem_max=limit, rmem_max=limit, wmem_max=limit
+    )
 
 
 def path_for_bdp(bdp: int, rtt_ms: float = 100.0, hops: tuple = (1.0,)) -> PathFacts:
@@ -46,6 +48,7 @@ def path_for_bdp(bdp: int, rtt_ms: float = 100.0, hops: tuple = (1.0,)) -> PathF
 
 
 # -- streams ----------------------------------------------------------------------
+
 
 def test_three_hops_over_10_ms_give_four_streams():
     path = PathFacts(rtt_ms=60.0, bandwidth_mbit=100.0, hop_latencies_ms=(0.3, 12.0, 2.0, 25.0, 11.0, 0.5))
@@ -58,28 +61,36 @@ def test_three_hops_over_10_ms_give_four_streams():
     assert tuned.streams == 4 and tuned.p == 4
 
 
-@pytest.mark.parametrize("latencies, expected", [
-    ((0.2, 0.4, 9.9), 1),          # nothing above 10 ms: still one stream
-    ((10.0,), 1),                  # exactly 10 ms is not "greater than"
-    ((11.0,), 1),
-    ((11.0, 40.0), 2),
-    ((11.0, 12.0, 13.0, 14.0, 15.0), 6),
-    ((None, 30.0, None), 1),       # unanswered hops do not count
-])
+@pytest.mark.parametrize(
+    "latencies, expected",
+    [
+        ((0.2, 0.4, 9.9), 1),  # nothing above 10 ms: still one stream
+        ((10.0,), 1),  # exactly 10 ms is not "greater than"
+        ((11.0,), 1),
+        ((11.0, 40.0), 2),
+        ((11.0, 12.0, 13.0, 14.0, 15.0), 6),
+        ((None, 30.0, None), 1),  # unanswered hops do not count
+    ],
+)
 def test_streams_are_one_per_high_latency_hop_rounded_to_even(latencies, expected):
     path = PathFacts(rtt_ms=50.0, bandwidth_mbit=10.0, hop_latencies_ms=latencies)
     assert tune_direction(host("x"), host("y"), path, protocol="generic").streams == expected
 
 
 def test_untraced_path_counts_as_one_hop_and_says_why():
-    path = PathFacts(rtt_ms=80.0, bandwidth_mbit=10.0, hop_latencies_ms=None,
-                     hops_reason="neither traceroute nor tracepath is installed")
+    path = PathFacts(
+        rtt_ms=80.0,
+        bandwidth_mbit=10.0,
+        hop_latencies_ms=None,
+        hops_reason="neither traceroute nor tracepath is installed",
+    )
     streams, why = streams_from_hops(path)
     assert streams == 1
     assert "unavailable" in why and "traceroute" in why
 
 
 # -- TCP buffer and kernel limits ---------------------------------------------------
+
 
 def test_tcp_buffer_is_the_bdp_split_over_the_streams():
     bdp = 12 * MIB
@@ -132,8 +143,8 @@ def test_sftp_server_end_autotunes_so_directions_differ():
     path = PathFacts(rtt_ms=50.0, bandwidth_mbit=500.0, hop_latencies_ms=(30.0,))
     up, down = tune_link(worker, server, path, protocols=("sftp",), client="worker")
     assert (up.direction, down.direction) == ("worker->server", "server->worker")
-    assert up.streams == 1 and up.tcp_buffer == 3_125_000          # server's 64 KiB rmem_max is not used
-    assert down.streams == 4 and down.tcp_buffer <= 1 * MIB        # the worker's receive cap bites
+    assert up.streams == 1 and up.tcp_buffer == 3_125_000  # server's 64 KiB rmem_max is not used
+    assert down.streams == 4 and down.tcp_buffer <= 1 * MIB  # the worker's receive cap bites
     assert any("net.core.rmem_max" in r and "on worker" in r for r in down.reasons)
     # treating both ends as buffer-setting clients (client=None) brings in the server's 64 KiB cap
     assert tune_link(worker, server, path, protocols=("sftp",))[0].streams == 16
@@ -149,6 +160,7 @@ def test_short_paths_get_the_buffer_floor_and_unknown_bdp_leaves_autotuning():
 
 
 # -- block size ----------------------------------------------------------------------
+
 
 def test_paper_example_block_1024k_increment_512k_buffer_1536k_gives_1536k():
     disk = DiskFacts(best_block=1024 * KIB, increment=512 * KIB)
@@ -173,8 +185,8 @@ def test_block_never_below_the_tcp_buffer_and_best_kept_when_already_larger():
 
 
 def test_one_block_size_good_for_both_ends():
-    source_read = DiskFacts(best_block=1024 * KIB, increment=512 * KIB)   # 1024, 1536, 2048, ...
-    dest_write = DiskFacts(best_block=768 * KIB, increment=384 * KIB)     # 768, 1152, 1536, ...
+    source_read = DiskFacts(best_block=1024 * KIB, increment=512 * KIB)  # 1024, 1536, 2048, ...
+    dest_write = DiskFacts(best_block=768 * KIB, increment=384 * KIB)  # 768, 1152, 1536, ...
     block, reasons = decide_block_size(source_read, dest_write, 1100 * KIB, GENERIC)
     assert block == 1536 * KIB
     assert "both" in reasons[0]
@@ -197,6 +209,7 @@ def test_no_disk_profile_uses_the_tcp_buffer_or_the_backend_default():
 
 # -- directions, protocols, pipelining -----------------------------------------------
 
+
 def test_results_per_direction_and_protocol_use_each_ends_disk():
     x = host("x", read=DiskFacts(2 * MIB, 1 * MIB), write=DiskFacts(64 * KIB, 64 * KIB))
     y = host("y", read=DiskFacts(128 * KIB, 128 * KIB), write=DiskFacts(4 * MIB, 0))
@@ -204,20 +217,27 @@ def test_results_per_direction_and_protocol_use_each_ends_disk():
     yx = dataclasses.replace(xy, bandwidth_mbit=xy.bandwidth_mbit / 2)
     results = tune_link(x, y, xy, yx, protocols=("generic", "sftp"))
     assert [(r.protocol, r.direction) for r in results] == [
-        ("generic", "x->y"), ("generic", "y->x"), ("sftp", "x->y"), ("sftp", "y->x")]
+        ("generic", "x->y"),
+        ("generic", "y->x"),
+        ("sftp", "x->y"),
+        ("sftp", "y->x"),
+    ]
     gen_xy, gen_yx, sftp_xy, _ = results
-    assert gen_xy.block_size == 4 * MIB   # x reads at 2 MiB + k MiB, y writes only at 4 MiB
+    assert gen_xy.block_size == 4 * MIB  # x reads at 2 MiB + k MiB, y writes only at 4 MiB
     assert gen_yx.block_size == 128 * KIB  # y reads 128 KiB steps, x writes 64 KiB steps, buffer 128 KiB
     assert gen_yx.bdp_bytes == gen_xy.bdp_bytes // 2
     assert sftp_xy.block_size == DEFAULT_BLOCK_SIZE
 
 
-@pytest.mark.parametrize("mean, expected", [
-    (1 * MIB, 9),        # ceil(10 MB / 1 MiB) - 1 = 9
-    (100 * MIB, 1),      # files larger than the BDP: clamped up to 1
-    (1000, 32),          # tiny files: clamped to max_pp
-    (None, 1),
-])
+@pytest.mark.parametrize(
+    "mean, expected",
+    [
+        (1 * MIB, 9),  # ceil(10 MB / 1 MiB) - 1 = 9
+        (100 * MIB, 1),  # files larger than the BDP: clamped up to 1
+        (1000, 32),  # tiny files: clamped to max_pp
+        (None, 1),
+    ],
+)
 def test_starting_pipelining_level_from_the_mean_file_size(mean, expected):
     assert starting_pp_level(10_000_000, mean, max_pp=32)[0] == expected
     path = PathFacts(rtt_ms=80.0, bandwidth_mbit=1000.0, hop_latencies_ms=(30.0,))
@@ -228,10 +248,16 @@ def test_starting_pipelining_level_from_the_mean_file_size(mean, expected):
 
 # -- the output record -----------------------------------------------------------------
 
+
 def test_tuned_parameters_round_trip_through_plain_values():
     disk = DiskFacts(1024 * KIB, 512 * KIB)
-    tuned = tune_direction(host("x", read=disk), host("y", write=disk), path_for_bdp(3 * MIB, hops=(12.0, 14.0, 30.0)),
-                           protocol="generic", mean_file_size=256 * KIB)
+    tuned = tune_direction(
+        host("x", read=disk),
+        host("y", write=disk),
+        path_for_bdp(3 * MIB, hops=(12.0, 14.0, 30.0)),
+        protocol="generic",
+        mean_file_size=256 * KIB,
+    )
     data = json.loads(json.dumps(tuned.to_dict()))
     assert TunedParameters.from_dict(data) == tuned
     assert isinstance(data["reasons"], list) and len(data["reasons"]) >= 8
@@ -244,8 +270,20 @@ def test_tuned_parameters_round_trip_through_plain_values():
 
 
 def test_tuned_parameters_reject_bad_values_and_incomplete_records():
-    good = dict(source="a", destination="b", protocol="sftp", streams=1, tcp_buffer=0, block_size=0, bdp_bytes=0,
-                rtt_ms=None, bandwidth_mbit=None, pp_level=1, p=1, cc=1)
+    good = dict(
+        source="a",
+        destination="b",
+        protocol="sftp",
+        streams=1,
+        tcp_buffer=0,
+        block_size=0,
+        bdp_bytes=0,
+        rtt_ms=None,
+        bandwidth_mbit=None,
+        pp_level=1,
+        p=1,
+        cc=1,
+    )
     assert TunedParameters(**good).reasons == ()
     with pytest.raises(ValueError, match="streams"):
         TunedParameters(**dict(good, streams=0))
@@ -258,20 +296,32 @@ def test_tuned_parameters_reject_bad_values_and_incomplete_records():
 
 
 def test_facts_from_profiler_json():
-    disk = {"ok": True, "read": {"best_block": 1048576, "increment": 524288},
-            "write": {"best_block": 262144, "increment": 0}}
-    network = {"kernel": {"available": True, "tcp_rmem": [4096, 131072, 33554432],
-                          "tcp_wmem": [4096, 16384, 4194304], "rmem_max": 212992, "wmem_max": 425984},
-               "rtt": {"available": True, "median_ms": 42.5},
-               "bandwidth": {"send": {"available": True, "mbit": 880.0},
-                             "recv": {"available": False, "reason": "x"}},
-               "hops": {"available": True, "hops": [{"latency_ms": 0.4}, {"latency_ms": None},
-                                                    {"latency_ms": 35.0}]}}
+    disk = {
+        "ok": True,
+        "read": {"best_block": 1048576, "increment": 524288},
+        "write": {"best_block": 262144, "increment": 0},
+    }
+    network = {
+        "kernel": {
+            "available": True,
+            "tcp_rmem": [4096, 131072, 33554432],
+            "tcp_wmem": [4096, 16384, 4194304],
+            "rmem_max": 212992,
+            "wmem_max": 425984,
+        },
+        "rtt": {"available": True, "median_ms": 42.5},
+        "bandwidth": {"send": {"available": True, "mbit": 880.0}, "recv": {"available": False, "reason": "x"}},
+        "hops": {"available": True, "hops": [{"latency_ms": 0.4}, {"latency_ms": None}, {"latency_ms": 35.0}]},
+    }
     facts = host_facts("h", disk=disk, network=network)
     assert facts.disk_read == DiskFacts(1048576, 524288)
     assert facts.disk_write == DiskFacts(262144, 0)
     assert (facts.tcp_rmem_max, facts.tcp_wmem_max, facts.rmem_max, facts.wmem_max) == (
-        33554432, 4194304, 212992, 425984)
+        33554432,
+        4194304,
+        212992,
+        425984,
+    )
     send = path_facts(network, "send")
     assert (send.rtt_ms, send.bandwidth_mbit, send.hop_latencies_ms) == (42.5, 880.0, (0.4, None, 35.0))
     assert path_facts(network, "recv").bandwidth_mbit is None

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import airflow  # noqa: F401,E402 - installed with the project; a missing Airflow must fail, not skip
 import pytest
 
 from airflow_transfer.errors import TransferError, UsageError
-from airflow_transfer.query.expr import QueryError
-
-import airflow  # noqa: F401,E402 - installed with the project; a missing Airflow must fail, not skip
 from airflow_transfer.operators.failures import task_error  # noqa: E402
+from airflow_transfer.query.expr import QueryError
 
 
 def test_transfer_error_becomes_runtime_error_with_the_same_message():

@@ -17,14 +17,21 @@ MB = 1024 * 1024
 
 def table(sizes) -> pa.Table:
     sizes = np.sort(np.asarray(sizes, dtype=np.int64))
-    return pa.table({"path": pa.array([f"f{i:07d}" for i in range(sizes.size)]), "size": sizes,
-                     "mtime": np.zeros(sizes.size)})
+    return pa.table(
+        {"path": pa.array([f"f{i:07d}" for i in range(sizes.size)]), "size": sizes, "mtime": np.zeros(sizes.size)}
+    )
 
 
 def mixed_sizes() -> np.ndarray:
     rng = np.random.default_rng(5)
-    return np.concatenate([rng.integers(10_000, 500_000, 3000), rng.integers(1 * MB, 3 * MB, 300),
-                           rng.integers(20 * MB, 100 * MB, 50), rng.integers(300 * MB, 900 * MB, 6)])
+    return np.concatenate(
+        [
+            rng.integers(10_000, 500_000, 3000),
+            rng.integers(1 * MB, 3 * MB, 300),
+            rng.integers(20 * MB, 100 * MB, 50),
+            rng.integers(300 * MB, 900 * MB, 6),
+        ]
+    )
 
 
 def covered_rows(results, sim) -> list[tuple[int, int]]:
@@ -42,6 +49,7 @@ class RunChunkOnly:
 
 
 # -- every algorithm moves every file exactly once ----------------------------------------
+
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_every_algorithm_moves_each_row_once(name):
@@ -75,6 +83,7 @@ def test_run_needs_an_executor_and_an_arrow_table():
 
 # -- fixed / globus ------------------------------------------------------------------------
 
+
 def test_fixed_runs_the_given_parameters_in_chunks_of_the_given_size():
     t = table(np.full(100, MB))
     sim = LinkSimulator(LinkInfo(rtt_s=0.05, bandwidth_bps=1e9))
@@ -91,6 +100,7 @@ def test_globus_runs_one_static_chunk():
 
 
 # -- the exponential ramp (paper 000 Alg. 2) --------------------------------------------------
+
 
 def test_ramp_doubles_until_a_drop_of_more_than_five_percent():
     ramp = Ramp(1, 64)
@@ -111,6 +121,7 @@ def test_ramp_stops_at_its_cap():
 
 
 # -- PCP ---------------------------------------------------------------------------------------
+
 
 def test_pcp_paper001_replay_ramps_cc_over_the_divided_set():
     """5000 x 1 MB at BDP 5 MB: one pp, no p, cc 1, 2, 4, ... while throughput keeps rising."""
@@ -135,7 +146,7 @@ def test_pcp_stops_the_cc_ramp_at_the_drop_and_moves_the_rest_at_the_best_cc():
     ramp = [r for r in results if "rest" not in r.chunk_id]
     rest = [r for r in results if "rest" in r.chunk_id]
     ccs = [r.params.cc for r in ramp]
-    assert ccs == [1, 2, 4, 8][:len(ccs)] and len(ccs) >= 3
+    assert ccs == [1, 2, 4, 8][: len(ccs)] and len(ccs) >= 3
     thr = [r.throughput_mbit for r in ramp]
     assert thr[-1] <= 0.95 * thr[-2]  # the ramp ended on a drop
     best = ramp[int(np.argmax(thr))].params.cc
@@ -221,6 +232,7 @@ def test_sftp_link_adds_the_openssh_channel_window():
 
 # -- Multi-Chunk ---------------------------------------------------------------------------------
 
+
 def test_mc_runs_chunks_together_and_moves_channels_to_the_longest_eta():
     link = LinkInfo(rtt_s=0.05, bandwidth_bps=1e9, max_window_bytes=2 * MB, source="profiler")
     sim = LinkSimulator(link, op_cost_s=0.0005)
@@ -260,13 +272,14 @@ def test_mc_without_sessions_runs_its_chunks_one_by_one():
 
 # -- Adaptive concurrency (paper 001 section 4.1) ---------------------------------------------------
 
+
 def test_adaptive_cc_decisions():
     a = AdaptiveCC(max_cc=8)
-    assert a.next_cc(1, 100.0, None) == 2     # first chunk: go up
-    assert a.next_cc(3, 120.0, 100.0) == 4    # rising: up
-    assert a.next_cc(3, 90.0, 100.0) == 2     # falling: down
-    assert a.next_cc(1, 50.0, 100.0) == 1     # never below 1
-    assert a.next_cc(8, 200.0, 100.0) == 8    # never above max_cc
+    assert a.next_cc(1, 100.0, None) == 2  # first chunk: go up
+    assert a.next_cc(3, 120.0, 100.0) == 4  # rising: up
+    assert a.next_cc(3, 90.0, 100.0) == 2  # falling: down
+    assert a.next_cc(1, 50.0, 100.0) == 1  # never below 1
+    assert a.next_cc(8, 200.0, 100.0) == 8  # never above max_cc
     held = AdaptiveCC(hold_band=0.05)
     assert held.next_cc(4, 102.0, 100.0) == 4  # within the band: hold
 
@@ -280,8 +293,8 @@ def test_adaptive_cc_climbs_then_backs_off_when_the_link_degrades():
     assert ccs[:4] == [1, 2, 3, 4]  # climbing while throughput rises
     assert all(r.files == 100 for r in results)
     change_at = next(i for i, c in enumerate(sim.calls) if c.at + c.seconds > 60.0)
-    peak = max(ccs[:change_at + 1])
-    assert min(ccs[change_at + 1:]) < peak  # the drop in throughput lowered concurrency
+    peak = max(ccs[: change_at + 1])
+    assert min(ccs[change_at + 1 :]) < peak  # the drop in throughput lowered concurrency
 
 
 def test_adaptive_cc_uses_gridftp_default_pipelining_on_an_unmeasured_link():
@@ -292,8 +305,11 @@ def test_adaptive_cc_uses_gridftp_default_pipelining_on_an_unmeasured_link():
     assert {s.params.pp for s in measured} == {pp_param(4)}
 
 
-@pytest.mark.parametrize("sizes", [np.zeros(50, np.int64), np.array([7 * MB]), np.array([0, 1, 10 * MB])],
-                         ids=["all-empty-files", "one-file", "tiny-mixed"])
+@pytest.mark.parametrize(
+    "sizes",
+    [np.zeros(50, np.int64), np.array([7 * MB]), np.array([0, 1, 10 * MB])],
+    ids=["all-empty-files", "one-file", "tiny-mixed"],
+)
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_degenerate_datasets_finish(name, sizes):
     link = LinkInfo(rtt_s=0.05, bandwidth_bps=1e9, source="profiler")
@@ -303,15 +319,24 @@ def test_degenerate_datasets_finish(name, sizes):
     assert all(r.seconds > 0 for r in results)
 
 
-@pytest.mark.parametrize("scenario, sizes, large_may_grow", [
-    # wan50's `mixed` (1 B - 4 MiB): its Large class is 3-4 MiB against a 2 MiB channel window, so
-    # its files leave the window part-empty; capped at 3 it ran alone at ~340 Mbit/s of 457 possible.
-    ("files barely longer than the window take freed channels",
-     np.random.default_rng(7).integers(1, 4 * 1024 * 1024 + 1, 1000), True),
-    # 50 MiB files fill their window: more than ceil(BDP / window) + 1 channels only overfill the queue.
-    ("files of many windows stay at the bound when others finish",
-     np.concatenate([np.full(300, 512 * 1024), np.full(40, 50 * 1024 * 1024)]), False),
-])
+@pytest.mark.parametrize(
+    "scenario, sizes, large_may_grow",
+    [
+        # wan50's `mixed` (1 B - 4 MiB): its Large class is 3-4 MiB against a 2 MiB channel window, so
+        # its files leave the window part-empty; capped at 3 it ran alone at ~340 Mbit/s of 457 possible.
+        (
+            "files barely longer than the window take freed channels",
+            np.random.default_rng(7).integers(1, 4 * 1024 * 1024 + 1, 1000),
+            True,
+        ),
+        # 50 MiB files fill their window: more than ceil(BDP / window) + 1 channels only overfill the queue.
+        (
+            "files of many windows stay at the bound when others finish",
+            np.concatenate([np.full(300, 512 * 1024), np.full(40, 50 * 1024 * 1024)]),
+            False,
+        ),
+    ],
+)
 def test_mc_channel_bound_follows_how_long_a_file_holds_its_window(scenario, sizes, large_may_grow):
     link = LinkInfo(rtt_s=0.05, bandwidth_bps=500e6, channel_window_bytes=2 * 1024 * 1024, source="profiler")
     sim = LinkSimulator(link, op_cost_s=0.0005)

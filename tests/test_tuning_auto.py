@@ -6,10 +6,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.tuning import LinkInfo, LinkSimulator, get_algorithm
 from airflow_transfer.tuning.base import RunContext
 from airflow_transfer.tuning.retune import RestRunner, Segment
-from airflow_transfer.engine.params import TransferParams
 
 MB = 1024 * 1024
 LINK = LinkInfo(rtt_s=0.05, bandwidth_bps=1e9, source="profiler")
@@ -17,8 +17,9 @@ LINK = LinkInfo(rtt_s=0.05, bandwidth_bps=1e9, source="profiler")
 
 def table(sizes) -> pa.Table:
     sizes = np.sort(np.asarray(sizes, dtype=np.int64))
-    return pa.table({"path": pa.array([f"f{i:07d}" for i in range(sizes.size)]), "size": sizes,
-                     "mtime": np.zeros(sizes.size)})
+    return pa.table(
+        {"path": pa.array([f"f{i:07d}" for i in range(sizes.size)]), "size": sizes, "mtime": np.zeros(sizes.size)}
+    )
 
 
 def large_files() -> pa.Table:
@@ -80,11 +81,14 @@ def test_unmeasured_link_runs_adaptive_cc():
     assert results[0].params.cc == 1 and max(r.params.cc for r in results) > 1
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("mixed_share", 0.7, "mixed_share must be a number in"),
-    ("drift", -1, "drift must be a number in"),
-    ("min_chunks", 0, "min_chunks must be a whole number >= 1"),
-])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("mixed_share", 0.7, "mixed_share must be a number in"),
+        ("drift", -1, "drift must be a number in"),
+        ("min_chunks", 0, "min_chunks must be a whole number >= 1"),
+    ],
+)
 def test_auto_options_are_validated(option, value, message):
     with pytest.raises(ValueError, match=message):
         get_algorithm("auto", **{option: value})

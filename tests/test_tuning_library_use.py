@@ -29,8 +29,16 @@ def test_copy_after_profile_uses_the_library_and_given_figures_win(sshd, remote_
     _dataset(local_dir)
 
     for algorithm in ("auto", "fixed"):
-        res = run_cli("copy", str(local_dir), sshd.url(f"{remote_dir}/{algorithm}"), "--algorithm", algorithm,
-                      "--json", *ssh_args(sshd), env=env)
+        res = run_cli(
+            "copy",
+            str(local_dir),
+            sshd.url(f"{remote_dir}/{algorithm}"),
+            "--algorithm",
+            algorithm,
+            "--json",
+            *ssh_args(sshd),
+            env=env,
+        )
         assert res.code == 0, res.err
         tuning = res.summary["tuning"]
         assert tuning["source"] == f"library (measured {row['measured_at']})"
@@ -39,19 +47,42 @@ def test_copy_after_profile_uses_the_library_and_given_figures_win(sshd, remote_
         assert tuning["bandwidth_mbit"] == pytest.approx(row["bandwidth_mbit"], abs=0.01)
         assert tuning["bdp_bytes"] == pytest.approx(row["bdp_bytes"], rel=1e-3, abs=2)
         assert (tuning["streams"], tuning["tcp_buffer"], tuning["block_size"]) == (
-            row["streams"], row["tcp_buffer"], row["block_size"])
+            row["streams"],
+            row["tcp_buffer"],
+            row["block_size"],
+        )
         assert res.summary["files"] == 6 and not res.summary["failed"]
 
-    res = run_cli("copy", str(local_dir), sshd.url(f"{remote_dir}/given"), "--algorithm", "auto",
-                  "--rtt-ms", "80", "--bandwidth-mbit", "100", "--json", *ssh_args(sshd), env=env)
+    res = run_cli(
+        "copy",
+        str(local_dir),
+        sshd.url(f"{remote_dir}/given"),
+        "--algorithm",
+        "auto",
+        "--rtt-ms",
+        "80",
+        "--bandwidth-mbit",
+        "100",
+        "--json",
+        *ssh_args(sshd),
+        env=env,
+    )
     assert res.code == 0, res.err
     tuning = res.summary["tuning"]
     assert tuning["source"] == "given" and tuning["rtt_ms"] == 80.0 and tuning["bandwidth_mbit"] == 100.0
     assert "library_id" not in tuning
 
     # the other direction (a download) has its own library row
-    res = run_cli("copy", sshd.url(f"{remote_dir}/auto"), str(local_dir / "back"), "--algorithm", "auto",
-                  "--json", *ssh_args(sshd), env=env)
+    res = run_cli(
+        "copy",
+        sshd.url(f"{remote_dir}/auto"),
+        str(local_dir / "back"),
+        "--algorithm",
+        "auto",
+        "--json",
+        *ssh_args(sshd),
+        env=env,
+    )
     assert res.code == 0, res.err
     with Store.open(url) as store:
         back = store.tuned_for(far, "localhost", "sftp")
@@ -61,13 +92,23 @@ def test_copy_after_profile_uses_the_library_and_given_figures_win(sshd, remote_
 def test_measure_link_when_the_library_is_empty(sshd, remote_dir, local_dir, store_env):
     url, env = store_env
     _dataset(local_dir, n=2)
-    res = run_cli("copy", str(local_dir), sshd.url(str(remote_dir)), "--algorithm", "auto", "--json",
-                  *ssh_args(sshd), env=env)
+    res = run_cli(
+        "copy", str(local_dir), sshd.url(str(remote_dir)), "--algorithm", "auto", "--json", *ssh_args(sshd), env=env
+    )
     assert res.code == 0, res.err
     assert res.summary["tuning"]["source"] == "unknown (adapting by measurement)"
 
-    res = run_cli("copy", str(local_dir), sshd.url(f"{remote_dir}/2"), "--algorithm", "auto", "--measure-link",
-                  "--json", *ssh_args(sshd), env=env)
+    res = run_cli(
+        "copy",
+        str(local_dir),
+        sshd.url(f"{remote_dir}/2"),
+        "--algorithm",
+        "auto",
+        "--measure-link",
+        "--json",
+        *ssh_args(sshd),
+        env=env,
+    )
     assert res.code == 0, res.err
     tuning = res.summary["tuning"]
     assert tuning["source"] == "measured now" and tuning["bdp_bytes"] > 0 and tuning["rtt_ms"] > 0
@@ -77,8 +118,9 @@ def test_measure_link_when_the_library_is_empty(sshd, remote_dir, local_dir, sto
         assert store.latest_profile("localhost", "network-light", peer=f"{sshd.host}:{sshd.port}") is not None
 
     # the next transfer finds it in the library
-    res = run_cli("copy", str(local_dir), sshd.url(f"{remote_dir}/3"), "--algorithm", "auto", "--json",
-                  *ssh_args(sshd), env=env)
+    res = run_cli(
+        "copy", str(local_dir), sshd.url(f"{remote_dir}/3"), "--algorithm", "auto", "--json", *ssh_args(sshd), env=env
+    )
     assert res.summary["tuning"]["source"].startswith("library (measured ")
 
 
@@ -94,8 +136,9 @@ def test_should_measure_decides_by_algorithm_and_size():
     assert big is True and "kept in the tuning library" in why
 
 
-def test_a_large_adaptive_transfer_measures_an_unknown_link_by_itself(sshd, remote_dir, local_dir, store_env,
-                                                                     monkeypatch):
+def test_a_large_adaptive_transfer_measures_an_unknown_link_by_itself(
+    sshd, remote_dir, local_dir, store_env, monkeypatch
+):
     """No --measure-link: an adaptive algorithm over the threshold profiles the link once, and says why."""
     from airflow_transfer.job import CopyRequest, run_copy
     from airflow_transfer.protocols.endpoint import Endpoint
@@ -105,13 +148,26 @@ def test_a_large_adaptive_transfer_measures_an_unknown_link_by_itself(sshd, remo
     url, _env = store_env
     _dataset(local_dir, n=3)
     monkeypatch.setattr(library, "AUTO_MEASURE_BYTES", 500_000)  # the 600 kB dataset is "large" here
-    target = SSHTarget(host=sshd.host, port=sshd.port, username=sshd.user, key_filenames=[str(sshd.client_key)],
-                       known_hosts=[str(sshd.known_hosts)])
+    target = SSHTarget(
+        host=sshd.host,
+        port=sshd.port,
+        username=sshd.user,
+        key_filenames=[str(sshd.client_key)],
+        known_hosts=[str(sshd.known_hosts)],
+    )
     lines: list[str] = []
 
     def copy(sub: str, **kw) -> dict:
-        return run_copy(CopyRequest(Endpoint("file", str(local_dir)), Endpoint("sftp", f"{remote_dir}/{sub}", target),
-                                    algorithm="auto", store_url=url, log=lines.append, **kw))
+        return run_copy(
+            CopyRequest(
+                Endpoint("file", str(local_dir)),
+                Endpoint("sftp", f"{remote_dir}/{sub}", target),
+                algorithm="auto",
+                store_url=url,
+                log=lines.append,
+                **kw,
+            )
+        )
 
     off = copy("off", measure_link=False)
     assert off["tuning"]["source"] == "unknown (adapting by measurement)"

@@ -10,10 +10,21 @@ import pytest
 
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.tuning.chunks import ChunkSpec
-from airflow_transfer.tuning.dataset import SortedSizes, sort_manifest, sizes_of
-from airflow_transfer.tuning.models import (DEFAULT_MAX_WINDOW, LinkInfo, bdp, channel_rate_bps, effective_window,
-                                            mathis_bps, pp_level, pp_level_eq1, pp_levels, pp_param,
-                                            stream_bps, streams_to_fill)
+from airflow_transfer.tuning.dataset import SortedSizes, sizes_of, sort_manifest
+from airflow_transfer.tuning.models import (
+    DEFAULT_MAX_WINDOW,
+    LinkInfo,
+    bdp,
+    channel_rate_bps,
+    effective_window,
+    mathis_bps,
+    pp_level,
+    pp_level_eq1,
+    pp_levels,
+    pp_param,
+    stream_bps,
+    streams_to_fill,
+)
 
 MB = 1024 * 1024
 
@@ -23,15 +34,18 @@ def test_bdp_is_bandwidth_times_rtt_in_bytes():
     assert LinkInfo(rtt_s=0.05, bandwidth_bps=8e8).bdp_bytes == 5_000_000
 
 
-@pytest.mark.parametrize("bdp_bytes, mean, expected", [
-    (8 * MB, 1.5 * MB, 5),   # ceil(5.33) - 1
-    (8 * MB, 7.5 * MB, 1),   # ceil(1.07) - 1
-    (5 * MB, 1 * MB, 4),     # paper 001's dataset: eq. 4 says 4 ...
-    (8 * MB, 2 * MB, 3),     # exact division: ceil(4) - 1
-    (8 * MB, 64 * MB, 1),    # larger than the BDP: floor of 1 (rule 1, always pipeline)
-    (8 * MB, 1024, 32),      # tiny files: capped at max_pp
-    (8 * MB, 0, 32),         # empty files are pure control traffic
-])
+@pytest.mark.parametrize(
+    "bdp_bytes, mean, expected",
+    [
+        (8 * MB, 1.5 * MB, 5),  # ceil(5.33) - 1
+        (8 * MB, 7.5 * MB, 1),  # ceil(1.07) - 1
+        (5 * MB, 1 * MB, 4),  # paper 001's dataset: eq. 4 says 4 ...
+        (8 * MB, 2 * MB, 3),  # exact division: ceil(4) - 1
+        (8 * MB, 64 * MB, 1),  # larger than the BDP: floor of 1 (rule 1, always pipeline)
+        (8 * MB, 1024, 32),  # tiny files: capped at max_pp
+        (8 * MB, 0, 32),  # empty files are pure control traffic
+    ],
+)
 def test_pp_level_is_eq4_clamped(bdp_bytes, mean, expected):
     assert pp_level(bdp_bytes, mean, max_pp=32) == expected
 
@@ -78,8 +92,10 @@ def test_single_stream_is_window_limited_then_streams_fill_the_link():
 
 def test_window_defaults_to_linux_autotuning_cap_and_takes_the_smaller_limit():
     assert effective_window(LinkInfo(rtt_s=0.1, bandwidth_bps=1e9)) == DEFAULT_MAX_WINDOW
-    assert effective_window(LinkInfo(rtt_s=0.1, bandwidth_bps=1e9, tcp_buffer_bytes=2 * MB,
-                                     max_window_bytes=3 * MB)) == 2 * MB
+    assert (
+        effective_window(LinkInfo(rtt_s=0.1, bandwidth_bps=1e9, tcp_buffer_bytes=2 * MB, max_window_bytes=3 * MB))
+        == 2 * MB
+    )
 
 
 def test_channel_rate_rises_with_pipelining_until_the_window_caps_it():
@@ -90,13 +106,16 @@ def test_channel_rate_rises_with_pipelining_until_the_window_caps_it():
     assert rates[-1] == pytest.approx(1e9)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"rtt_s": 0, "bandwidth_bps": 1e9}, "rtt_s must be a finite number > 0"),
-    ({"rtt_s": 0.1, "bandwidth_bps": -1}, "bandwidth_bps must be a finite number > 0"),
-    ({"rtt_s": float("nan"), "bandwidth_bps": 1e9}, "rtt_s must be a finite number > 0"),
-    ({"rtt_s": 0.1, "bandwidth_bps": 1e9, "tcp_buffer_bytes": -5}, "tcp_buffer_bytes must be a whole number"),
-    ({"rtt_s": 0.1, "bandwidth_bps": 1e9, "loss_rate": 1.5}, "loss_rate must be in"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"rtt_s": 0, "bandwidth_bps": 1e9}, "rtt_s must be a finite number > 0"),
+        ({"rtt_s": 0.1, "bandwidth_bps": -1}, "bandwidth_bps must be a finite number > 0"),
+        ({"rtt_s": float("nan"), "bandwidth_bps": 1e9}, "rtt_s must be a finite number > 0"),
+        ({"rtt_s": 0.1, "bandwidth_bps": 1e9, "tcp_buffer_bytes": -5}, "tcp_buffer_bytes must be a whole number"),
+        ({"rtt_s": 0.1, "bandwidth_bps": 1e9, "loss_rate": 1.5}, "loss_rate must be in"),
+    ],
+)
 def test_linkinfo_rejects_bad_figures_clearly(kwargs, message):
     with pytest.raises(ValueError, match=message):
         LinkInfo(**kwargs)
@@ -149,11 +168,20 @@ def test_chunkspec_validation_is_clear():
     with pytest.raises(ValueError, match=r"rows \[5, 5\) must be non-empty"):
         ChunkSpec("x", 5, 5, 0, 0, 0, 0, TransferParams())
     with pytest.raises(ValueError, match="missing bytes"):
-        ChunkSpec.from_dict({"id": "x", "start": 0, "stop": 1, "files": 1, "min_size": 1, "max_size": 1,
-                             "params": {}})
+        ChunkSpec.from_dict({"id": "x", "start": 0, "stop": 1, "files": 1, "min_size": 1, "max_size": 1, "params": {}})
     with pytest.raises(ValueError, match="pp must be a whole number >= 1"):
-        ChunkSpec.from_dict({"id": "x", "start": 0, "stop": 1, "files": 1, "bytes": 1, "min_size": 1,
-                             "max_size": 1, "params": {"pp": 0}})
+        ChunkSpec.from_dict(
+            {
+                "id": "x",
+                "start": 0,
+                "stop": 1,
+                "files": 1,
+                "bytes": 1,
+                "min_size": 1,
+                "max_size": 1,
+                "params": {"pp": 0},
+            }
+        )
 
 
 def test_sftp_pipelining_hides_two_round_trips_per_file() -> None:

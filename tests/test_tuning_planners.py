@@ -24,8 +24,9 @@ GB = 1024 * MB
 
 def table(sizes) -> pa.Table:
     sizes = np.sort(np.asarray(sizes, dtype=np.int64))
-    return pa.table({"path": pa.array([f"f{i:07d}" for i in range(sizes.size)]), "size": sizes,
-                     "mtime": np.zeros(sizes.size)})
+    return pa.table(
+        {"path": pa.array([f"f{i:07d}" for i in range(sizes.size)]), "size": sizes, "mtime": np.zeros(sizes.size)}
+    )
 
 
 def link_with_bdp(bdp_bytes: int, rtt_s: float = 0.1, **kw) -> LinkInfo:
@@ -48,6 +49,7 @@ def fig17_sizes(seed: int = 7) -> np.ndarray:
 
 
 # -- Recursive Chunk Division (paper 000 Alg. 1) ----------------------------------------
+
 
 def test_fig17_two_populations_give_three_clusters_with_distinct_pp():
     sizes = SortedSizes.of(fig17_sizes())
@@ -78,8 +80,9 @@ def test_rcd_never_makes_a_chunk_below_the_minimum_size():
         assert all(sizes.bytes(p.start, p.stop) >= min_chunk for p in pieces)
         assert pieces[0].start == 0 and pieces[-1].stop == len(sizes)
         assert all(a.stop == b.start for a, b in zip(pieces, pieces[1:]))  # contiguous cover
-    assert len(recursive_chunk_division(sizes, 0, len(sizes), 8 * MB, 64 * MB)) > \
-        len(recursive_chunk_division(sizes, 0, len(sizes), 8 * MB, 1 * GB))
+    assert len(recursive_chunk_division(sizes, 0, len(sizes), 8 * MB, 64 * MB)) > len(
+        recursive_chunk_division(sizes, 0, len(sizes), 8 * MB, 1 * GB)
+    )
 
 
 def test_rcd_does_not_divide_above_max_pp():
@@ -102,6 +105,7 @@ def test_divide_largest_until_min_count_then_combine_same_level_restores_it():
 
 # -- Paper 001 replay -------------------------------------------------------------------
 
+
 def test_paper001_5000_files_of_1mb_at_bdp_5mb():
     """One pp for all, no parallelism, the set divided further to ramp cc over 5 chunks."""
     t = table(np.full(5000, MB))
@@ -116,13 +120,17 @@ def test_paper001_5000_files_of_1mb_at_bdp_5mb():
 
 # -- Globus Online heuristic (paper 000 section 1) ------------------------------------------
 
-@pytest.mark.parametrize("files, mean, level, p, case", [
-    (1000, 1 * MB, 20, 2, "many small files"),
-    (101, 49_000_000, 20, 2, "many small files"),
-    (100, 1 * MB, 10, 4, "other"),            # not more than 100 files
-    (1000, 100 * MB, 10, 4, "other"),         # between 50 and 250 MB
-    (3, 251_000_000, 5, 8, "large files"),
-])
+
+@pytest.mark.parametrize(
+    "files, mean, level, p, case",
+    [
+        (1000, 1 * MB, 20, 2, "many small files"),
+        (101, 49_000_000, 20, 2, "many small files"),
+        (100, 1 * MB, 10, 4, "other"),  # not more than 100 files
+        (1000, 100 * MB, 10, 4, "other"),  # between 50 and 250 MB
+        (3, 251_000_000, 5, 8, "large files"),
+    ],
+)
 def test_globus_static_rule(files, mean, level, p, case):
     params, why = globus_params(files, mean)
     assert (params.pp, params.p, params.cc, why) == (pp_param(level), p, 2, case)
@@ -137,10 +145,17 @@ def test_globus_plans_one_chunk_whatever_the_link():
 
 # -- Multi-Chunk (paper 000 section 4.2) ----------------------------------------------------
 
+
 def mixed_sizes() -> np.ndarray:
     rng = np.random.default_rng(5)
-    return np.concatenate([rng.integers(10_000, 500_000, 3000), rng.integers(1 * MB, 3 * MB, 300),
-                           rng.integers(20 * MB, 100 * MB, 50), rng.integers(300 * MB, 900 * MB, 6)])
+    return np.concatenate(
+        [
+            rng.integers(10_000, 500_000, 3000),
+            rng.integers(1 * MB, 3 * MB, 300),
+            rng.integers(20 * MB, 100 * MB, 50),
+            rng.integers(300 * MB, 900 * MB, 6),
+        ]
+    )
 
 
 def test_mc_classes_by_size_relative_to_bdp():
@@ -172,25 +187,34 @@ def test_mc_round_robin_over_huge_small_large_middle():
     assert round_robin(2, order) == {"huge": 1, "small": 1, "large": 0, "middle": 0}
     specs = MultiChunk(channels=6).plan(table(mixed_sizes()), link_with_bdp(8 * MB))
     assert [s.params.cc for s in specs] == [2, 2, 1, 1]
-    assert round_robin(6, order, {"huge": 1, "small": 9, "large": 9, "middle": 9}) == \
-        {"huge": 1, "small": 2, "large": 2, "middle": 1}
+    assert round_robin(6, order, {"huge": 1, "small": 9, "large": 9, "middle": 9}) == {
+        "huge": 1,
+        "small": 2,
+        "large": 2,
+        "middle": 1,
+    }
 
 
 WAN50_SFTP = LinkInfo(rtt_s=0.05, bandwidth_bps=500e6, source="profiler", channel_window_bytes=2 * MB)
 
 
-@pytest.mark.parametrize("scenario, sizes, expected", [
-    # 3.1 MB BDP under OpenSSH's 2 MiB channel window: 2 connections cover it, +1 for the gaps between
-    # files. Measured on wan50's medium: cc 2-4 at 416-417 Mbit/s, cc 8 at 404 (docs/tuning.md).
-    ("wan50 medium: 20 x 50 MiB is one Large chunk, 3 channels not 8", np.full(20, 50 * MB), {"mc.large": 3}),
-    ("wan50 large: 2 x 512 MiB, one channel per file", np.full(2, 512 * MB), {"mc.huge": 2}),
-    # Small files keep all 8: there channels hide per-file round trips (cc 8: 417, cc 3: 395 Mbit/s).
-    ("wan50 small: 1000 x 1 MiB keeps every channel", np.full(1000, MB), {"mc.middle": 8}),
-    # The channels Large cannot use go to the other chunks at the start, not when a chunk ends.
-    ("wan50 mixed: Large capped, the rest to Small and Middle",
-     np.concatenate([np.full(300, 100 * 1024), np.full(300, MB), np.full(100, 40 * MB)]),
-     {"mc.small": 3, "mc.large": 3, "mc.middle": 2}),
-])
+@pytest.mark.parametrize(
+    "scenario, sizes, expected",
+    [
+        # 3.1 MB BDP under OpenSSH's 2 MiB channel window: 2 connections cover it, +1 for the gaps between
+        # files. Measured on wan50's medium: cc 2-4 at 416-417 Mbit/s, cc 8 at 404 (docs/tuning.md).
+        ("wan50 medium: 20 x 50 MiB is one Large chunk, 3 channels not 8", np.full(20, 50 * MB), {"mc.large": 3}),
+        ("wan50 large: 2 x 512 MiB, one channel per file", np.full(2, 512 * MB), {"mc.huge": 2}),
+        # Small files keep all 8: there channels hide per-file round trips (cc 8: 417, cc 3: 395 Mbit/s).
+        ("wan50 small: 1000 x 1 MiB keeps every channel", np.full(1000, MB), {"mc.middle": 8}),
+        # The channels Large cannot use go to the other chunks at the start, not when a chunk ends.
+        (
+            "wan50 mixed: Large capped, the rest to Small and Middle",
+            np.concatenate([np.full(300, 100 * 1024), np.full(300, MB), np.full(100, 40 * MB)]),
+            {"mc.small": 3, "mc.large": 3, "mc.middle": 2},
+        ),
+    ],
+)
 def test_mc_channels_a_large_chunk_can_use(scenario, sizes, expected):
     specs = MultiChunk().plan(table(sizes), WAN50_SFTP)
     assert {s.id: s.params.cc for s in specs} == expected, scenario
@@ -233,8 +257,9 @@ def test_rule_parallelism_for_large_files_when_windows_are_short():
 
 
 def test_rule_different_pipelining_only_below_the_bdp():
-    specs = get_algorithm("pcp").plan(table(np.concatenate([fig17_sizes(), np.full(300, 64 * MB)])),
-                                      link_with_bdp(8 * MB))
+    specs = get_algorithm("pcp").plan(
+        table(np.concatenate([fig17_sizes(), np.full(300, 64 * MB)])), link_with_bdp(8 * MB)
+    )
     below = {s.params.pp for s in specs if s.max_size < 8 * MB}
     above = {s.params.pp for s in specs if s.min_size >= 8 * MB}
     assert len(below) >= 3 and above == {pp_param(2)}
@@ -250,20 +275,24 @@ def test_rule_chunks_as_large_as_possible():
 
 # -- auto's decision ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("scenario, sizes, link, expected", [
-    ("empty", np.empty(0, np.int64), link_with_bdp(8 * MB), "fixed"),
-    ("unmeasured link", np.full(5000, MB), LinkInfo.unknown(), "adaptive-cc"),
-    ("too small to probe", np.full(50, MB), link_with_bdp(8 * MB), "mc"),
-    ("mixed small and large", mixed_sizes(), link_with_bdp(8 * MB), "mc"),
-    ("homogeneous small", np.full(20000, MB), link_with_bdp(8 * MB), "pcp"),
-    ("homogeneous large", np.full(500, 256 * MB), link_with_bdp(8 * MB), "pcp"),
-    # The wan50 benchmark's datasets take 17-18 s at 500 Mbit/s: five 5 s probes would be more
-    # than half of that, so the static plan; ten times `small` (172 s) is worth probing.
-    ("wan50 small, 1 GiB: probes would not pay back", np.full(1000, MB), WAN50, "mc"),
-    ("wan50 medium, 1 GiB", np.full(20, 50 * MB), WAN50, "mc"),
-    ("wan50 large, 2 x 512 MiB", np.full(2, 512 * MB), WAN50, "mc"),
-    ("wan50, 10 GiB of 1 MiB files", np.full(10000, MB), WAN50, "pcp"),
-])
+
+@pytest.mark.parametrize(
+    "scenario, sizes, link, expected",
+    [
+        ("empty", np.empty(0, np.int64), link_with_bdp(8 * MB), "fixed"),
+        ("unmeasured link", np.full(5000, MB), LinkInfo.unknown(), "adaptive-cc"),
+        ("too small to probe", np.full(50, MB), link_with_bdp(8 * MB), "mc"),
+        ("mixed small and large", mixed_sizes(), link_with_bdp(8 * MB), "mc"),
+        ("homogeneous small", np.full(20000, MB), link_with_bdp(8 * MB), "pcp"),
+        ("homogeneous large", np.full(500, 256 * MB), link_with_bdp(8 * MB), "pcp"),
+        # The wan50 benchmark's datasets take 17-18 s at 500 Mbit/s: five 5 s probes would be more
+        # than half of that, so the static plan; ten times `small` (172 s) is worth probing.
+        ("wan50 small, 1 GiB: probes would not pay back", np.full(1000, MB), WAN50, "mc"),
+        ("wan50 medium, 1 GiB", np.full(20, 50 * MB), WAN50, "mc"),
+        ("wan50 large, 2 x 512 MiB", np.full(2, 512 * MB), WAN50, "mc"),
+        ("wan50, 10 GiB of 1 MiB files", np.full(10000, MB), WAN50, "pcp"),
+    ],
+)
 def test_auto_decision(scenario, sizes, link, expected):
     auto = get_algorithm("auto")
     decision = auto.decide(table(sizes), link)
@@ -275,6 +304,7 @@ def test_auto_decision(scenario, sizes, link, expected):
 
 
 # -- every planner covers the manifest exactly once ---------------------------------------
+
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_every_plan_is_an_exact_contiguous_cover(name):
@@ -296,6 +326,7 @@ def test_plan_accepts_a_plain_size_array_and_rejects_unsorted_input():
 
 
 # -- registry ----------------------------------------------------------------------------------
+
 
 def test_registry_names_and_errors():
     assert set(ALGORITHMS) == {"fixed", "globus", "pcp", "mc", "adaptive-cc", "auto"}

@@ -17,8 +17,9 @@ MB = 1024 * 1024
 
 def table(sizes) -> pa.Table:
     sizes = np.sort(np.asarray(sizes, dtype=np.int64))
-    return pa.table({"path": pa.array([f"f{i:07d}" for i in range(sizes.size)]), "size": sizes,
-                     "mtime": np.zeros(sizes.size)})
+    return pa.table(
+        {"path": pa.array([f"f{i:07d}" for i in range(sizes.size)]), "size": sizes, "mtime": np.zeros(sizes.size)}
+    )
 
 
 LINK = LinkInfo(rtt_s=0.1, bandwidth_bps=8 * MB * 8 / 0.1, max_window_bytes=16 * MB, source="profiler")
@@ -103,8 +104,9 @@ def test_simulation_is_deterministic_and_logged():
     runs = []
     for _ in range(2):
         sim = LinkSimulator(LINK, op_cost_s=0.001)
-        runs.append([sim.run_chunk(t, lo, lo + 1000, TransferParams(pp=6, cc=3), f"c{lo}").seconds
-                     for lo in (0, 1000, 2000)])
+        runs.append(
+            [sim.run_chunk(t, lo, lo + 1000, TransferParams(pp=6, cc=3), f"c{lo}").seconds for lo in (0, 1000, 2000)]
+        )
         assert [c.chunk_id for c in sim.calls] == ["c0", "c1000", "c2000"]
         assert sim.now == pytest.approx(sum(runs[-1]))
     assert runs[0] == runs[1]
@@ -128,10 +130,19 @@ def test_run_chunk_rejects_bad_ranges():
 
 # -- Multi-Chunk session ------------------------------------------------------------------
 
+
 def spec(t: pa.Table, cid: str, start: int, stop: int, **params) -> ChunkSpec:
     s = SortedSizes.of(t)
-    return ChunkSpec(cid, start, stop, stop - start, s.bytes(start, stop), int(s.sizes[start]),
-                     int(s.sizes[stop - 1]), TransferParams(**params))
+    return ChunkSpec(
+        cid,
+        start,
+        stop,
+        stop - start,
+        s.bytes(start, stop),
+        int(s.sizes[start]),
+        int(s.sizes[stop - 1]),
+        TransferParams(**params),
+    )
 
 
 def test_session_runs_chunks_at_once_and_reports_each_completion_once():
@@ -155,8 +166,10 @@ def test_session_runs_chunks_at_once_and_reports_each_completion_once():
     assert [e.at for e in events] == sorted(e.at for e in events)
     # Both ran at once: the session took less than the two chunks back to back.
     serial = LinkSimulator(link)
-    back_to_back = sum(serial.run_chunk(t, a, b, TransferParams(pp=pp, cc=2), "s").seconds
-                       for a, b, pp in ((0, 2000, 33), (2000, 2040, 2)))
+    back_to_back = sum(
+        serial.run_chunk(t, a, b, TransferParams(pp=pp, cc=2), "s").seconds
+        for a, b, pp in ((0, 2000, 33), (2000, 2040, 2))
+    )
     assert max(e.at for e in done) < 0.9 * back_to_back
     with pytest.raises(RuntimeError, match="no chunk running"):
         session.wait_any()

@@ -42,7 +42,9 @@ def ui(tmp_path_factory, sshd, test_base):
     src = make_tree(work / "src", small=200, big_mib=6, seed=31)
 
     result, log = run_dag(
-        env, REPO / "dags" / "example_sftp_copy.py", "example_sftp_copy",
+        env,
+        REPO / "dags" / "example_sftp_copy.py",
+        "example_sftp_copy",
         {"src": str(src), "dst": str(remote / "dag"), "conn_id": "at_ui_sftp", "algorithm": "pcp"},
         extra_env=sftp_conn_env("at_ui_sftp", sshd),
     )
@@ -53,25 +55,44 @@ def ui(tmp_path_factory, sshd, test_base):
     cli_env = {"AIRFLOW__AIRFLOW_TRANSFER__STORE_URL": store_url}
     # any:// lets the host-protocol library probe the host (sftp answers; nothing listens on port 1 for ftp)
     anywhere = f"any://{sshd.user}@{sshd.host}{remote}/cli?sftp={sshd.port}&ftp=1&prefer=sftp,ftp"
-    tuned = run_cli("copy", str(src), anywhere, "--algorithm", "mc", "--rtt-ms", "20",
-                    "--bandwidth-mbit", "1000", "--json", *ssh_args(sshd), env=cli_env)
+    tuned = run_cli(
+        "copy",
+        str(src),
+        anywhere,
+        "--algorithm",
+        "mc",
+        "--rtt-ms",
+        "20",
+        "--bandwidth-mbit",
+        "1000",
+        "--json",
+        *ssh_args(sshd),
+        env=cli_env,
+    )
     assert tuned.code == 0, tuned.err[-2000:]
     partial = remote / "partial"
     for i in range(3):  # owned by root: the sshd's user cannot write the files of d1/e*
         (partial / "d1" / f"e{i}").mkdir(parents=True, exist_ok=True)
     os.chmod(partial, 0o777)
-    failing = run_cli("copy", str(src), f"{dst}{partial}", "--retries", "1", "--json",
-                      *ssh_args(sshd), env=cli_env)
+    failing = run_cli("copy", str(src), f"{dst}{partial}", "--retries", "1", "--json", *ssh_args(sshd), env=cli_env)
     assert failing.code != 0 and failing.summary["failed"], failing.err[-2000:]
 
-    profiled = run_cli("profile", f"{dst}{remote}", "--quick", "--via", "ssh", "--json", *ssh_args(sshd),
-                       env=cli_env, timeout=600)
+    profiled = run_cli(
+        "profile", f"{dst}{remote}", "--quick", "--via", "ssh", "--json", *ssh_args(sshd), env=cli_env, timeout=600
+    )
     assert profiled.code == 0, profiled.err[-2000:]
 
     server = ApiServer(env, home / "api-server.log").start()
     try:
-        yield {"server": server, "env": env, "dag_summary": dag_summary, "run_xcom": result,
-               "tuned": tuned.summary, "store_url": store_url, "sshd_port": sshd.port}
+        yield {
+            "server": server,
+            "env": env,
+            "dag_summary": dag_summary,
+            "run_xcom": result,
+            "tuned": tuned.summary,
+            "store_url": store_url,
+            "sshd_port": sshd.port,
+        }
     finally:
         server.stop()
 
@@ -82,8 +103,10 @@ def _auth(ui) -> dict:
 
 def _app_paths(env: dict) -> list[str]:
     """Every route the plugin app declares, from the app itself (so a new route cannot dodge the test)."""
-    code = ("import json; from airflow_transfer.plugins.app import create_app; "
-            "print(json.dumps([r.path for r in create_app('sqlite://').routes]))")
+    code = (
+        "import json; from airflow_transfer.plugins.app import create_app; "
+        "print(json.dumps([r.path for r in create_app('sqlite://').routes]))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -91,7 +114,8 @@ def _app_paths(env: dict) -> list[str]:
 
 def _concrete(path: str, transfer_id: int) -> str:
     return (path.replace("{transfer_id}", str(transfer_id)) + ("?key=x" if path == "/by-key" else "")).replace(
-        "//", "/")
+        "//", "/"
+    )
 
 
 def test_every_route_needs_airflow_auth(ui):
@@ -103,8 +127,11 @@ def test_every_route_needs_airflow_auth(ui):
     for path in [*paths, "/docs", "/openapi.json", "/redoc"]:
         url = f"{server.url}{PREFIX}{_concrete(path, transfer_id)}"
         anonymous = httpx.get(url, timeout=30)
-        assert anonymous.status_code in (401, 404) if path in ("/docs", "/openapi.json", "/redoc") else \
-            anonymous.status_code == 401, (path, anonymous.status_code, anonymous.text[:300])
+        assert (
+            anonymous.status_code in (401, 404)
+            if path in ("/docs", "/openapi.json", "/redoc")
+            else anonymous.status_code == 401
+        ), (path, anonymous.status_code, anonymous.text[:300])
         if path in ("/docs", "/openapi.json", "/redoc"):
             assert httpx.get(url, headers=_auth(ui), timeout=30).status_code == 404, path
             continue
@@ -128,19 +155,20 @@ def test_transfers_list_and_filters(ui):
     assert states == ["failed", "succeeded", "succeeded"]
     assert everything["dag_ids"] == ["example_sftp_copy"]
 
-    one_dag = httpx.get(f"{server.url}{PREFIX}/api/transfers", params={"dag_id": "example_sftp_copy"},
-                        headers=headers, timeout=30).json()["transfers"]
+    one_dag = httpx.get(
+        f"{server.url}{PREFIX}/api/transfers", params={"dag_id": "example_sftp_copy"}, headers=headers, timeout=30
+    ).json()["transfers"]
     assert [t["id"] for t in one_dag] == [ui["dag_summary"]["transfer_id"]]
     assert one_dag[0]["airflow"]["task_id"] == "copy_dataset"
 
-    failed = httpx.get(f"{server.url}{PREFIX}/api/transfers", params={"state": "failed"},
-                       headers=headers, timeout=30).json()["transfers"]
+    failed = httpx.get(
+        f"{server.url}{PREFIX}/api/transfers", params={"state": "failed"}, headers=headers, timeout=30
+    ).json()["transfers"]
     assert len(failed) == 1 and failed[0]["airflow"] is None and failed[0]["failed"] > 0
 
     html = httpx.get(f"{server.url}{PREFIX}/", params={"state": "succeeded"}, headers=headers, timeout=30)
     assert html.status_code == 200 and html.text.count('class="transfer-row"') == 2
-    bad = httpx.get(f"{server.url}{PREFIX}/api/transfers", params={"state": "exploded"}, headers=headers,
-                    timeout=30)
+    bad = httpx.get(f"{server.url}{PREFIX}/api/transfers", params={"state": "exploded"}, headers=headers, timeout=30)
     assert bad.status_code == 400 and "unknown state" in bad.text
 
 
@@ -149,8 +177,9 @@ def test_transfer_page_shows_each_chunk_with_its_knobs(ui):
     tid = summary["transfer_id"]
     detail = httpx.get(f"{server.url}{PREFIX}/api/transfers/{tid}", headers=headers, timeout=30).json()
     assert len(summary["chunks"]) >= 2
-    assert [(c["pp"], c["p"], c["cc"], c["files"]) for c in detail["chunks"]] == \
-        [(c["pp"], c["p"], c["cc"], c["files"]) for c in summary["chunks"]]
+    assert [(c["pp"], c["p"], c["cc"], c["files"]) for c in detail["chunks"]] == [
+        (c["pp"], c["p"], c["cc"], c["files"]) for c in summary["chunks"]
+    ]
     assert detail["journal"]["counts"]["done"]["files"] == summary["files"]
     assert detail["journal"]["percent"] == 100.0
     starts = [c["t0"] for c in detail["chunks"]]
@@ -163,8 +192,12 @@ def test_transfer_page_shows_each_chunk_with_its_knobs(ui):
     svg = httpx.get(f"{server.url}{PREFIX}/transfers/{tid}/chunks.svg", headers=headers, timeout=30)
     assert svg.headers["content-type"].startswith("image/svg+xml") and svg.text.startswith("<svg")
 
-    failed_id = next(t["id"] for t in httpx.get(f"{server.url}{PREFIX}/api/transfers", params={"state": "failed"},
-                                                 headers=headers, timeout=30).json()["transfers"])
+    failed_id = next(
+        t["id"]
+        for t in httpx.get(
+            f"{server.url}{PREFIX}/api/transfers", params={"state": "failed"}, headers=headers, timeout=30
+        ).json()["transfers"]
+    )
     failed = httpx.get(f"{server.url}{PREFIX}/api/transfers/{failed_id}", headers=headers, timeout=30).json()
     assert failed["failed_files"]["total"] > 0
     assert "ermission denied" in failed["failed_files"]["rows"][0]["last_error"]
@@ -175,8 +208,11 @@ def test_transfer_page_shows_each_chunk_with_its_knobs(ui):
 def test_task_instance_extra_link_leads_to_its_transfer(ui):
     server, headers = ui["server"], _auth(ui)
     run_id = _run_id(ui)
-    resp = httpx.get(f"{server.url}/api/v2/dags/example_sftp_copy/dagRuns/{run_id}/taskInstances/"
-                     "copy_dataset/links", headers=headers, timeout=30)
+    resp = httpx.get(
+        f"{server.url}/api/v2/dags/example_sftp_copy/dagRuns/{run_id}/taskInstances/copy_dataset/links",
+        headers=headers,
+        timeout=30,
+    )
     assert resp.status_code == 200, resp.text
     link = resp.json()["extra_links"]["Transfer"]
     # relative unless [api] base_url was set where the task ran (dag.test() here does not set it)
@@ -205,7 +241,9 @@ def test_tuning_library_page_shows_what_the_profiler_stored(ui):
     data = httpx.get(f"{server.url}{PREFIX}/api/tuning", headers=headers, timeout=30).json()
     assert data["recorded"] and len(data["tuned"]) == 2  # both directions of the sshd <-> localhost pair
     assert {(t["source_host"], t["dest_host"]) for t in data["tuned"]} == {
-        ("localhost", f"127.0.0.1:{ui['sshd_port']}"), (f"127.0.0.1:{ui['sshd_port']}", "localhost")}
+        ("localhost", f"127.0.0.1:{ui['sshd_port']}"),
+        (f"127.0.0.1:{ui['sshd_port']}", "localhost"),
+    }
     page = httpx.get(f"{server.url}{PREFIX}/tuning", headers=headers, timeout=30)
     assert page.status_code == 200
     assert page.text.count('class="tuned-row"') == 2
@@ -225,6 +263,7 @@ def test_host_protocol_page_shows_the_probed_sshd(ui):
 
 # --- browser -------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def shots(tmp_path_factory):
     """Where the page screenshots go: a temporary directory, so a test run leaves the checkout
@@ -237,16 +276,24 @@ def shots(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    setup = subprocess.run(["bash", str(REPO / "scripts" / "setup-browser.sh")], capture_output=True, text=True,
-                           timeout=900)
+    setup = subprocess.run(
+        ["bash", str(REPO / "scripts" / "setup-browser.sh")], capture_output=True, text=True, timeout=900
+    )
     assert setup.returncode == 0, setup.stderr[-2000:]
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1360,1000", "--hide-scrollbars", "--force-device-scale-factor=1"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1360,1000",
+        "--hide-scrollbars",
+        "--force-device-scale-factor=1",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
     driver.set_page_load_timeout(120)
@@ -310,8 +357,12 @@ def test_browser_logs_in_and_sees_transfers_and_chunks(ui, browser, shots):
     assert len(chart.find_elements(By.CSS_SELECTOR, "g.chunk rect")) == len(summary["chunks"])
     _full_page_screenshot(browser, shots / "ui-transfer.png")
 
-    failed_id = next(t["id"] for t in httpx.get(f"{server.url}{PREFIX}/api/transfers", params={"state": "failed"},
-                                                 headers=_auth(ui), timeout=30).json()["transfers"])
+    failed_id = next(
+        t["id"]
+        for t in httpx.get(
+            f"{server.url}{PREFIX}/api/transfers", params={"state": "failed"}, headers=_auth(ui), timeout=30
+        ).json()["transfers"]
+    )
     browser.get(f"{server.url}{PREFIX}/transfers/{failed_id}")
     failed_rows = _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "table.failed tbody tr"))
     assert failed_rows and "ermission denied" in failed_rows[0].text

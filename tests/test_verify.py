@@ -18,8 +18,13 @@ from tests.support.sshd import chown_to_user, restricted_sshd
 
 
 def _target(server) -> SSHTarget:
-    return SSHTarget(host=server.host, port=server.port, username=server.user,
-                     key_filenames=[str(server.client_key)], known_hosts=[str(server.known_hosts)])
+    return SSHTarget(
+        host=server.host,
+        port=server.port,
+        username=server.user,
+        key_filenames=[str(server.client_key)],
+        known_hosts=[str(server.known_hosts)],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +58,15 @@ def _flip_first_time(victims: set[str]):
 def test_corrupted_files_are_detected_and_repaired(files, sshd, remote_dir):
     victims = {".f007.bin.atpart", ".f100.bin.atpart", ".f199.bin.atpart"}
     hook, done = _flip_first_time(victims)
-    summary = run_copy(CopyRequest(Endpoint("file", str(files)), Endpoint("sftp", str(remote_dir / "v"), _target(sshd)),
-                                   TransferParams(pp=8, cc=4), before_verify=hook, use_store=False))
+    summary = run_copy(
+        CopyRequest(
+            Endpoint("file", str(files)),
+            Endpoint("sftp", str(remote_dir / "v"), _target(sshd)),
+            TransferParams(pp=8, cc=4),
+            before_verify=hook,
+            use_store=False,
+        )
+    )
     assert done == victims  # the faults were really injected
     v = summary["verify"]
     assert v["where"] == "helper" and v["algorithm"] == "sha256"
@@ -70,8 +82,15 @@ def test_persistent_corruption_fails_the_file_with_both_digests(files, sshd, rem
             with open(tmp, "r+b") as f:
                 f.write(b"\0\0\0\0")
 
-    summary = run_copy(CopyRequest(Endpoint("file", str(files)), Endpoint("sftp", str(remote_dir / "p"), _target(sshd)),
-                                   TransferParams(pp=8, cc=2), before_verify=always, use_store=False))
+    summary = run_copy(
+        CopyRequest(
+            Endpoint("file", str(files)),
+            Endpoint("sftp", str(remote_dir / "p"), _target(sshd)),
+            TransferParams(pp=8, cc=2),
+            before_verify=always,
+            use_store=False,
+        )
+    )
     failed = {f["path"]: f["error"] for f in summary["failed"]}
     assert list(failed) == ["v3/f003.bin"]
     assert "checksum mismatch" in failed["v3/f003.bin"] and "source" in failed["v3/f003.bin"]
@@ -79,12 +98,20 @@ def test_persistent_corruption_fails_the_file_with_both_digests(files, sshd, rem
 
 
 def test_download_and_local_copies_are_verified(files, sshd, remote_dir, local_dir):
-    up = run_copy(CopyRequest(Endpoint("file", str(files)), Endpoint("sftp", str(remote_dir / "d"), _target(sshd)),
-                              use_store=False))
+    up = run_copy(
+        CopyRequest(
+            Endpoint("file", str(files)), Endpoint("sftp", str(remote_dir / "d"), _target(sshd)), use_store=False
+        )
+    )
     assert up["failed"] == []
-    down = run_copy(CopyRequest(Endpoint("sftp", str(remote_dir / "d"), _target(sshd)),
-                                Endpoint("file", str(local_dir / "down")), TransferParams(pp=4, p=2, cc=2),
-                                use_store=False))
+    down = run_copy(
+        CopyRequest(
+            Endpoint("sftp", str(remote_dir / "d"), _target(sshd)),
+            Endpoint("file", str(local_dir / "down")),
+            TransferParams(pp=4, p=2, cc=2),
+            use_store=False,
+        )
+    )
     assert down["verify"]["where"] == "source helper, destination local" and down["verify"]["verified"] == 200
     assert tree_digest(local_dir / "down") == tree_digest(files)
     loc = run_copy(CopyRequest(Endpoint("file", str(files)), Endpoint("file", str(local_dir / "loc")), use_store=False))
@@ -99,8 +126,14 @@ def test_fallbacks_are_reported(case, files, test_base):
         dst = base / "dst"
         dst.mkdir()
         chown_to_user(dst, server.user)
-        summary = run_copy(CopyRequest(Endpoint("file", str(files)), Endpoint("sftp", str(dst / "x"), _target(server)),
-                                       TransferParams(pp=8, cc=2), use_store=False))
+        summary = run_copy(
+            CopyRequest(
+                Endpoint("file", str(files)),
+                Endpoint("sftp", str(dst / "x"), _target(server)),
+                TransferParams(pp=8, cc=2),
+                use_store=False,
+            )
+        )
         v = summary["verify"]
         assert v["verified"] == 200 and summary["failed"] == []
         assert v["where"] == ("coreutils" if case == "no-python" else "read-back")
@@ -127,7 +160,9 @@ def test_local_digests_of_a_batch_run_on_threads_in_order_with_per_file_errors(t
         path = tmp_path / f"f{i}"
         data = os.urandom(1000 + i)
         path.write_bytes(data)
-        items.append(verify.VerifyItem(i, str(path), [verify.Piece(0, 500, ""), verify.Piece(500, len(data) - 500, "")]))
+        items.append(
+            verify.VerifyItem(i, str(path), [verify.Piece(0, 500, ""), verify.Piece(500, len(data) - 500, "")])
+        )
         expected.append([hashlib.sha256(data[:500]).hexdigest(), hashlib.sha256(data[500:]).hexdigest()])
     items[5].tmp = str(tmp_path / "gone")
     dest = verify.DestinationDigests("sha256", None)

@@ -67,9 +67,18 @@ def written_to(sshd, since: int, names: set[str]) -> dict[str, int]:
 def test_block_mode_repairs_only_the_corrupted_blocks(threads, files, sshd, remote_dir):
     hook, done = _flip_first_time(VICTIMS)
     mark = sshd.log_mark()
-    summary = run_copy(CopyRequest(Endpoint("file", str(files)), Endpoint("sftp", str(remote_dir / "b"), _target(sshd)),
-                                   TransferParams(pp=8, cc=4), before_verify=hook, use_store=False,
-                                   verify_mode="block", verify_block_size=BLOCK, verify_threads=threads))
+    summary = run_copy(
+        CopyRequest(
+            Endpoint("file", str(files)),
+            Endpoint("sftp", str(remote_dir / "b"), _target(sshd)),
+            TransferParams(pp=8, cc=4),
+            before_verify=hook,
+            use_store=False,
+            verify_mode="block",
+            verify_block_size=BLOCK,
+            verify_threads=threads,
+        )
+    )
     assert done == VICTIMS
     v = summary["verify"]
     assert (v["mode"], v["where"], v["block_size"], v["threads"]) == ("block", "helper", BLOCK, threads)
@@ -91,9 +100,17 @@ def test_block_mode_fails_a_file_that_stays_wrong_with_both_digests(files, sshd,
         if tmp.endswith(".f033.bin.atpart"):
             _flip(tmp, 70_000)  # block 1 of 72901 bytes
 
-    summary = run_copy(CopyRequest(Endpoint("file", str(files)), Endpoint("sftp", str(remote_dir / "p"), _target(sshd)),
-                                   TransferParams(pp=8, cc=2), before_verify=always, use_store=False,
-                                   verify_mode="block", verify_block_size=BLOCK))
+    summary = run_copy(
+        CopyRequest(
+            Endpoint("file", str(files)),
+            Endpoint("sftp", str(remote_dir / "p"), _target(sshd)),
+            TransferParams(pp=8, cc=2),
+            before_verify=always,
+            use_store=False,
+            verify_mode="block",
+            verify_block_size=BLOCK,
+        )
+    )
     failed = {f["path"]: f["error"] for f in summary["failed"]}
     assert list(failed) == ["v3/f033.bin"]
     err = failed["v3/f033.bin"]
@@ -108,12 +125,24 @@ def test_every_mode_gives_identical_bytes(mode, files, sshd, remote_dir):
 
     def first_checksum(tmp: str) -> None:
         if not seen:  # how many files were completely at the destination when checksumming began
-            seen.append(sum(1 for p in (remote_dir / mode).rglob("*.atpart")
-                            if p.stat().st_size == 40_000 + 997 * int(p.name[2:5])))
+            seen.append(
+                sum(
+                    1
+                    for p in (remote_dir / mode).rglob("*.atpart")
+                    if p.stat().st_size == 40_000 + 997 * int(p.name[2:5])
+                )
+            )
 
-    summary = run_copy(CopyRequest(Endpoint("file", str(files)), Endpoint("sftp", str(remote_dir / mode), _target(sshd)),
-                                   TransferParams(pp=4, cc=2), use_store=False, verify_mode=mode,
-                                   before_verify=first_checksum))
+    summary = run_copy(
+        CopyRequest(
+            Endpoint("file", str(files)),
+            Endpoint("sftp", str(remote_dir / mode), _target(sshd)),
+            TransferParams(pp=4, cc=2),
+            use_store=False,
+            verify_mode=mode,
+            before_verify=first_checksum,
+        )
+    )
     v = summary["verify"]
     assert (v["mode"], v["verified"], v["mismatched"]) == (mode, 200, 0) and summary["failed"] == []
     assert tree_digest(remote_dir / mode) == tree_digest(files)
@@ -123,7 +152,8 @@ def test_every_mode_gives_identical_bytes(mode, files, sshd, remote_dir):
         assert seen and seen[0] < 200  # checksums began while files were still moving
 
 
-_KILLER = r'''
+_KILLER = (
+    r"""
 import os, signal, sys, time
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.job import CopyRequest, run_copy
@@ -152,7 +182,9 @@ target = SSHTarget(host=host, port=int(port), username=user, key_filenames=[key]
 run_copy(CopyRequest(Endpoint("file", src), Endpoint("sftp", dst, target), TransferParams(pp=8, cc=4),
                      before_verify=hook, transfer_key="crash-blocks", verify_mode="block",
                      verify_block_size=%d))
-''' % BLOCK
+"""
+    % BLOCK
+)
 
 
 def test_block_mode_after_a_crash_uses_the_journal_block_digests(files, sshd, remote_dir):
@@ -164,15 +196,41 @@ def test_block_mode_after_a_crash_uses_the_journal_block_digests(files, sshd, re
     dst = remote_dir / "crash"
     names = {7: "v2/.f007.bin.atpart", 100: "v0/.f100.bin.atpart", 199: "v4/.f199.bin.atpart"}
     victims = ",".join(f"{dst / n}={40_000 + 997 * i}" for i, n in names.items())
-    proc = subprocess.run([sys.executable, "-c", _KILLER, str(files), str(dst), sshd.host, str(sshd.port),
-                           sshd.user, str(sshd.client_key), str(sshd.known_hosts), victims],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _KILLER,
+            str(files),
+            str(dst),
+            sshd.host,
+            str(sshd.port),
+            sshd.user,
+            str(sshd.client_key),
+            str(sshd.known_hosts),
+            victims,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == -9, proc.stderr[-2000:]  # killed by itself, before any verdict
     assert not any(p.name.endswith(".bin") for p in dst.rglob("*.bin")), "nothing may be renamed yet"
 
     mark = sshd.log_mark()
-    res = run_cli("copy", str(files), sshd.url(str(dst)), "--json", "--transfer-key", "crash-blocks",
-                  "--verify-mode", "block", "--verify-block-size", str(BLOCK), *ssh_args(sshd))
+    res = run_cli(
+        "copy",
+        str(files),
+        sshd.url(str(dst)),
+        "--json",
+        "--transfer-key",
+        "crash-blocks",
+        "--verify-mode",
+        "block",
+        "--verify-block-size",
+        str(BLOCK),
+        *ssh_args(sshd),
+    )
     assert res.code == 0, res.err[-2000:]
     v = res.summary["verify"]
     assert (v["mismatched"], v["repaired"], v["verified"]) == (3, 3, 200)
@@ -198,19 +256,48 @@ def test_block_mode_resume_checks_what_the_temporary_files_hold_beyond_the_journ
     dst = remote_dir / "tail"
     names = {7: "v2/.f007.bin.atpart", 100: "v0/.f100.bin.atpart", 199: "v4/.f199.bin.atpart"}
     victims = ",".join(f"{dst / n}={40_000 + 997 * i}" for i, n in names.items())
-    killer = _KILLER.replace('verify_mode="block"', 'verify="md5", verify_mode="block"') \
-        .replace('"crash-blocks"', '"crash-blocks-md5"') \
-        .replace("    for p in victims:\n", "    for p in list(victims)[-1:]:\n")  # corrupt f199 only
+    killer = (
+        _KILLER.replace('verify_mode="block"', 'verify="md5", verify_mode="block"')
+        .replace('"crash-blocks"', '"crash-blocks-md5"')
+        .replace("    for p in victims:\n", "    for p in list(victims)[-1:]:\n")
+    )  # corrupt f199 only
     assert killer.count('verify="md5"') == 1 and "list(victims)[-1:]" in killer
-    proc = subprocess.run([sys.executable, "-c", killer, str(files), str(dst), sshd.host, str(sshd.port),
-                           sshd.user, str(sshd.client_key), str(sshd.known_hosts), victims],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            killer,
+            str(files),
+            str(dst),
+            sshd.host,
+            str(sshd.port),
+            sshd.user,
+            str(sshd.client_key),
+            str(sshd.known_hosts),
+            victims,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == -9, proc.stderr[-2000:]
 
     mark = sshd.log_mark()
-    res = run_cli("copy", str(files), sshd.url(str(dst)), "--json", "--transfer-key", "crash-blocks-md5",
-                  "--verify", "sha256", "--verify-mode", "block", "--verify-block-size", str(BLOCK),
-                  *ssh_args(sshd))
+    res = run_cli(
+        "copy",
+        str(files),
+        sshd.url(str(dst)),
+        "--json",
+        "--transfer-key",
+        "crash-blocks-md5",
+        "--verify",
+        "sha256",
+        "--verify-mode",
+        "block",
+        "--verify-block-size",
+        str(BLOCK),
+        *ssh_args(sshd),
+    )
     assert res.code == 0, res.err[-2000:]
     v = res.summary["verify"]
     assert (v["mismatched"], v["repaired"], v["verified"]) == (1, 1, 200)
@@ -235,11 +322,25 @@ def test_block_mode_resumes_a_ranged_file_from_its_journaled_blocks(sshd, remote
     size = 256 * 1024 * 1024
     write_random(src / "big.bin", size, seed=4242)
     dst = remote_dir / "ranged"
-    args = ["copy", str(src), sshd.url(str(dst)), "--json", "-p", "2", "--transfer-key", "ranged-blocks",
-            "--verify-mode", "block", "--verify-block-size", str(1024 * 1024), *ssh_args(sshd)]
+    args = [
+        "copy",
+        str(src),
+        sshd.url(str(dst)),
+        "--json",
+        "-p",
+        "2",
+        "--transfer-key",
+        "ranged-blocks",
+        "--verify-mode",
+        "block",
+        "--verify-block-size",
+        str(1024 * 1024),
+        *ssh_args(sshd),
+    ]
     before = sshd.log_mark()
-    proc = subprocess.Popen([sys.executable, "-m", "airflow_transfer.cli", *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airflow_transfer.cli", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     tmp = dst / ".big.bin.atpart"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
@@ -288,9 +389,17 @@ def test_block_mode_fallbacks_verify_and_repair(case, files, test_base):
         dst.mkdir()
         chown_to_user(dst, server.user)
         hook, done = _flip_first_time({".f150.bin.atpart"})
-        summary = run_copy(CopyRequest(Endpoint("file", str(files)), Endpoint("sftp", str(dst / "x"), _target(server)),
-                                       TransferParams(pp=8, cc=2), use_store=False, before_verify=hook,
-                                       verify_mode="block", verify_block_size=BLOCK))
+        summary = run_copy(
+            CopyRequest(
+                Endpoint("file", str(files)),
+                Endpoint("sftp", str(dst / "x"), _target(server)),
+                TransferParams(pp=8, cc=2),
+                use_store=False,
+                before_verify=hook,
+                verify_mode="block",
+                verify_block_size=BLOCK,
+            )
+        )
         v = summary["verify"]
         assert done == {".f150.bin.atpart"}
         assert (v["verified"], v["mismatched"], v["repaired"]) == (200, 1, 1) and summary["failed"] == []
@@ -304,8 +413,11 @@ def test_block_mode_fallbacks_verify_and_repair(case, files, test_base):
 
 
 def test_block_mode_on_a_local_copy_says_it_verified_per_file(files, local_dir):
-    summary = run_copy(CopyRequest(Endpoint("file", str(files)), Endpoint("file", str(local_dir / "loc")),
-                                   use_store=False, verify_mode="block"))
+    summary = run_copy(
+        CopyRequest(
+            Endpoint("file", str(files)), Endpoint("file", str(local_dir / "loc")), use_store=False, verify_mode="block"
+        )
+    )
     v = summary["verify"]
     assert (v["mode"], v["where"], v["verified"]) == ("file", "local", 200)
     assert "block mode verifies uploads" in v["why"]
@@ -329,9 +441,18 @@ def test_block_mode_verifies_when_the_helpers_connection_fails_at_first(files, s
             return super().acquire()
 
     dst = Endpoint("sftp", str(remote_dir / "flaky-helper"), _target(sshd))
-    summary = run_copy(CopyRequest(Endpoint("file", str(files)), dst, TransferParams(pp=8, cc=2),
-                                   pool=FlakyForTheHelper(dst.target), use_store=False, verify_mode="block",
-                                   verify_block_size=BLOCK, verify_threads=1))
+    summary = run_copy(
+        CopyRequest(
+            Endpoint("file", str(files)),
+            dst,
+            TransferParams(pp=8, cc=2),
+            pool=FlakyForTheHelper(dst.target),
+            use_store=False,
+            verify_mode="block",
+            verify_block_size=BLOCK,
+            verify_threads=1,
+        )
+    )
     assert failed == ["verify-blocks0"]
     v = summary["verify"]
     assert (v["where"], v["verified"], v["mismatched"]) == ("helper", 200, 0) and summary["failed"] == []

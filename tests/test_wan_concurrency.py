@@ -25,9 +25,26 @@ def test_cc4_moves_files_on_four_connections_at_once(wan_testbed):  # noqa: F811
     os.chmod(src, 0o755)
     dst = tb.remote_dir("cc")
     mark = tb.sshd.log_mark()
-    res = tb.python_in_src(["-m", "airflow_transfer.cli", "copy", str(src), tb.sshd.url(str(dst)),
-                            "--pp", "1", "-c", "4", "-p", "1", *ssh_args(tb.sshd)],
-                           timeout=300, check=False, capture_output=True, text=True)
+    res = tb.python_in_src(
+        [
+            "-m",
+            "airflow_transfer.cli",
+            "copy",
+            str(src),
+            tb.sshd.url(str(dst)),
+            "--pp",
+            "1",
+            "-c",
+            "4",
+            "-p",
+            "1",
+            *ssh_args(tb.sshd),
+        ],
+        timeout=300,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     events = [e for e in tb.sshd.sftp_events(mark) if e[2].endswith(".atpart")]
     writers = {pid for pid, _, _ in events}

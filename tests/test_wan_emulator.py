@@ -119,8 +119,14 @@ def test_sshd_in_dst_is_reached_from_src_across_the_link(wan_testbed) -> None:  
         client = paramiko.SSHClient()
         client.load_host_keys(kw["known_hosts"])
         started = time.monotonic()
-        client.connect(kw["host"], port=kw["port"], username=kw["username"], key_filename=kw["key_filename"],
-                       look_for_keys=False, allow_agent=False)
+        client.connect(
+            kw["host"],
+            port=kw["port"],
+            username=kw["username"],
+            key_filename=kw["key_filename"],
+            look_for_keys=False,
+            allow_agent=False,
+        )
         try:
             _, out, _ = client.exec_command("echo over-the-wan")
             return out.read().decode().strip(), time.monotonic() - started
@@ -197,18 +203,22 @@ def test_shell_up_and_down() -> None:
     require_wan()
     name = f"cli{uuid.uuid4().hex[:8]}"
     cli = [sys.executable, "-m", "benchmarks.wan.link"]
-    up = subprocess.run([*cli, "up", "--profile", "lan", "--name", name], cwd=REPO_ROOT,
-                        capture_output=True, text=True, timeout=30)
+    up = subprocess.run(
+        [*cli, "up", "--profile", "lan", "--name", name], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30
+    )
     assert up.returncode == 0, up.stderr
     info = json.loads(up.stdout)
     try:
         assert (info["rtt_ms"], info["rate_mbit"]) == (1.0, 1000.0)
         # The link outlived the `up` process.
-        rtt = subprocess.run(["ip", "netns", "exec", info["src_ns"], "ping", "-q", "-n", "-c", "3", "-i", "0.1",
-                              info["dst_addr"]], capture_output=True, text=True, timeout=10)
+        rtt = subprocess.run(
+            ["ip", "netns", "exec", info["src_ns"], "ping", "-q", "-n", "-c", "3", "-i", "0.1", info["dst_addr"]],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         assert rtt.returncode == 0, rtt.stdout + rtt.stderr
     finally:
-        down = subprocess.run([*cli, "down", "--name", name], cwd=REPO_ROOT, capture_output=True, text=True,
-                              timeout=30)
+        down = subprocess.run([*cli, "down", "--name", name], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
     assert down.returncode == 0, down.stderr
     assert not [ns for ns in leftovers()["namespaces"] if ns.startswith(info["name"] + "-")]

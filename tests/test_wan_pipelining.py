@@ -16,10 +16,32 @@ from tests.support.wan import wan_testbed  # noqa: F401  (fixture)
 
 def _copy_in_src(tb, src, dst_path, pp):
     url = f"sftp://{tb.sshd.user}@{tb.sshd.host}:{tb.sshd.port}{dst_path}"
-    res = tb.python_in_src(["-m", "airflow_transfer.cli", "copy", str(src), url, "--pp", str(pp), "-c", "1",
-                            "-p", "1", "--verify", "none", "--json", "--identity", str(tb.sshd.client_key),
-                            "--known-hosts", str(tb.sshd.known_hosts)], timeout=600, check=False,
-                           capture_output=True, text=True)
+    res = tb.python_in_src(
+        [
+            "-m",
+            "airflow_transfer.cli",
+            "copy",
+            str(src),
+            url,
+            "--pp",
+            str(pp),
+            "-c",
+            "1",
+            "-p",
+            "1",
+            "--verify",
+            "none",
+            "--json",
+            "--identity",
+            str(tb.sshd.client_key),
+            "--known-hosts",
+            str(tb.sshd.known_hosts),
+        ],
+        timeout=600,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout)
 

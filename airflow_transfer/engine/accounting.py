@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 
 class Stats:
@@ -118,7 +118,7 @@ class Reporter:
         while not self._stop.wait(self.interval):
             self.emit(self.stats.snapshot())
 
-    def __enter__(self) -> "Reporter":
+    def __enter__(self) -> Reporter:
         self._thread.start()
         return self
 

@@ -89,16 +89,26 @@ def _connect(endpoint) -> backends.Backend:
         raise
     except OSError as exc:
         # Refused, unresolvable, timed out: the user's host or port (still retried as transient).
-        raise ConnectError(str(exc), endpoint.display,
-                           "check that the server is running and the host and port are right") from exc
+        raise ConnectError(
+            str(exc), endpoint.display, "check that the server is running and the host and port are right"
+        ) from exc
 
 
 class BackendSession:
     """Source and destination backends; the same surface as engine.transfer.TransferSession."""
 
-    def __init__(self, src: Endpoint, dst: Endpoint, *, stats: Stats | None = None, skip_existing: bool = True,
-                 retry: RetryPolicy | None = None, journal=None, verify: str | None = None,
-                 control: Control | None = None) -> None:
+    def __init__(
+        self,
+        src: Endpoint,
+        dst: Endpoint,
+        *,
+        stats: Stats | None = None,
+        skip_existing: bool = True,
+        retry: RetryPolicy | None = None,
+        journal=None,
+        verify: str | None = None,
+        control: Control | None = None,
+    ) -> None:
         self.src, self.dst = src, dst
         self.stats = stats or Stats()
         self.skip_existing = skip_existing
@@ -146,7 +156,7 @@ class BackendSession:
             for b in pair:
                 _close_quiet(b)
 
-    def __enter__(self) -> "BackendSession":
+    def __enter__(self) -> BackendSession:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -165,8 +175,11 @@ class BackendSession:
             except PermissionError as exc:
                 raise TransferError("source is not readable (permission denied)", self.src.display) from exc
             except (ConnectionError, TimeoutError, EOFError) as exc:
-                raise TransferError(f"listing the source failed: {exc or 'no reply (stalled)'}", self.src.display,
-                                    "check that the server is up and answering; re-run to try again") from exc
+                raise TransferError(
+                    f"listing the source failed: {exc or 'no reply (stalled)'}",
+                    self.src.display,
+                    "check that the server is up and answering; re-run to try again",
+                ) from exc
         except BaseException:
             self.release_pair(pair, broken=True)
             raise
@@ -185,9 +198,11 @@ class BackendSession:
                 try:
                     pair[1].mkdir(d, parents=True, exist_ok=True)
                 except OSError as exc:
-                    raise TransferError(f"cannot create destination directory: {describe_oserror(exc)}",
-                                        f"{self.dst.host_label}:{d}",
-                                        "check the destination path and its permissions") from exc
+                    raise TransferError(
+                        f"cannot create destination directory: {describe_oserror(exc)}",
+                        f"{self.dst.host_label}:{d}",
+                        "check the destination path and its permissions",
+                    ) from exc
         except BaseException:
             self.release_pair(pair, broken=True)
             raise
@@ -195,17 +210,29 @@ class BackendSession:
 
     def verify_summary(self) -> dict:
         if self.verify is None:
-            return {"algorithm": "none", "mode": "none", "where": "none", "verified": 0, "repaired": 0,
-                    "mismatched": 0}
+            return {"algorithm": "none", "mode": "none", "where": "none", "verified": 0, "repaired": 0, "mismatched": 0}
         where = ", ".join(sorted(self.vstats.where)) or "none"
-        return {"algorithm": self.verify, "mode": "file", "where": f"destination {where}",
-                "verified": self.vstats.verified, "repaired": self.vstats.repaired,
-                "mismatched": self.vstats.mismatched}
+        return {
+            "algorithm": self.verify,
+            "mode": "file",
+            "where": f"destination {where}",
+            "verified": self.vstats.verified,
+            "repaired": self.vstats.repaired,
+            "mismatched": self.vstats.mismatched,
+        }
 
     # -- the primitive ---------------------------------------------------------------
-    def perform(self, files: pa.Table, params: TransferParams, *, src_root: str, dst_root: str,
-                chunk_id: str = "chunk-0", modes: list[int] | None = None,
-                resume: dict[str, list] | None = None) -> ChunkResult:
+    def perform(
+        self,
+        files: pa.Table,
+        params: TransferParams,
+        *,
+        src_root: str,
+        dst_root: str,
+        chunk_id: str = "chunk-0",
+        modes: list[int] | None = None,
+        resume: dict[str, list] | None = None,
+    ) -> ChunkResult:
         t0 = time.monotonic()
         paths = files[ms.PATH].to_pylist()
         sizes = files[ms.SIZE].to_pylist()
@@ -215,8 +242,18 @@ class BackendSession:
             check_relative(rel, self.src.display)
             dst = _join(dst_root, rel)
             tmp = dst if self.dst_caps.atomic_put or not self.dst_caps.rename else temp_name(dst)
-            tasks.append(_Task(rel, int(sizes[i]), float(mtimes[i]), modes[i] if modes else 0o644,
-                               _join(src_root, rel), dst, tmp, resumable=resume is not None and rel in resume))
+            tasks.append(
+                _Task(
+                    rel,
+                    int(sizes[i]),
+                    float(mtimes[i]),
+                    modes[i] if modes else 0o644,
+                    _join(src_root, rel),
+                    dst,
+                    tmp,
+                    resumable=resume is not None and rel in resume,
+                )
+            )
         used = TransferParams(pp=1, p=1, cc=params.cc)
         result = ChunkResult(chunk_id, used, files=len(tasks), bytes=sum(t.size for t in tasks), started=t0)
         self.stats.params = {"pp": 1, "p": 1, "cc": params.cc}
@@ -257,8 +294,10 @@ class _Runner:
                 self.s.journal.mark_done(t.rel, t.size, t.mtime)
         self.queue.extend(i for i in range(len(self.tasks)) if i not in skip)
         if self.queue:
-            threads = [threading.Thread(target=self._worker, name=f"copy-cc{k}", daemon=True)
-                       for k in range(min(self.cc, len(self.queue)))]
+            threads = [
+                threading.Thread(target=self._worker, name=f"copy-cc{k}", daemon=True)
+                for k in range(min(self.cc, len(self.queue)))
+            ]
             for th in threads:
                 th.start()
             for th in threads:
@@ -269,8 +308,10 @@ class _Runner:
             if self.fatal is not None:
                 msg = _text(self.fatal, self.s.dst.host_label, t.dst)
             elif self.s.control.stopping() or self.s.control.aborted():
-                msg = f"not finished on {self.s.dst.scheme if self.s.dst.scheme != 'file' else self.s.src.scheme}" \
-                      f" (protocol switch){': ' + t.last_error if t.last_error else ''}"
+                msg = (
+                    f"not finished on {self.s.dst.scheme if self.s.dst.scheme != 'file' else self.s.src.scheme}"
+                    f" (protocol switch){': ' + t.last_error if t.last_error else ''}"
+                )
             elif t.last_error and self.policy.time_left() <= 0:
                 msg = f"deadline reached after {t.attempts} attempts; last error: {t.last_error}"
             else:
@@ -413,8 +454,12 @@ class _Runner:
             t.resumable = False  # send the whole file again
         elif retry:
             t.resumable = True  # same source version: continue from what reached the destination
-        if retry and not self.s.control.aborted() and t.attempts < self.policy.max_attempts \
-                and self.policy.time_left() > 0:
+        if (
+            retry
+            and not self.s.control.aborted()
+            and t.attempts < self.policy.max_attempts
+            and self.policy.time_left() > 0
+        ):
             self._retry_later(i, 0.0 if kind != "error" else self.policy.delay(t.attempts))
             return broken
         if retry and self.s.control.aborted():
@@ -433,8 +478,12 @@ class _Runner:
         t.attempts += 1
         alg = self.s.verify
         start = 0
-        if t.resumable and t.tmp != t.dst and (self.s.dst_caps.append_write or self.s.dst_caps.ranged_write) \
-                and self.s.src_caps.ranged_read:
+        if (
+            t.resumable
+            and t.tmp != t.dst
+            and (self.s.dst_caps.append_write or self.s.dst_caps.ranged_write)
+            and self.s.src_caps.ranged_read
+        ):
             try:
                 have = dst_b.stat(t.tmp).size
             except FileNotFoundError:
@@ -485,8 +534,9 @@ class _Runner:
             raise SourceChanged(errno.EIO, f"source has {off} bytes, listed with {t.size}", t.src)
         got = dst_b.stat(t.tmp).size
         if got != t.size:
-            raise SizeMismatch(errno.EIO, f"size mismatch after a reported success: destination has {got} of "
-                                          f"{t.size} bytes", t.dst)
+            raise SizeMismatch(
+                errno.EIO, f"size mismatch after a reported success: destination has {got} of {t.size} bytes", t.dst
+            )
         if self.s.dst_caps.set_mtime:
             dst_b.set_mtime(t.tmp, t.mtime)
         if self.s.dst.scheme == "file":
@@ -501,8 +551,11 @@ class _Runner:
                     dst_b.delete(t.tmp)
                 except OSError:
                     pass
-                raise DigestMismatch(errno.EIO, f"checksum mismatch ({alg}): source {hasher.hexdigest()[:16]}, "
-                                                f"destination {got_digest[:16]}", t.dst)
+                raise DigestMismatch(
+                    errno.EIO,
+                    f"checksum mismatch ({alg}): source {hasher.hexdigest()[:16]}, destination {got_digest[:16]}",
+                    t.dst,
+                )
             self.s.vstats.verified += 1
             if t.mismatches:
                 self.s.vstats.repaired += 1

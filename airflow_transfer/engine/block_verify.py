@@ -38,8 +38,8 @@ import threading
 import time
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..integrity.algorithms import digest_bytes, digest_file, new_hasher
 from ..integrity.remote import DigestRequest, RemoteChecksumError
@@ -77,8 +77,9 @@ def block_spans(start: int, stop: int, block_size: int) -> list[tuple[int, int]]
     return out
 
 
-def choose_threads(algorithm: str, block_size: int, bandwidth_bps: float | None,
-                   max_threads: int | None = None) -> tuple[int, float, float]:
+def choose_threads(
+    algorithm: str, block_size: int, bandwidth_bps: float | None, max_threads: int | None = None
+) -> tuple[int, float, float]:
     """(threads, t, c): checksum threads balancing the two stages, from t (seconds to send one
     block at the link's bandwidth) and c (seconds to hash one block, measured here on 4 MiB)."""
     from ..integrity.model import checksum_threads
@@ -101,8 +102,14 @@ class BlockSource:
     acked(offset, n) is fed from the job's acknowledgements. Given `digests`, nothing is
     hashed (a repair re-sends blocks whose source digests are already known)."""
 
-    def __init__(self, algorithm: str, spans: list[tuple[int, int]], emit: Callable[[Block], None],
-                 start: int, digests: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        algorithm: str,
+        spans: list[tuple[int, int]],
+        emit: Callable[[Block], None],
+        start: int,
+        digests: list[str] | None = None,
+    ) -> None:
         self.algorithm = algorithm
         self.starts = [o for o, _ in spans]
         self.lens = [n for _, n in spans]
@@ -257,9 +264,16 @@ class BlockVerifier(Verifier):
 
     block_mode = True
 
-    def __init__(self, make_dest: Callable[[], DestinationDigests], algorithm: str, block_size: int,
-                 threads: int = 1, time_left: Callable[[], float] = lambda: float("inf"),
-                 before: Callable[[VerifyItem], None] | None = None, max_threads: int = 1) -> None:
+    def __init__(
+        self,
+        make_dest: Callable[[], DestinationDigests],
+        algorithm: str,
+        block_size: int,
+        threads: int = 1,
+        time_left: Callable[[], float] = lambda: float("inf"),
+        before: Callable[[VerifyItem], None] | None = None,
+        max_threads: int = 1,
+    ) -> None:
         super().__init__(make_dest(), lambda item, ok, err: None, time_left=time_left, before=before)
         self._make_dest = make_dest
         # Above `threads`, up to this many: added while running when the measured checksum time
@@ -279,12 +293,14 @@ class BlockVerifier(Verifier):
         self._files: dict[int, _File] = {}
         self._pending: deque[tuple[_File, Block]] = deque()
         self._done: set[int] = set()  # files whose transfer ended, waiting for their verdict
-        self._workers = [threading.Thread(target=self._work, args=(d,), name=f"verify-blocks{k}", daemon=True)
-                         for k, d in enumerate(self.dests)]
+        self._workers = [
+            threading.Thread(target=self._work, args=(d,), name=f"verify-blocks{k}", daemon=True)
+            for k, d in enumerate(self.dests)
+        ]
         self._busy = 0
 
     # -- lifecycle ----------------------------------------------------------------
-    def start(self) -> "BlockVerifier":
+    def start(self) -> BlockVerifier:
         """Starts the workers; each opens its own helper first. The chunk's data flows meanwhile:
         a helper's exec and hello take about four round trips (0.2 s on wan50), and no block can
         be checked before the first one is sent anyway."""
@@ -327,7 +343,7 @@ class BlockVerifier(Verifier):
             prefix = f"{self.algorithm}:"
             for off, n, digest in journal_blocks or ():
                 if digest.startswith(prefix) and n > 0 and off + n <= task.size:
-                    f.put(Block(off, n, digest[len(prefix):], "journal"))
+                    f.put(Block(off, n, digest[len(prefix) :], "journal"))
 
     def has_blocks(self, i: int) -> bool:
         with self._cv:
@@ -430,8 +446,7 @@ class BlockVerifier(Verifier):
         self._cv.notify()
 
     def _ready_files(self) -> list[_File]:
-        ready = [self._files[i] for i in self._done
-                 if not self._files[i].finalizing and not self._files[i].unsettled]
+        ready = [self._files[i] for i in self._done if not self._files[i].finalizing and not self._files[i].unsettled]
         for f in ready:
             f.finalizing = True
         return ready
@@ -490,8 +505,10 @@ class BlockVerifier(Verifier):
                         good = digest == b.digest and (length is None or length == b.length)
                         b.state = "ok" if good else "bad"
                         if length is not None and length > b.length:
-                            b.error = OSError(f"the destination copy is longer than the source "
-                                              f"({b.offset + length} > {f.task.size} bytes)")
+                            b.error = OSError(
+                                f"the destination copy is longer than the source "
+                                f"({b.offset + length} > {f.task.size} bytes)"
+                            )
                         if dest.where == "coreutils":
                             continue  # checked as a whole file at the end
                         if good:
@@ -507,8 +524,12 @@ class BlockVerifier(Verifier):
                 except Exception as exc:  # noqa: BLE001
                     for f in finals:
                         if f.finalizing:
-                            self._settle(f, VerifyItem(f.index, f.task.tmp), False,
-                                         f"could not verify the destination copy: {exc}")
+                            self._settle(
+                                f,
+                                VerifyItem(f.index, f.task.tmp),
+                                False,
+                                f"could not verify the destination copy: {exc}",
+                            )
             finally:
                 with self._cv:
                     self._busy -= 1
@@ -546,8 +567,9 @@ class BlockVerifier(Verifier):
             if self._stop:
                 dest.close()
                 return
-            th = threading.Thread(target=self._work, args=(dest,), name=f"verify-blocks{len(self._workers)}",
-                                  daemon=True)
+            th = threading.Thread(
+                target=self._work, args=(dest,), name=f"verify-blocks{len(self._workers)}", daemon=True
+            )
             self.dests.append(dest)
             self._workers.append(th)
             self.threads = len(self._workers)
@@ -567,17 +589,26 @@ class BlockVerifier(Verifier):
                     return out
             try:
                 if dest.where == "helper":
-                    reqs = [DigestRequest(f.task.tmp, self.algorithm, b.offset,
-                                          None if b.offset + b.length == f.task.size else b.length)
-                            for f, b in batch]
+                    reqs = [
+                        DigestRequest(
+                            f.task.tmp,
+                            self.algorithm,
+                            b.offset,
+                            None if b.offset + b.length == f.task.size else b.length,
+                        )
+                        for f, b in batch
+                    ]
                     out = []
                     for (f, b), r in zip(batch, dest._helper.digest_many(reqs)):
                         if not isinstance(r, BaseException):
                             with self._cv:  # c as the helper measured it: fsync, read back, hash
                                 self.helper_seconds += r.seconds
                                 self.helper_bytes += r.digests.length
-                        out.append(r if isinstance(r, BaseException)
-                                   else (r.digest, r.digests.length if b.offset + b.length == f.task.size else None))
+                        out.append(
+                            r
+                            if isinstance(r, BaseException)
+                            else (r.digest, r.digests.length if b.offset + b.length == f.task.size else None)
+                        )
                 elif dest.where == "coreutils":
                     # Whole files only: the file is checked as one block when it is complete.
                     out = [(b.digest, None) for f, b in batch]
@@ -594,7 +625,7 @@ class BlockVerifier(Verifier):
 
     def _reconnect_one(self, dest: DestinationDigests) -> bool:
         for attempt in range(RECONNECT_ATTEMPTS):
-            wait = min(10.0, 0.5 * 2 ** attempt, self.time_left())
+            wait = min(10.0, 0.5 * 2**attempt, self.time_left())
             if wait <= 0 or self._sleep_or_stop(wait):
                 return False
             try:
@@ -621,9 +652,11 @@ class BlockVerifier(Verifier):
             elif bad:
                 self.stats.mismatched += 1
                 first = bad[0]
-                msg = (f"checksum mismatch in {len(bad)} of {len(blocks)} blocks, first at "
-                       f"{first.offset}+{first.length}: source {self.algorithm}:{first.digest} "
-                       f"destination {self.algorithm}:{first.actual or '?'}")
+                msg = (
+                    f"checksum mismatch in {len(bad)} of {len(blocks)} blocks, first at "
+                    f"{first.offset}+{first.length}: source {self.algorithm}:{first.digest} "
+                    f"destination {self.algorithm}:{first.actual or '?'}"
+                )
                 with self._cv:
                     self._undone(f)
                     f.finalizing = f.hooked = False
@@ -642,11 +675,13 @@ class BlockVerifier(Verifier):
         wire = dest.wire
         errors: dict[int, BaseException] = {}
         for f in good:
+
             def on_reply(t, r, f=f):
                 try:
                     SFTPWire.expect_status(t, r, f.task.dst)
                 except OSError as exc:
                     errors[f.index] = exc
+
             try:
                 wire.send_rename(f.task.tmp, f.task.dst, on_reply)
             except Exception as exc:  # noqa: BLE001 - reported per file by on_verdict
@@ -686,11 +721,18 @@ class BlockVerifier(Verifier):
         self.on_verdict(item, ok, error)
 
 
-def make_upload_job(v: BlockVerifier, i: int, t: FileTask, wire: SFTPWire, stats,
-                    on_range: Callable[[str, int, int], None],
-                    journal_block: Callable[[str, Block], None]) -> UploadJob:
+def make_upload_job(
+    v: BlockVerifier,
+    i: int,
+    t: FileTask,
+    wire: SFTPWire,
+    stats,
+    on_range: Callable[[str, int, int], None],
+    journal_block: Callable[[str, Block], None],
+) -> UploadJob:
     """The next job for file i in block mode: a repair of its bad blocks, or the part of the file
     not yet known to be at the destination."""
+
     def emit(block: Block) -> None:
         v.block_sent(i, block)
         journal_block(t.rel, block)
@@ -699,8 +741,9 @@ def make_upload_job(v: BlockVerifier, i: int, t: FileTask, wire: SFTPWire, stats
         blocks, t.repair = t.repair, None
         v.begin_repair(i)
         job: UploadJob = RepairJob(t, blocks, stats)
-        src = BlockSource(v.algorithm, [(b.offset, b.length) for b in blocks], emit, job.start,
-                          [b.digest for b in blocks])
+        src = BlockSource(
+            v.algorithm, [(b.offset, b.length) for b in blocks], emit, job.start, [b.digest for b in blocks]
+        )
     else:
         tmp_size = 0
         if t.resumable or v.has_blocks(i):
@@ -730,10 +773,16 @@ def make_upload_job(v: BlockVerifier, i: int, t: FileTask, wire: SFTPWire, stats
     return job
 
 
-def attach_range_job(v: BlockVerifier, i: int, t: FileTask, job: UploadJob,
-                     on_range: Callable[[str, int, int], None],
-                     journal_block: Callable[[str, Block], None]) -> None:
+def attach_range_job(
+    v: BlockVerifier,
+    i: int,
+    t: FileTask,
+    job: UploadJob,
+    on_range: Callable[[str, int, int], None],
+    journal_block: Callable[[str, Block], None],
+) -> None:
     """Block digests for one byte range of a file moved over its own connection (p > 1)."""
+
     def emit(block: Block) -> None:
         v.block_sent(i, block)
         journal_block(t.rel, block)
@@ -748,5 +797,15 @@ def attach_range_job(v: BlockVerifier, i: int, t: FileTask, job: UploadJob,
     job.on_range = ranged
 
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "Block", "BlockSource", "BlockStats", "BlockVerifier", "RepairJob",
-           "attach_range_job", "block_spans", "choose_threads", "make_upload_job"]
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "Block",
+    "BlockSource",
+    "BlockStats",
+    "BlockVerifier",
+    "RepairJob",
+    "attach_range_job",
+    "block_spans",
+    "choose_threads",
+    "make_upload_job",
+]

@@ -95,8 +95,10 @@ class EngineChunkSession:
     def start(self, spec: ChunkSpec, channels: int) -> None:
         _check_channels(spec.id, channels)
         if not 0 <= spec.start <= spec.stop <= self.manifest.num_rows:
-            raise ValueError(f"chunk {spec.id}: rows [{spec.start}, {spec.stop}) are outside the manifest "
-                             f"({self.manifest.num_rows} rows)")
+            raise ValueError(
+                f"chunk {spec.id}: rows [{spec.start}, {spec.stop}) are outside the manifest "
+                f"({self.manifest.num_rows} rows)"
+            )
         with self._lock:
             if self._closed.is_set():
                 raise RuntimeError("start() on a closed chunk session")
@@ -170,10 +172,11 @@ class EngineChunkSession:
         spec, x = chunk.spec, self.x
         params = x.adjust(replace(spec.params, cc=chunk.channels))
         rows = self.manifest.slice(spec.start, spec.stop - spec.start)
-        modes = x.modes[spec.start:spec.stop] if x.modes is not None else None
+        modes = x.modes[spec.start : spec.stop] if x.modes is not None else None
         try:
-            result = chunk.session.perform(rows, params, src_root=x.src_root, dst_root=x.dst_root,
-                                           chunk_id=spec.id, modes=modes, resume=x.resume)
+            result = chunk.session.perform(
+                rows, params, src_root=x.src_root, dst_root=x.dst_root, chunk_id=spec.id, modes=modes, resume=x.resume
+            )
         except BaseException as exc:  # noqa: BLE001 - handed to wait_any, which raises it
             chunk.error = exc
             result = _failed(spec, rows, params, exc)
@@ -185,8 +188,9 @@ class EngineChunkSession:
         with self._lock:
             result.params = replace(result.params, cc=chunk.channels)
             chunk.done = True
-            self._events.put(ChunkEvent(spec.id, time.monotonic() - self.t0, chunk.bytes_done, done=True,
-                                        result=result))
+            self._events.put(
+                ChunkEvent(spec.id, time.monotonic() - self.t0, chunk.bytes_done, done=True, result=result)
+            )
             self._show_params()
 
     def _tick(self) -> None:
@@ -212,8 +216,13 @@ class EngineChunkSession:
 def _failed(spec: ChunkSpec, rows: pa.Table, params, exc: BaseException) -> ChunkResult:
     message = getattr(exc, "message", None) or f"{exc.__class__.__name__}: {exc}"
     paths, sizes = rows[ms.PATH].to_pylist(), rows[ms.SIZE].to_pylist()
-    return ChunkResult(spec.id, params, files=len(paths), bytes=sum(sizes),
-                       outcomes=[FileOutcome(p, int(s), ok=False, error=message) for p, s in zip(paths, sizes)])
+    return ChunkResult(
+        spec.id,
+        params,
+        files=len(paths),
+        bytes=sum(sizes),
+        outcomes=[FileOutcome(p, int(s), ok=False, error=message) for p, s in zip(paths, sizes)],
+    )
 
 
 def _check_channels(chunk_id: str, channels: int) -> None:

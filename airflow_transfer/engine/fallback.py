@@ -37,8 +37,7 @@ import pyarrow as pa
 from ..errors import TransferError, UsageError
 from ..manifest import list_local, list_remote
 from ..protocols.endpoint import Endpoint
-from ..protocols.fallback import (DEFAULT_PROBE_INTERVAL, DEFAULT_THRESHOLD, now_iso, probe,
-                                  protocol_name)
+from ..protocols.fallback import DEFAULT_PROBE_INTERVAL, DEFAULT_THRESHOLD, now_iso, probe, protocol_name
 from ..protocols.sessions import uses_engine
 from .accounting import Stats
 from .backend_copy import BackendSession
@@ -78,12 +77,23 @@ class _PhaseStats:
 
 
 class FallbackSession:
-    def __init__(self, src: Endpoint, dst: Endpoint, protocols: list[Endpoint], *, side: str,
-                 stats=None, skip_existing: bool = True, retry: RetryPolicy | None = None,
-                 verify: str | None = None, threshold: int = DEFAULT_THRESHOLD,
-                 probe_interval: float = DEFAULT_PROBE_INTERVAL,
-                 log: Callable[[str], None] | None = None, engine_options: dict | None = None,
-                 pool=None) -> None:
+    def __init__(
+        self,
+        src: Endpoint,
+        dst: Endpoint,
+        protocols: list[Endpoint],
+        *,
+        side: str,
+        stats=None,
+        skip_existing: bool = True,
+        retry: RetryPolicy | None = None,
+        verify: str | None = None,
+        threshold: int = DEFAULT_THRESHOLD,
+        probe_interval: float = DEFAULT_PROBE_INTERVAL,
+        log: Callable[[str], None] | None = None,
+        engine_options: dict | None = None,
+        pool=None,
+    ) -> None:
         if threshold < 1:
             raise UsageError(f"switch threshold must be >= 1 (got {threshold})")
         self.src, self.dst = src, dst
@@ -120,8 +130,16 @@ class FallbackSession:
         self._engine_summary: tuple[dict | None, list[str]] = (None, [])
         s, d = self.pair(0)
         if uses_engine(s, d):
-            self.engine = TransferSession(s, d, stats=self.phase_stats, skip_existing=skip_existing,
-                                          retry=self.retry, verify=verify, pool=pool, **self.engine_options)
+            self.engine = TransferSession(
+                s,
+                d,
+                stats=self.phase_stats,
+                skip_existing=skip_existing,
+                retry=self.retry,
+                verify=verify,
+                pool=pool,
+                **self.engine_options,
+            )
             self.engine.control = self.ctl0
             self._engine_open = True
         elif pool is not None:
@@ -196,12 +214,27 @@ class FallbackSession:
         if index == 0 and self._engine_open and ctl is self.ctl0:
             return self.engine
         if uses_engine(s, d):
-            sess = TransferSession(s, d, stats=self.phase_stats, skip_existing=skip, retry=self.retry,
-                                   verify=self.verify, **self.engine_options)
+            sess = TransferSession(
+                s,
+                d,
+                stats=self.phase_stats,
+                skip_existing=skip,
+                retry=self.retry,
+                verify=self.verify,
+                **self.engine_options,
+            )
             sess.journal, sess.control = self._journal, ctl
         else:
-            sess = BackendSession(s, d, stats=self.phase_stats, skip_existing=skip, retry=self.retry,
-                                  journal=self._journal, verify=self.verify, control=ctl)
+            sess = BackendSession(
+                s,
+                d,
+                stats=self.phase_stats,
+                skip_existing=skip,
+                retry=self.retry,
+                journal=self._journal,
+                verify=self.verify,
+                control=ctl,
+            )
         sess.before_verify = self._before_verify
         return sess
 
@@ -220,7 +253,7 @@ class FallbackSession:
         if self._engine_open:
             self.engine.close()
 
-    def __enter__(self) -> "FallbackSession":
+    def __enter__(self) -> FallbackSession:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -253,8 +286,11 @@ class FallbackSession:
                 errors.append(f"{protocol_name(s)}: {exc}")
             except (OSError, EOFError) as exc:
                 errors.append(f"{protocol_name(s)}: {exc}")
-        raise TransferError(f"cannot list the source on any protocol ({'; '.join(errors)})", self.src.display,
-                            "check that the host is up")
+        raise TransferError(
+            f"cannot list the source on any protocol ({'; '.join(errors)})",
+            self.src.display,
+            "check that the host is up",
+        )
 
     def ensure_dirs(self, dst_root: str, rel_dirs: list[str]) -> None:
         """Made now on the engine when it moves the first phase (as a plain copy does); else, or
@@ -271,8 +307,7 @@ class FallbackSession:
 
     def verify_summary(self) -> dict:
         if self.verify is None:
-            return {"algorithm": "none", "mode": "none", "where": "none", "verified": 0, "repaired": 0,
-                    "mismatched": 0}
+            return {"algorithm": "none", "mode": "none", "where": "none", "verified": 0, "repaired": 0, "mismatched": 0}
         parts = list(self._verify_parts)
         if self._engine_open:
             parts.append((protocol_name(self.protocols[0]), self.engine.verify_summary()))
@@ -292,8 +327,11 @@ class FallbackSession:
         return out
 
     def summary_extra(self) -> dict:
-        return {"protocols": self.per_protocol, "protocol_order": [protocol_name(p) for p in self.protocols],
-                "files_sent_twice_in_full": len(self.sent_twice)}
+        return {
+            "protocols": self.per_protocol,
+            "protocol_order": [protocol_name(p) for p in self.protocols],
+            "files_sent_twice_in_full": len(self.sent_twice),
+        }
 
     # -- switching ---------------------------------------------------------------
     def _switch(self, to: int, reason: str) -> None:
@@ -328,9 +366,17 @@ class FallbackSession:
         stats["bytes_moved"] += moved
 
     # -- after job.py ran the tuning algorithm on the engine ---------------------------
-    def complete(self, chunks: list[ChunkResult], files: pa.Table, params: TransferParams, *, src_root: str,
-                 dst_root: str, modes: list[int] | None = None,
-                 resume: dict[str, list] | None = None) -> list[ChunkResult]:
+    def complete(
+        self,
+        chunks: list[ChunkResult],
+        files: pa.Table,
+        params: TransferParams,
+        *,
+        src_root: str,
+        dst_root: str,
+        modes: list[int] | None = None,
+        resume: dict[str, list] | None = None,
+    ) -> list[ChunkResult]:
         """Carry what the engine's run left: every file it did not finish when the preferred
         protocol was abandoned, else the files it never got to (a connection that failed below
         the threshold). Their outcomes move from the engine's chunks to one more chunk."""
@@ -361,23 +407,62 @@ class FallbackSession:
         sub = files.take(pa.array(idx, pa.int64()))
         sub_modes = [modes[g] for g in idx] if modes else None
         used = TransferParams(pp=1, p=1, cc=max([c.params.cc for c in chunks] or [params.cc]))
-        res = self._phases(sub, used, src_root=src_root, dst_root=dst_root, chunk_id="fallback",
-                           modes=sub_modes, resume=resume, first_phase=False, touched=True,
-                           failed_in_row=failed_in_row, carried=0 if aborted else ctl.consecutive)
+        res = self._phases(
+            sub,
+            used,
+            src_root=src_root,
+            dst_root=dst_root,
+            chunk_id="fallback",
+            modes=sub_modes,
+            resume=resume,
+            first_phase=False,
+            touched=True,
+            failed_in_row=failed_in_row,
+            carried=0 if aborted else ctl.consecutive,
+        )
         for c in chunks:
             c.outcomes = [o for o in c.outcomes if o.path not in carry]
         return [*chunks, res]
 
     # -- the primitive ----------------------------------------------------------------
-    def perform(self, files: pa.Table, params: TransferParams, *, src_root: str, dst_root: str,
-                chunk_id: str = "chunk-0", modes: list[int] | None = None,
-                resume: dict[str, list] | None = None) -> ChunkResult:
-        return self._phases(files, params, src_root=src_root, dst_root=dst_root, chunk_id=chunk_id, modes=modes,
-                            resume=resume, first_phase=True, touched=False)
+    def perform(
+        self,
+        files: pa.Table,
+        params: TransferParams,
+        *,
+        src_root: str,
+        dst_root: str,
+        chunk_id: str = "chunk-0",
+        modes: list[int] | None = None,
+        resume: dict[str, list] | None = None,
+    ) -> ChunkResult:
+        return self._phases(
+            files,
+            params,
+            src_root=src_root,
+            dst_root=dst_root,
+            chunk_id=chunk_id,
+            modes=modes,
+            resume=resume,
+            first_phase=True,
+            touched=False,
+        )
 
-    def _phases(self, files: pa.Table, params: TransferParams, *, src_root: str, dst_root: str, chunk_id: str,
-                modes: list[int] | None, resume: dict[str, list] | None, first_phase: bool, touched: bool,
-                failed_in_row: int = 0, carried: int = 0) -> ChunkResult:
+    def _phases(
+        self,
+        files: pa.Table,
+        params: TransferParams,
+        *,
+        src_root: str,
+        dst_root: str,
+        chunk_id: str,
+        modes: list[int] | None,
+        resume: dict[str, list] | None,
+        first_phase: bool,
+        touched: bool,
+        failed_in_row: int = 0,
+        carried: int = 0,
+    ) -> ChunkResult:
         t0 = time.monotonic()
         n = files.num_rows
         sizes = files["size"].to_pylist()
@@ -423,8 +508,15 @@ class FallbackSession:
                     self._dirs_pending = False
                 sub = files.take(pa.array(remaining, pa.int64()))
                 sub_modes = [modes[g] for g in remaining] if modes else None
-                res = sess.perform(sub, params, src_root=src_root, dst_root=dst_root, chunk_id=chunk_id,
-                                   modes=sub_modes, resume=phase_resume)
+                res = sess.perform(
+                    sub,
+                    params,
+                    src_root=src_root,
+                    dst_root=dst_root,
+                    chunk_id=chunk_id,
+                    modes=sub_modes,
+                    resume=phase_resume,
+                )
                 phase_out, done_idx, phase_moved = res.outcomes, list(remaining), res.bytes_moved
             except Exception as exc:  # noqa: BLE001 - the protocol failed as a whole (connect, mkdir, ...)
                 error = exc
@@ -476,15 +568,16 @@ class FallbackSession:
                 if failed_in_row >= len(self.protocols):
                     # Every protocol failed in a row: wait, then start again from the preferred one.
                     nxt = 0
-                    wait = min(self.retry.delay(failed_in_row // len(self.protocols)),
-                               max(0.0, self.retry.time_left()))
+                    wait = min(self.retry.delay(failed_in_row // len(self.protocols)), max(0.0, self.retry.time_left()))
                     self.log(f"all protocols failed; next try in {wait:.1f}s")
                     time.sleep(wait)
                 if nxt != index:
                     self._switch(nxt, ctl.reason)
                 continue
-            if remaining and (error is not None or any((o.error or "").startswith(NOT_FINISHED)
-                                                       for g, o in zip(done_idx, phase_out) if g in remaining)):
+            if remaining and (
+                error is not None
+                or any((o.error or "").startswith(NOT_FINISHED) for g, o in zip(done_idx, phase_out) if g in remaining)
+            ):
                 continue  # below the threshold: the same protocol again
             break
         for g in range(n):

@@ -32,10 +32,7 @@ class TransferParams:
         for name in ("pp", "p", "cc"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(
-                    f"{name} must be a whole number >= 1 (got {value!r}); "
-                    f"use 1 to turn {name} off"
-                )
+                raise ValueError(f"{name} must be a whole number >= 1 (got {value!r}); use 1 to turn {name} off")
         for name in ("block_size", "tcp_buffer"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:

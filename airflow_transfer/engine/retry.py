@@ -16,11 +16,32 @@ from dataclasses import dataclass
 
 from ..errors import AuthError, ConnectError, HostKeyError, TransferError, UnsafePathError, UsageError
 
-_PERMANENT_ERRNO = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EROFS,
-                    errno.ENAMETOOLONG, errno.EISDIR, errno.ENOTDIR, errno.EINVAL, errno.EFBIG}
-_TRANSIENT_ERRNO = {errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED, errno.EPIPE, errno.ETIMEDOUT,
-                    errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN, errno.ENOTCONN, errno.EAGAIN,
-                    errno.EIO}
+_PERMANENT_ERRNO = {
+    errno.ENOENT,
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.ENAMETOOLONG,
+    errno.EISDIR,
+    errno.ENOTDIR,
+    errno.EINVAL,
+    errno.EFBIG,
+}
+_TRANSIENT_ERRNO = {
+    errno.ECONNRESET,
+    errno.ECONNREFUSED,
+    errno.ECONNABORTED,
+    errno.EPIPE,
+    errno.ETIMEDOUT,
+    errno.EHOSTUNREACH,
+    errno.ENETUNREACH,
+    errno.ENETDOWN,
+    errno.ENOTCONN,
+    errno.EAGAIN,
+    errno.EIO,
+}
 
 
 def classify(exc: BaseException) -> tuple[bool, str]:

@@ -20,8 +20,8 @@ import errno
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..protocols import sftp_wire as w
 from ..protocols.sftp_wire import Attrs, SFTPWire
@@ -374,8 +374,9 @@ class Pipeline:
         less per file, which is what pp=1 pays on a long link)."""
         if job.done or job.closing:
             return
-        if job.outstanding and not (isinstance(job, UploadJob) and job.error is None
-                                    and job.handle is not None and job.next_off >= job.stop):
+        if job.outstanding and not (
+            isinstance(job, UploadJob) and job.error is None and job.handle is not None and job.next_off >= job.stop
+        ):
             return
         wire = self.wire
         if job.error is not None:
@@ -402,7 +403,7 @@ class Pipeline:
             job.outstanding += 1
             wire.send(w.CLOSE, wire.p_handle(job.handle), lambda t, r: self._closed(job, t, r))
 
-    def _explain(self, job: "UploadJob") -> BaseException:
+    def _explain(self, job: UploadJob) -> BaseException:
         """OpenSSH reports a full disk as a bare 'Failure'. Ask the filesystem now, before the
         failed temporary file is removed and its space comes back."""
         err = job.error

@@ -17,30 +17,38 @@ import errno
 import heapq
 import os
 import posixpath
-import shutil
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 import pyarrow as pa
 
 from .. import manifest_schema as ms
 from ..errors import TransferError, UsageError, describe_oserror
+from ..integrity.algorithms import digest_file
 from ..paths import check_relative, temp_name
 from ..protocols import sftp_wire as w
 from ..protocols.endpoint import Endpoint
 from ..protocols.pool import WARM_CONNECTIONS, SFTPPool
 from ..protocols.sftp_wire import Attrs, SFTPProtocolError
+from ..store.ranges import coalesce
 from .accounting import Stats
 from .control import NOT_FINISHED, Control
 from .params import TransferParams
 from .result import ChunkResult, FileOutcome
 from .retry import RetryPolicy, classify
-from .sftp_jobs import (DownloadJob, FileTask, Job, Pipeline, SourceChanged, UploadJob, contiguous_prefix,
-                        count_progress, mtime_changed)
-from ..store.ranges import coalesce
-from ..integrity.algorithms import digest_file
+from .sftp_jobs import (
+    DownloadJob,
+    FileTask,
+    Job,
+    Pipeline,
+    SourceChanged,
+    UploadJob,
+    contiguous_prefix,
+    count_progress,
+    mtime_changed,
+)
 from .verify import DestinationDigests, Piece, SourceHasher, Verifier, VerifyItem
 
 MAX_REPAIRS = 2  # re-sends of a file whose digests did not match before it fails
@@ -48,6 +56,7 @@ MAX_REPAIRS = 2  # re-sends of a file whose digests did not match before it fail
 
 class ChecksumMismatch(Exception):
     """Source and destination digests differ: the file is sent again."""
+
 
 RANGE_MIN = 4 * 1024 * 1024  # smallest byte range worth its own connection
 DEFAULT_INFLIGHT = 8 * 1024 * 1024  # bytes outstanding per connection (bounded memory)
@@ -69,7 +78,7 @@ class _ReportedPool:
     reported to the session's control like a worker's (a fall-back counts it), so a verifier
     reconnecting to a server that went away does not hold the copy until the deadline."""
 
-    def __init__(self, session: "TransferSession") -> None:
+    def __init__(self, session: TransferSession) -> None:
         self._session = session
 
     def acquire(self, *args, **kwargs):
@@ -86,16 +95,30 @@ class _ReportedPool:
 class TransferSession:
     """Source and destination endpoints with pooled connections, reused across chunks."""
 
-    def __init__(self, src: Endpoint, dst: Endpoint, *, stats: Stats | None = None,
-                 inflight: int = DEFAULT_INFLIGHT, skip_existing: bool = True,
-                 retry: RetryPolicy | None = None, journal=None, verify: str | None = None,
-                 verify_mode: str = "file", block_size: int | None = None,
-                 verify_threads: int | None = None, pool: SFTPPool | None = None) -> None:
+    def __init__(
+        self,
+        src: Endpoint,
+        dst: Endpoint,
+        *,
+        stats: Stats | None = None,
+        inflight: int = DEFAULT_INFLIGHT,
+        skip_existing: bool = True,
+        retry: RetryPolicy | None = None,
+        journal=None,
+        verify: str | None = None,
+        verify_mode: str = "file",
+        block_size: int | None = None,
+        verify_threads: int | None = None,
+        pool: SFTPPool | None = None,
+    ) -> None:
         """`pool`: connections to the remote end opened (or warming) before the session
         existed; the CLI starts them ahead of its heavy imports. The session owns it from here."""
         if src.scheme == "sftp" and dst.scheme == "sftp":
-            raise UsageError("sftp to sftp copies are not supported yet", f"{src.display} -> {dst.display}",
-                             "copy to a local staging directory first")
+            raise UsageError(
+                "sftp to sftp copies are not supported yet",
+                f"{src.display} -> {dst.display}",
+                "copy to a local staging directory first",
+            )
         self.src, self.dst = src, dst
         self.stats = stats or Stats()
         self.inflight = inflight
@@ -120,26 +143,38 @@ class TransferSession:
             # Block mode for uploads: on wan50 `large` file mode's last files waited for their
             # whole-file fsync and read-back (docs/integrity.md, "Why `auto` picks block mode").
             self.verify_mode = "block" if self.direction == "upload" else "file"
-            self.verify_why = ("auto: block-level for uploads" if self.direction == "upload" else
-                               f"auto: file-level, since block mode verifies uploads and this is a {self.direction} copy")
+            self.verify_why = (
+                "auto: block-level for uploads"
+                if self.direction == "upload"
+                else f"auto: file-level, since block mode verifies uploads and this is a {self.direction} copy"
+            )
         elif verify_mode == "block" and self.direction != "upload":
             self.verify_mode = "file"
             self.verify_why = f"block mode verifies uploads; this {self.direction} copy is verified per file"
         self._dirs_made: set[str] = set()
-        self.on_runner: Callable[["_Runner"], None] | None = None  # sees each chunk's runner before it runs
+        self.on_runner: Callable[[_Runner], None] | None = None  # sees each chunk's runner before it runs
         self._parent: TransferSession | None = None  # set on a sibling()
         self._retired: list[Verifier] = []  # stopped verifiers of siblings, for verify_summary
         self.control: Control = Control()  # the fall-back's hooks (engine/control.py); default: none
 
-    def sibling(self) -> "TransferSession":
+    def sibling(self) -> TransferSession:
         """A session over the same endpoints, connection pool, stats and journal with a verifier
         of its own: a chunk running alongside others (Multi-Chunk) needs one, since a verifier
         calls back into one chunk's runner. Closing it keeps the pool and hands its verifier's
         counts to this session's verify_summary."""
-        s = TransferSession(self.src, self.dst, stats=self.stats, inflight=self.inflight,
-                            skip_existing=self.skip_existing, retry=self.retry, journal=self.journal,
-                            verify=self.verify, verify_mode=self.verify_mode, block_size=self.block_size,
-                            verify_threads=self.verify_threads)
+        s = TransferSession(
+            self.src,
+            self.dst,
+            stats=self.stats,
+            inflight=self.inflight,
+            skip_existing=self.skip_existing,
+            retry=self.retry,
+            journal=self.journal,
+            verify=self.verify,
+            verify_mode=self.verify_mode,
+            block_size=self.block_size,
+            verify_threads=self.verify_threads,
+        )
         s.pool, s._dirs_made, s._parent = self.pool, self._dirs_made, self
         s.control = self.control
         s.bandwidth_bps, s.resume_blocks, s.before_verify = self.bandwidth_bps, self.resume_blocks, self.before_verify
@@ -173,10 +208,15 @@ class TransferSession:
             block = self.block_size or DEFAULT_BLOCK_SIZE
             threads, self.block_t, self.block_c = choose_threads(self.verify, block, self.bandwidth_bps)
             pool = _ReportedPool(self)
-            self.verifier = BlockVerifier(lambda: DestinationDigests(self.verify, pool), self.verify, block,
-                                          self.verify_threads or threads, time_left=self.time_left,
-                                          before=lambda item: self.before_verify and self.before_verify(item.tmp),
-                                          max_threads=self.verify_threads or max(1, min(4, os.cpu_count() or 1)))
+            self.verifier = BlockVerifier(
+                lambda: DestinationDigests(self.verify, pool),
+                self.verify,
+                block,
+                self.verify_threads or threads,
+                time_left=self.time_left,
+                before=lambda item: self.before_verify and self.before_verify(item.tmp),
+                max_threads=self.verify_threads or max(1, min(4, os.cpu_count() or 1)),
+            )
             self.verifier.start()
             return self.verifier
         pool = _ReportedPool(self) if self.pool is not None else None
@@ -184,36 +224,52 @@ class TransferSession:
             dest, src = DestinationDigests(self.verify, None), DestinationDigests(self.verify, pool)
         else:
             dest, src = DestinationDigests(self.verify, pool if self.direction == "upload" else None), None
-        self.verifier = Verifier(dest, lambda item, ok, err: None, src=src, time_left=self.time_left,
-                                 max_rounds=self.retry.max_attempts,
-                                 before=lambda item: self.before_verify and self.before_verify(item.tmp))
+        self.verifier = Verifier(
+            dest,
+            lambda item, ok, err: None,
+            src=src,
+            time_left=self.time_left,
+            max_rounds=self.retry.max_attempts,
+            before=lambda item: self.before_verify and self.before_verify(item.tmp),
+        )
         self.verifier.start()
         return self.verifier
 
     def verify_summary(self) -> dict:
         if self.verify is None:
-            return {"algorithm": "none", "mode": "none", "where": "none", "verified": 0, "repaired": 0,
-                    "mismatched": 0}
+            return {"algorithm": "none", "mode": "none", "where": "none", "verified": 0, "repaired": 0, "mismatched": 0}
         every = [x for x in (self.verifier, *self._retired) if x is not None]  # siblings' too (Multi-Chunk)
         v = every[0] if every else None
         where = v.dest.where if v else "none"
         if v is not None and v.src is not None:
             where = f"source {v.src.where}, destination {v.dest.where}"
-        out = {"algorithm": self.verify, "mode": self.verify_mode, "where": where,
-               "verified": sum(x.stats.verified for x in every), "repaired": sum(x.stats.repaired for x in every),
-               "mismatched": sum(x.stats.mismatched for x in every)}
+        out = {
+            "algorithm": self.verify,
+            "mode": self.verify_mode,
+            "where": where,
+            "verified": sum(x.stats.verified for x in every),
+            "repaired": sum(x.stats.repaired for x in every),
+            "mismatched": sum(x.stats.mismatched for x in every),
+        }
         if getattr(v, "block_mode", False):
             b = _sum_bstats([x.bstats for x in every])
             out["block_size"], out["threads"] = v.block_size, max(x.threads for x in every)
             # What the thread count was balanced from (t: 0 when the link's bandwidth is unknown).
-            out["balance"] = {"t_block_s": round(getattr(self, "block_t", 0.0), 6),
-                              "c_block_s": round(getattr(self, "block_c", 0.0), 6)}
+            out["balance"] = {
+                "t_block_s": round(getattr(self, "block_t", 0.0), 6),
+                "c_block_s": round(getattr(self, "block_c", 0.0), 6),
+            }
             measured = v.balance()  # t and c per block as measured during the run
             if measured is not None:
                 out["balance"]["t_block_measured_s"] = round(measured[0], 6)
                 out["balance"]["c_block_measured_s"] = round(measured[1], 6)
-            out["blocks"] = {"verified": b.verified, "mismatched": b.mismatched, "resent": b.resent,
-                             "bytes_resent": b.bytes_resent, "from_journal": b.from_journal}
+            out["blocks"] = {
+                "verified": b.verified,
+                "mismatched": b.mismatched,
+                "resent": b.resent,
+                "bytes_resent": b.bytes_resent,
+                "from_journal": b.from_journal,
+            }
         reasons = [self.verify_why] if self.verify_why else []
         reasons += [d.reason for d in ((v.dest, v.src) if v else ()) if d is not None and d.reason]
         if reasons:
@@ -232,7 +288,7 @@ class TransferSession:
             caps.exec_method, caps.exec_reason = side.exec, side.reason
         return caps.summary(), caps.notes()
 
-    def __enter__(self) -> "TransferSession":
+    def __enter__(self) -> TransferSession:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -248,8 +304,9 @@ class TransferSession:
             check_relative(rel, self.src.display)
             dst = posixpath.join(dst_root, rel) if self.dst.scheme == "sftp" else os.path.join(dst_root, rel)
             src = posixpath.join(src_root, rel) if self.src.scheme == "sftp" else os.path.join(src_root, rel)
-            out.append(FileTask(rel, int(sizes[i]), float(mtimes[i]), src, dst, temp_name(dst),
-                                modes[i] if modes else 0o644))
+            out.append(
+                FileTask(rel, int(sizes[i]), float(mtimes[i]), src, dst, temp_name(dst), modes[i] if modes else 0o644)
+            )
         return out
 
     def ensure_dirs(self, dst_root: str, rel_dirs: list[str]) -> None:
@@ -268,8 +325,11 @@ class TransferSession:
                 try:
                     os.makedirs(d, exist_ok=True)
                 except OSError as exc:
-                    raise TransferError(f"cannot create destination directory: {describe_oserror(exc)}",
-                                        f"localhost:{d}", "check the destination path and its permissions") from exc
+                    raise TransferError(
+                        f"cannot create destination directory: {describe_oserror(exc)}",
+                        f"localhost:{d}",
+                        "check the destination path and its permissions",
+                    ) from exc
             self._dirs_made.update(todo)
             return
         conn = self.pool.acquire()
@@ -281,11 +341,13 @@ class TransferSession:
                 by_depth.setdefault(d.count("/"), []).append(d)
             for depth in sorted(by_depth):
                 for d in by_depth[depth]:
+
                     def on_reply(t, r, d=d):
                         try:
                             wire.expect_status(t, r, d)
                         except OSError as exc:
                             failures[d] = exc
+
                     wire.send(w.MKDIR, wire.p_path(d) + Attrs(mode=0o755).pack(), on_reply)
                 while wire.outstanding:
                     wire.pump(block=True)
@@ -297,8 +359,11 @@ class TransferSession:
                     attrs = None
                 if attrs is None or not attrs.is_dir:
                     host = self.dst.host_label
-                    raise TransferError(f"cannot create destination directory: {describe_oserror(exc)}",
-                                        f"{host}:{d}", "check the destination path and its permissions")
+                    raise TransferError(
+                        f"cannot create destination directory: {describe_oserror(exc)}",
+                        f"{host}:{d}",
+                        "check the destination path and its permissions",
+                    )
             self._dirs_made.update(todo)
         finally:
             self.pool.release(conn)
@@ -321,12 +386,14 @@ class TransferSession:
             window = 256
             for lo in range(0, len(tasks), window):
                 for i in range(lo, min(lo + window, len(tasks))):
+
                     def on_attrs(ptype, r, i=i):
                         if ptype == w.ATTRS:
                             a = r.attrs()
                             t = tasks[i]
                             if a.is_reg and a.size == t.size and a.mtime == int(t.mtime):
                                 done.add(i)
+
                     wire.send(w.LSTAT, wire.p_path(tasks[i].dst), on_attrs)
                 while wire.outstanding:
                     wire.pump(block=True)
@@ -335,9 +402,17 @@ class TransferSession:
         return done
 
     # -- the primitive ---------------------------------------------------------
-    def perform(self, files: pa.Table, params: TransferParams, *, src_root: str, dst_root: str,
-                chunk_id: str = "chunk-0", modes: list[int] | None = None,
-                resume: dict[str, list] | None = None) -> ChunkResult:
+    def perform(
+        self,
+        files: pa.Table,
+        params: TransferParams,
+        *,
+        src_root: str,
+        dst_root: str,
+        chunk_id: str = "chunk-0",
+        modes: list[int] | None = None,
+        resume: dict[str, list] | None = None,
+    ) -> ChunkResult:
         """Move `files`. `resume` maps a path whose listing is unchanged since an earlier
         attempt to the byte ranges the journal holds for it."""
         t0 = time.monotonic()
@@ -399,8 +474,14 @@ class TransferSession:
 class _Runner:
     """One chunk's worker threads, with retries, reconnects and resume."""
 
-    def __init__(self, session: TransferSession, tasks: list[FileTask], params: TransferParams,
-                 outcomes: dict[int, FileOutcome], queue: deque) -> None:
+    def __init__(
+        self,
+        session: TransferSession,
+        tasks: list[FileTask],
+        params: TransferParams,
+        outcomes: dict[int, FileOutcome],
+        queue: deque,
+    ) -> None:
         self.s, self.tasks, self.params = session, tasks, params
         self.outcomes, self.queue = outcomes, queue
         self.policy = session.retry
@@ -477,8 +558,12 @@ class _Runner:
                 self.wake.wait(max(0.01, min(timeout, 0.5)))
 
     def _is_big(self, t: FileTask) -> bool:
-        return (self.params.p > 1 and t.size >= 2 * RANGE_MIN and not t.repair
-                and not (self.s.direction == "upload" and self.s.pool.caps.offset_writes is False))
+        return (
+            self.params.p > 1
+            and t.size >= 2 * RANGE_MIN
+            and not t.repair
+            and not (self.s.direction == "upload" and self.s.pool.caps.offset_writes is False)
+        )
 
     def _offset_writes(self, wire, t: FileTask) -> bool:
         """Whether the destination server takes writes at an offset (asked once per server)."""
@@ -622,8 +707,11 @@ class _Runner:
                 self.wake.wait(0.5)
                 if self.running != last:
                     last, still_since = self.running, time.monotonic()
-                elif (self.s.control.aborted() and time.monotonic() - still_since > ABANDON_GRACE
-                      and not any(th.is_alive() for th in self.threads)):
+                elif (
+                    self.s.control.aborted()
+                    and time.monotonic() - still_since > ABANDON_GRACE
+                    and not any(th.is_alive() for th in self.threads)
+                ):
                     # The protocol was abandoned, every worker is gone and nothing has moved for a
                     # while: what is still counted as running will not end here (a file whose
                     # connection died under it); the next protocol carries it.
@@ -641,7 +729,9 @@ class _Runner:
         for i in left:
             t = self.tasks[i]
             if self.stopped or switching:  # not done, not failed: the journal keeps what it had
-                why = "the transfer was stopped" if self.stopped else f"protocol switch: {t.last_error or 'not started'}"
+                why = (
+                    "the transfer was stopped" if self.stopped else f"protocol switch: {t.last_error or 'not started'}"
+                )
                 with self.lock:
                     self.outcomes[i] = FileOutcome(t.rel, t.size, t.moved_total, 0.0, False, f"{NOT_FINISHED}: {why}")
                     self.running -= 1
@@ -673,8 +763,9 @@ class _Runner:
             except BaseException as exc:  # noqa: BLE001 - classified below
                 self.worker_errors.append(exc)
                 retry, _ = classify(exc)
-                self.s.control.event(False, "connect", _error_text(exc, self.host, self.s.remote.display
-                                                                   if self.s.remote else ""))
+                self.s.control.event(
+                    False, "connect", _error_text(exc, self.host, self.s.remote.display if self.s.remote else "")
+                )
                 if not retry:
                     with self.lock:
                         self.fatal = exc
@@ -888,6 +979,7 @@ class _Runner:
                                 renamed[i] = None
                             except (OSError, SFTPProtocolError) as exc:
                                 renamed[i] = exc
+
                         wire.send_rename(t.tmp, t.dst, on_reply)
                 while wire.outstanding:
                     wire.pump(block=True)
@@ -896,11 +988,18 @@ class _Runner:
                     if ok:
                         renamed.setdefault(item.index, exc)
         for item, ok, error in verdicts:
-            self.on_verdict(item, ok, error, renamed.get(item.index) if wire is not None else None,
-                            done=wire is not None)
+            self.on_verdict(
+                item, ok, error, renamed.get(item.index) if wire is not None else None, done=wire is not None
+            )
 
-    def on_verdict(self, item: VerifyItem, ok: bool, error: str | None,
-                   rename_error: BaseException | None = None, done: bool = False) -> None:
+    def on_verdict(
+        self,
+        item: VerifyItem,
+        ok: bool,
+        error: str | None,
+        rename_error: BaseException | None = None,
+        done: bool = False,
+    ) -> None:
         """Rename a verified file (unless `done` says it was renamed already, with
         `rename_error` its outcome), or send a mismatching one again."""
         i, t = item.index, self.tasks[item.index]
@@ -920,8 +1019,10 @@ class _Runner:
                 if classify(exc)[0]:
                     # The reply was lost with the connection: the rename may or may not have
                     # happened. Say so; the next run's size/mtime check settles it.
-                    exc = ConnectionError(f"connection lost while renaming into place (the file may be "
-                                          f"complete; the next run checks): {exc}")
+                    exc = ConnectionError(
+                        f"connection lost while renaming into place (the file may be "
+                        f"complete; the next run checks): {exc}"
+                    )
                 self._failed(i, exc, 0.0, t.dst)
                 return
             if t.mismatches:
@@ -947,8 +1048,11 @@ class _Runner:
         t.attempts += 1
         p = min(self.params.p, max(1, t.size // RANGE_MIN))
         step = -(-t.size // p)
-        todo = t.todo_ranges if t.todo_ranges is not None else [(lo, min(lo + step, t.size))
-                                                                  for lo in range(0, t.size, step)]
+        todo = (
+            t.todo_ranges
+            if t.todo_ranges is not None
+            else [(lo, min(lo + step, t.size)) for lo in range(0, t.size, step)]
+        )
         # Split what is missing into about p pieces so every connection has work.
         pieces: list[tuple[int, int]] = []
         for lo, hi in todo:
@@ -987,8 +1091,9 @@ class _Runner:
             if self.s.direction == "upload":
                 if fresh:
                     # Create (and truncate) the temporary file once; ranges open it without TRUNC.
-                    t_, r_ = conn.wire.call(w.OPEN, conn.wire.p_open(
-                        t.tmp, w.FXF_WRITE | w.FXF_CREAT | w.FXF_TRUNC, Attrs(mode=0o600)))
+                    t_, r_ = conn.wire.call(
+                        w.OPEN, conn.wire.p_open(t.tmp, w.FXF_WRITE | w.FXF_CREAT | w.FXF_TRUNC, Attrs(mode=0o600))
+                    )
                     handle = conn.wire.expect_handle(t_, r_, t.tmp)
                     t_, r_ = conn.wire.call(w.CLOSE, conn.wire.p_handle(handle))
                     conn.wire.expect_status(t_, r_, t.tmp)

@@ -25,12 +25,17 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..integrity.algorithms import COREUTILS_COMMANDS, algorithm_info, digest_file, new_hasher
-from ..integrity.remote import (BareChecksummer, ChecksumHelperClient, CoreutilsChecksummer, DigestRequest,
-                                RemoteChecksumError)
+from ..integrity.remote import (
+    BareChecksummer,
+    ChecksumHelperClient,
+    CoreutilsChecksummer,
+    DigestRequest,
+    RemoteChecksumError,
+)
 
 
 @dataclass
@@ -156,8 +161,10 @@ class DestinationDigests:
             status, out, _ = run("echo airflow-transfer-exec-ok")
             if status != 0 or out.strip() != b"airflow-transfer-exec-ok":
                 self.exec = "forced"
-                self.reason = ("the server runs no command of ours over SSH exec (a forced command such as "
-                               "ForceCommand internal-sftp answers instead), so the file is read back over SFTP")
+                self.reason = (
+                    "the server runs no command of ours over SSH exec (a forced command such as "
+                    "ForceCommand internal-sftp answers instead), so the file is read back over SFTP"
+                )
                 return
             self.reason = f"python3 helper unavailable ({helper_error})"
             checker = CoreutilsChecksummer(run, where=where)
@@ -170,8 +177,10 @@ class DestinationDigests:
                 # rclone's serve sftp: a few checksum commands emulated, no shell.
                 self._coreutils, self.where, self.exec = bare, "coreutils", "bare"
                 tool = COREUTILS_COMMANDS[algorithm_info(self.algorithm).name]
-                self.reason += (f"; no sh there, but the server answers a bare {tool} "
-                                "(whole files, no fsync or cache drop possible)")
+                self.reason += (
+                    f"; no sh there, but the server answers a bare {tool} "
+                    "(whole files, no fsync or cache drop possible)"
+                )
                 return
             self.exec = "no-checksum-command"
             self.reason += f"; neither sh nor a bare command computes {self.algorithm} there"
@@ -196,9 +205,11 @@ class DestinationDigests:
     def digests(self, items: list[VerifyItem]) -> list[list[str] | BaseException]:
         """Per item: the destination digest of each piece (or the whole file), or an error."""
         if self.where == "local":
+
             def one(it: VerifyItem) -> list[str] | BaseException:
-                return self._each(lambda it: [_local_digest(self.algorithm, it.tmp, p.offset, p.length)
-                                              for p in it.pieces], it)
+                return self._each(
+                    lambda it: [_local_digest(self.algorithm, it.tmp, p.offset, p.length) for p in it.pieces], it
+                )
 
             if len(items) < 2:
                 return [one(it) for it in items]
@@ -224,8 +235,7 @@ class DestinationDigests:
                 out[k] = res if isinstance(res, BaseException) else out[k] + [res.digest]
             return out
         if self.where == "coreutils":
-            return [self._each(lambda it: [self._coreutils.digest(it.tmp, self.algorithm).digest], it)
-                    for it in items]
+            return [self._each(lambda it: [self._coreutils.digest(it.tmp, self.algorithm).digest], it) for it in items]
         return [self._each(self._read_back, it) for it in items]
 
     @staticmethod
@@ -289,8 +299,10 @@ def _exec(chan, command: str) -> None:
     try:
         chan.exec_command(command)
     except Exception as exc:  # noqa: BLE001 - paramiko raises SSHException("Channel closed.")
-        raise ExecRefused("the server runs no commands over SSH exec (SFTP only), so neither the "
-                          f"python3 helper nor coreutils can run there ({exc})") from exc
+        raise ExecRefused(
+            "the server runs no commands over SSH exec (SFTP only), so neither the "
+            f"python3 helper nor coreutils can run there ({exc})"
+        ) from exc
 
 
 RECONNECT_ATTEMPTS = 30
@@ -304,8 +316,16 @@ HELLO_TIMEOUT = 10.0  # the helper answers in well under a second where python3 
 DIGEST_TIMEOUT = 300.0
 
 
-_CHANNEL_ERRNO = {errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.ENOTCONN, errno.ETIMEDOUT,
-                  errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN}
+_CHANNEL_ERRNO = {
+    errno.ECONNRESET,
+    errno.ECONNABORTED,
+    errno.EPIPE,
+    errno.ENOTCONN,
+    errno.ETIMEDOUT,
+    errno.EHOSTUNREACH,
+    errno.ENETUNREACH,
+    errno.ENETDOWN,
+}
 
 
 def _is_channel_error(exc: BaseException) -> bool:
@@ -325,8 +345,7 @@ def _is_channel_error(exc: BaseException) -> bool:
 
 def _fill_source(items: list[VerifyItem], src: DestinationDigests) -> None:
     """Downloads: the source digest is computed where the source lives, from its disk."""
-    probe = [VerifyItem(it.index, it.source_path, [Piece(p.offset, p.length, "") for p in it.pieces])
-             for it in items]
+    probe = [VerifyItem(it.index, it.source_path, [Piece(p.offset, p.length, "") for p in it.pieces]) for it in items]
     if src.where == "coreutils":
         for pr in probe:
             pr.pieces = [Piece(0, sum(p.length for p in pr.pieces), "")]
@@ -336,7 +355,7 @@ def _fill_source(items: list[VerifyItem], src: DestinationDigests) -> None:
             continue
         it.pieces = [Piece(p.offset, p.length, d) for p, d in zip(pr.pieces, res)]
         if src.where == "coreutils":
-            it.whole_source = (lambda d=res[0]: d)
+            it.whole_source = lambda d=res[0]: d
 
 
 Verdict = tuple[VerifyItem, bool, "str | None"]
@@ -345,10 +364,16 @@ Verdict = tuple[VerifyItem, bool, "str | None"]
 class Verifier:
     """A thread that verifies finished files in batches and calls back with the verdict."""
 
-    def __init__(self, dest: DestinationDigests, on_verdict: Callable[[VerifyItem, bool, str | None], None],
-                 batch: int = BATCH, src: DestinationDigests | None = None,
-                 time_left: Callable[[], float] = lambda: float("inf"),
-                 before: Callable[[VerifyItem], None] | None = None, max_rounds: int = 5) -> None:
+    def __init__(
+        self,
+        dest: DestinationDigests,
+        on_verdict: Callable[[VerifyItem, bool, str | None], None],
+        batch: int = BATCH,
+        src: DestinationDigests | None = None,
+        time_left: Callable[[], float] = lambda: float("inf"),
+        before: Callable[[VerifyItem], None] | None = None,
+        max_rounds: int = 5,
+    ) -> None:
         self.time_left = time_left
         # Reconnect-and-recompute rounds per batch: a server that drops every attempt (it
         # stalls on reads) must end in a clear error, not in retries until the deadline.
@@ -369,7 +394,7 @@ class Verifier:
         self.gate = threading.Event()
         self.gate.set()
 
-    def start(self) -> "Verifier":
+    def start(self) -> Verifier:
         self.dest.start()
         if self.src is not None:
             self.src.start()
@@ -406,7 +431,7 @@ class Verifier:
         """The verifier's connection died (the server restarted, the link dropped): reopen it
         with backoff rather than failing files that may well be intact."""
         for attempt in range(RECONNECT_ATTEMPTS):
-            wait = min(10.0, 0.5 * 2 ** attempt, self.time_left())
+            wait = min(10.0, 0.5 * 2**attempt, self.time_left())
             if wait <= 0 or self._sleep_or_stop(wait):
                 return False
             try:
@@ -476,8 +501,11 @@ class Verifier:
                     verdicts.append((it, True, None))
                 else:
                     self.stats.mismatched += 1
-                    bad = [f"{p.offset}+{p.length}: source {p.digest[:16]}.. destination {d[:16]}.."
-                           for p, d in zip(it.pieces, res) if p.digest != d]
+                    bad = [
+                        f"{p.offset}+{p.length}: source {p.digest[:16]}.. destination {d[:16]}.."
+                        for p, d in zip(it.pieces, res)
+                        if p.digest != d
+                    ]
                     verdicts.append((it, False, "checksum mismatch at " + "; ".join(bad[:3])))
             self.deliver(verdicts)
 

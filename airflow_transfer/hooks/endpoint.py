@@ -38,8 +38,11 @@ class TransferEndpointHook(BaseHook):
 
     def endpoint(self, url: str) -> Endpoint:
         if not url or not url.strip():  # e.g. a template that rendered empty
-            raise UsageError("empty source or destination", f"connection {self.conn_id!r}" if self.conn_id else "",
-                             "give a path or an sftp:// URL")
+            raise UsageError(
+                "empty source or destination",
+                f"connection {self.conn_id!r}" if self.conn_id else "",
+                "give a path or an sftp:// URL",
+            )
         parsed = parse_url(url) if "://" in url or not self.conn_id else None
         if self.conn_id is None or parsed is not None and parsed.scheme not in ("sftp", "file"):
             # No connection: sftp as OpenSSH would (~/.ssh/config), like the CLI; ftp, http(s),
@@ -48,15 +51,20 @@ class TransferEndpointHook(BaseHook):
         conn = self.get_connection(self.conn_id)
         extra = conn.extra_dejson or {}
         if parsed is not None and parsed.scheme == "file":
-            raise UsageError(f"connection {self.conn_id!r} given for a local path", url,
-                             "drop the conn_id or use an sftp:// URL / a remote path")
+            raise UsageError(
+                f"connection {self.conn_id!r} given for a local path",
+                url,
+                "drop the conn_id or use an sftp:// URL / a remote path",
+            )
         path = parsed.path if parsed is not None else url
         host = (parsed.host if parsed is not None else None) or conn.host
         if parsed is not None and parsed.host and conn.host and parsed.host.lower() != conn.host.lower():
             # The connection's password and keys are for its own host: never hand them to another.
-            raise UsageError(f"{parsed.host} is not the host of connection {self.conn_id!r} ({conn.host})", url,
-                             "give a path (the connection's host is used), name its host, "
-                             "or use a connection for that host")
+            raise UsageError(
+                f"{parsed.host} is not the host of connection {self.conn_id!r} ({conn.host})",
+                url,
+                "give a path (the connection's host is used), name its host, or use a connection for that host",
+            )
         if not host:
             raise UsageError(f"connection {self.conn_id!r} has no host", url, "set the connection's host")
         key_file = extra.get("key_file")
@@ -80,11 +88,19 @@ class TransferEndpointHook(BaseHook):
             except (TypeError, ValueError):
                 target.idle_timeout = -1.0
             if not 0 < target.idle_timeout < float("inf"):
-                raise UsageError(f"connection {self.conn_id!r}: stall_timeout must be positive seconds "
-                                 f"(got {extra['stall_timeout']!r})", url, "e.g. {\"stall_timeout\": 60}")
+                raise UsageError(
+                    f"connection {self.conn_id!r}: stall_timeout must be positive seconds "
+                    f"(got {extra['stall_timeout']!r})",
+                    url,
+                    'e.g. {"stall_timeout": 60}',
+                )
         client = str(extra.get("ssh_client", SSH_CLIENTS[0])).lower()
         if client not in SSH_CLIENTS:
-            raise UsageError(f"connection {self.conn_id!r}: ssh_client must be auto, openssh or paramiko "
-                             f"(got {extra['ssh_client']!r})", url, "e.g. {\"ssh_client\": \"paramiko\"}")
+            raise UsageError(
+                f"connection {self.conn_id!r}: ssh_client must be auto, openssh or paramiko "
+                f"(got {extra['ssh_client']!r})",
+                url,
+                'e.g. {"ssh_client": "paramiko"}',
+            )
         target.client = client
         return Endpoint("sftp", path, target)

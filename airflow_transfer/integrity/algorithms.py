@@ -25,11 +25,12 @@ from __future__ import annotations
 import hashlib
 import os
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterator, Protocol, Union
+from typing import BinaryIO, Protocol
 
-Buffer = Union[bytes, bytearray, memoryview]
-Source = Union[str, os.PathLike, BinaryIO]
+Buffer = bytes | bytearray | memoryview
+Source = str | os.PathLike | BinaryIO
 
 # Reads of 1 MiB keep per-call overhead negligible for every algorithm here
 # (see docs/integrity.md for the measured table) while staying cache friendly.
@@ -46,7 +47,7 @@ class Hasher(Protocol):
 
     def hexdigest(self) -> str: ...
 
-    def copy(self) -> "Hasher": ...
+    def copy(self) -> Hasher: ...
 
 
 class _Adler32:
@@ -64,7 +65,7 @@ class _Adler32:
     def hexdigest(self) -> str:
         return f"{self._value:08x}"
 
-    def copy(self) -> "_Adler32":
+    def copy(self) -> _Adler32:
         return _Adler32(self._value)
 
 
@@ -86,7 +87,7 @@ class _Crc32c:
     def hexdigest(self) -> str:
         return f"{self._value:08x}"
 
-    def copy(self) -> "_Crc32c":
+    def copy(self) -> _Crc32c:
         return _Crc32c(self._value)
 
 
@@ -104,7 +105,7 @@ class _Named:
     def hexdigest(self) -> str:
         return self._inner.hexdigest()
 
-    def copy(self) -> "_Named":
+    def copy(self) -> _Named:
         return _Named(self.name, self._inner.copy(), self.digest_size)
 
 
@@ -163,9 +164,7 @@ def algorithm_info(name: str) -> AlgorithmInfo:
     key = name.strip().lower() if isinstance(name, str) else name
     info = ALGORITHMS.get(key)
     if info is None:
-        raise ValueError(
-            f"unknown checksum algorithm {name!r}: use one of {', '.join(ALGORITHMS)}"
-        )
+        raise ValueError(f"unknown checksum algorithm {name!r}: use one of {', '.join(ALGORITHMS)}")
     return info
 
 
@@ -217,9 +216,7 @@ def _label(source: Source) -> str:
     return str(getattr(source, "name", "<file object>"))
 
 
-def iter_range(
-    fileobj: BinaryIO, length: int | None, read_size: int = DEFAULT_READ_SIZE
-) -> Iterator[memoryview]:
+def iter_range(fileobj: BinaryIO, length: int | None, read_size: int = DEFAULT_READ_SIZE) -> Iterator[memoryview]:
     """Views of successive reads from the current position, `length` bytes in all
     (to EOF when None). Views share one buffer: use each before asking for the next.
     Stops early at EOF; the caller compares the total with what it wanted.
@@ -297,10 +294,7 @@ def digest_file(
 
 def remote_support() -> dict[str, dict[str, object]]:
     """Per algorithm: can a bare remote compute it with python3's stdlib, with coreutils?"""
-    return {
-        n: {"stdlib": i.stdlib, "coreutils": i.coreutils, "package": i.package}
-        for n, i in ALGORITHMS.items()
-    }
+    return {n: {"stdlib": i.stdlib, "coreutils": i.coreutils, "package": i.package} for n, i in ALGORITHMS.items()}
 
 
 __all__ = [

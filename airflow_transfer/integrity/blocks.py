@@ -107,9 +107,7 @@ class BlockSplitter:
         blocks = list(self.blocks)
         if self._block is not None:
             blocks.append(self._block.hexdigest())
-        return FileDigests(
-            self.algorithm, offset, self.length, self.whole.hexdigest(), self.block_size, tuple(blocks)
-        )
+        return FileDigests(self.algorithm, offset, self.length, self.whole.hexdigest(), self.block_size, tuple(blocks))
 
 
 def file_digests(

@@ -31,8 +31,8 @@ stays cheap.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -98,8 +98,9 @@ def split_blocks(file_sizes: Iterable[int] | np.ndarray, block_size: int, whole_
     return blocks
 
 
-def pipeline_time(transfer_s: Sequence[float] | np.ndarray, checksum_s: Sequence[float] | np.ndarray,
-                  buffered: bool = False) -> float:
+def pipeline_time(
+    transfer_s: Sequence[float] | np.ndarray, checksum_s: Sequence[float] | np.ndarray, buffered: bool = False
+) -> float:
     """Seconds for a two-stage transfer -> checksum pipeline over items in order.
 
     Lock step (default, paper 002's model): T_1 + sum max(T_{k+1}, C_k) + C_n.
@@ -208,14 +209,19 @@ def choose_verify_mode(
     seconds = predictions[best]
     others = ", ".join(f"{k} {v:.1f}s" for k, v in predictions.items() if k != best)
     if best == "sequential":
-        return VerifyPlan("sequential", 0, 1, seconds,
-                          f"no overlap pays off here ({seconds:.1f}s vs {others})", predictions)
+        return VerifyPlan(
+            "sequential", 0, 1, seconds, f"no overlap pays off here ({seconds:.1f}s vs {others})", predictions
+        )
     if best == "file":
-        return VerifyPlan("file", 0, 1, seconds,
-                          f"file-level pipelining predicted {seconds:.1f}s ({others})", predictions)
+        return VerifyPlan(
+            "file", 0, 1, seconds, f"file-level pipelining predicted {seconds:.1f}s ({others})", predictions
+        )
     block = int(best.split(":")[1])
     return VerifyPlan(
-        "block", block, threads, seconds,
+        "block",
+        block,
+        threads,
+        seconds,
         f"block-level pipelining with {block}-byte blocks and {threads} checksum thread(s) "
         f"predicted {seconds:.1f}s ({others})",
         predictions,

@@ -31,9 +31,9 @@ import shlex
 import string
 import threading
 from collections import deque
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Callable, Collection, Iterable, Sequence, Union
 
 from .algorithms import COREUTILS_COMMANDS, DEFAULT_ALGORITHM, algorithm_info, digest_bytes
 from .blocks import FileDigests
@@ -43,10 +43,10 @@ HELPER_NAME = "airflow-transfer-checksum"
 # stream and the command line stays one short line every login shell accepts.
 BOOTSTRAP = "import sys;exec(sys.stdin.read(int(sys.stdin.readline())))"
 
-Line = Union[bytes, str]
+Line = bytes | str
 OpenChannel = Callable[[str], Sequence[Callable]]
 RunCommand = Callable[[str], tuple[int, bytes, bytes]]
-PathArg = Union[str, bytes, os.PathLike]
+PathArg = str | bytes | os.PathLike
 
 
 # -- errors ----------------------------------------------------------------
@@ -222,7 +222,9 @@ class ChecksumHelperClient:
                 self._write(helper_preamble())
                 self._send({"op": "hello", "id": "hello"})
             except OSError as exc:
-                raise remote_error("ENOHELPER", f"could not start the checksum helper ({exc})", None, self.where) from exc
+                raise remote_error(
+                    "ENOHELPER", f"could not start the checksum helper ({exc})", None, self.where
+                ) from exc
             self.info = self._read_hello()
             return self.info
 
@@ -235,7 +237,7 @@ class ChecksumHelperClient:
                     pass
             self._write = self._readline = self._close = None
 
-    def __enter__(self) -> "ChecksumHelperClient":
+    def __enter__(self) -> ChecksumHelperClient:
         self.start()
         return self
 
@@ -366,7 +368,11 @@ def _helper_digest(reply: dict, request: DigestRequest, path: str, where: str) -
         name, int(reply["offset"]), int(reply["length"]), reply["digest"], request.block_size, tuple(blocks)
     )
     return RemoteDigest(
-        path, digests, "helper", bool(reply.get("fsynced")), bool(reply.get("cache_dropped")),
+        path,
+        digests,
+        "helper",
+        bool(reply.get("fsynced")),
+        bool(reply.get("cache_dropped")),
         float(reply.get("seconds", 0.0)),
     )
 
@@ -403,17 +409,13 @@ def coreutils_command(algorithm: str, path: PathArg, fsync: bool = True, drop_ca
     tool = COREUTILS_COMMANDS.get(name)
     if tool is None:
         raise ValueError(
-            f"coreutils has no command for {name!r}: use one of {', '.join(COREUTILS_COMMANDS)} "
-            "or the python3 helper"
+            f"coreutils has no command for {name!r}: use one of {', '.join(COREUTILS_COMMANDS)} or the python3 helper"
         )
     text = _path_text(path)
     if not text.startswith("/"):
         text = "./" + text  # so "-" or "-x" is a file, never stdin or an option
     script = _COREUTILS_SCRIPT.replace("{tool}", tool)
-    return (
-        f"env LC_ALL=C sh -c {shlex.quote(script)} sh {shlex.quote(text)} "
-        f"{int(bool(fsync))} {int(bool(drop_cache))}"
-    )
+    return f"env LC_ALL=C sh -c {shlex.quote(script)} sh {shlex.quote(text)} {int(bool(fsync))} {int(bool(drop_cache))}"
 
 
 @dataclass(frozen=True)
@@ -525,8 +527,9 @@ class BareChecksummer:
         status, out, _ = self._run(tool)
         return status == 0 and out.strip().lower().startswith(digest_bytes(info.name, b"").encode())
 
-    def digest(self, path: PathArg, algorithm: str = DEFAULT_ALGORITHM, fsync: bool = True,
-               drop_cache: bool = True) -> RemoteDigest:
+    def digest(
+        self, path: PathArg, algorithm: str = DEFAULT_ALGORITHM, fsync: bool = True, drop_cache: bool = True
+    ) -> RemoteDigest:
         name = algorithm_info(algorithm).name
         text = _path_text(path)
         status, out, err = self._run(f"{COREUTILS_COMMANDS[name]} {bare_path(text)}")

@@ -4,7 +4,8 @@ import with a ValueError naming the argument, not the task later with a TypeErro
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 
 def templated(value: Any) -> bool:
@@ -21,8 +22,12 @@ def number(name: str, value: Any, *, optional: bool = False, allow_zero: bool = 
     """A finite number (> 0, or >= 0 with allow_zero): seconds, milliseconds, Mbit/s."""
     if value is None and optional:
         return None
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
         and (value >= 0 if allow_zero else value > 0)
+    )
     if not ok:
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be a finite number {bound} (got {value!r})")

@@ -14,7 +14,8 @@ resolve connections, log and hand XComs on. Every operator here declares
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from airflow.sdk import BaseOperator
 
@@ -41,8 +42,11 @@ def histogram_table(info: dict) -> str:
 
 def verify_table(report: dict) -> str:
     rows = [
-        ("checksum", f"{report['algorithm']} (source: {report['where']['source']}, "
-                     f"destination: {report['where']['destination']})"),
+        (
+            "checksum",
+            f"{report['algorithm']} (source: {report['where']['source']}, "
+            f"destination: {report['where']['destination']})",
+        ),
         ("files", f"{report['files']} ({human_bytes(report['bytes'])})"),
         ("verified", str(report["verified"])),
         ("mismatched", str(report["mismatched"])),
@@ -85,8 +89,15 @@ class DatasetManifestOperator(_TransferStep):
 
     template_fields: Sequence[str] = ("src", "src_conn_id", "staging_dir", "manifest_name")
 
-    def __init__(self, *, src: str, src_conn_id: str | None = None, staging_dir: str | None = None,
-                 manifest_name: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        src: str,
+        src_conn_id: str | None = None,
+        staging_dir: str | None = None,
+        manifest_name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.src, self.src_conn_id = src, src_conn_id
         self.staging_dir, self.manifest_name = staging_dir, manifest_name
@@ -141,15 +152,37 @@ class ChunkPlanOperator(_TransferStep):
     from under ``tuning`` (the summary's ``tuning`` object).
     """
 
-    template_fields: Sequence[str] = ("manifest", "algorithm", "min_chunks", "transfer_key", "src", "dst",
-                                      "src_conn_id", "dst_conn_id")
+    template_fields: Sequence[str] = (
+        "manifest",
+        "algorithm",
+        "min_chunks",
+        "transfer_key",
+        "src",
+        "dst",
+        "src_conn_id",
+        "dst_conn_id",
+    )
 
-    def __init__(self, *, manifest: Any, algorithm: str = "fixed", pp: int = 8, parallelism: int = 1,
-                 concurrency: int = 4, chunk_bytes: int | None = None, min_chunks: int = 1,
-                 rtt_ms: float | None = None, bandwidth_mbit: float | None = None,
-                 algorithm_options: dict | None = None, transfer_key: str | None = None,
-                 src: str | None = None, dst: str | None = None, src_conn_id: str | None = None,
-                 dst_conn_id: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        manifest: Any,
+        algorithm: str = "fixed",
+        pp: int = 8,
+        parallelism: int = 1,
+        concurrency: int = 4,
+        chunk_bytes: int | None = None,
+        min_chunks: int = 1,
+        rtt_ms: float | None = None,
+        bandwidth_mbit: float | None = None,
+        algorithm_options: dict | None = None,
+        transfer_key: str | None = None,
+        src: str | None = None,
+        dst: str | None = None,
+        src_conn_id: str | None = None,
+        dst_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         from ..engine.params import check_params
 
@@ -175,21 +208,41 @@ class ChunkPlanOperator(_TransferStep):
         try:
             src = _endpoint(self.src_conn_id, self.src) if self.src else None
             dst = _endpoint(self.dst_conn_id, self.dst) if self.dst else None
-            link, start = starting_point(src, dst, link_from_args(self.rtt_ms, self.bandwidth_mbit, None),
-                                         store_url=airflow_conf.store_url(), algorithm=self.algorithm)
-            specs = plan_chunks(self.manifest, algorithm=self.algorithm,
-                                params=check_params(self.pp, self.parallelism, self.concurrency),
-                                link=link, transfer_key=key, min_chunks=int(self.min_chunks),
-                                chunk_bytes=self.chunk_bytes, options=self.algorithm_options, start=start)
+            link, start = starting_point(
+                src,
+                dst,
+                link_from_args(self.rtt_ms, self.bandwidth_mbit, None),
+                store_url=airflow_conf.store_url(),
+                algorithm=self.algorithm,
+            )
+            specs = plan_chunks(
+                self.manifest,
+                algorithm=self.algorithm,
+                params=check_params(self.pp, self.parallelism, self.concurrency),
+                link=link,
+                transfer_key=key,
+                min_chunks=int(self.min_chunks),
+                chunk_bytes=self.chunk_bytes,
+                options=self.algorithm_options,
+                start=start,
+            )
         except TransferError as exc:
             raise task_error(exc) from exc
         tuning = start.summary()
         self.log.info("link figures: %s", tuning["source"])
         ti.xcom_push(key="tuning", value=tuning)
-        lines = [f"  {s['id']}: rows [{s['start']}, {s['stop']}), {s['files']} files, {human_bytes(s['bytes'])}, "
-                 f"pp={s['params']['pp']} p={s['params']['p']} cc={s['params']['cc']}" for s in specs]
-        self.log.info("%s planned %d chunks (transfer key %s)\n%s", self.algorithm, len(specs), key,
-                      "\n".join(lines) or "  (empty dataset)")
+        lines = [
+            f"  {s['id']}: rows [{s['start']}, {s['stop']}), {s['files']} files, {human_bytes(s['bytes'])}, "
+            f"pp={s['params']['pp']} p={s['params']['p']} cc={s['params']['cc']}"
+            for s in specs
+        ]
+        self.log.info(
+            "%s planned %d chunks (transfer key %s)\n%s",
+            self.algorithm,
+            len(specs),
+            key,
+            "\n".join(lines) or "  (empty dataset)",
+        )
         ti.xcom_push(key="transfer_key", value=key)
         return specs
 
@@ -220,10 +273,21 @@ class ChunkTransferOperator(_TransferStep):
 
     template_fields: Sequence[str] = ("src", "dst", "src_conn_id", "dst_conn_id")
 
-    def __init__(self, *, chunk: dict, src: str, dst: str, src_conn_id: str | None = None,
-                 dst_conn_id: str | None = None, max_cc: int | None = None, verify: str | None = "sha256",
-                 progress_interval: float = 5.0, retries_per_file: int = 5, deadline: float = 3600.0,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        chunk: dict,
+        src: str,
+        dst: str,
+        src_conn_id: str | None = None,
+        dst_conn_id: str | None = None,
+        max_cc: int | None = None,
+        verify: str | None = "sha256",
+        progress_interval: float = 5.0,
+        retries_per_file: int = 5,
+        deadline: float = 3600.0,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         if max_cc is not None and (isinstance(max_cc, bool) or not isinstance(max_cc, int) or max_cc < 1):
             raise ValueError(f"max_cc must be a whole number >= 1 (got {max_cc!r})")
@@ -244,14 +308,30 @@ class ChunkTransferOperator(_TransferStep):
             spec["params"] = {**spec["params"], "cc": self.max_cc}
         try:
             src, dst = _endpoint(self.src_conn_id, self.src), _endpoint(self.dst_conn_id, self.dst)
-            self.log.info("%s: rows [%s, %s) of %s, %s files, %s, pp=%s p=%s cc=%s, %s -> %s",
-                          spec.get("id"), spec.get("start"), spec.get("stop"), spec.get("manifest"),
-                          spec.get("files"), human_bytes(spec.get("bytes", 0)), spec["params"]["pp"],
-                          spec["params"]["p"], spec["params"]["cc"], src.display, dst.display)
-            summary = run_chunk(spec, src, dst, store_url=airflow_conf.store_url(),
-                                progress=lambda s: self.log.info("%s", format_line(s)),
-                                progress_interval=self.progress_interval, verify=self.verify,
-                                retry=RetryPolicy(max_attempts=self.retries_per_file, deadline_s=self.deadline))
+            self.log.info(
+                "%s: rows [%s, %s) of %s, %s files, %s, pp=%s p=%s cc=%s, %s -> %s",
+                spec.get("id"),
+                spec.get("start"),
+                spec.get("stop"),
+                spec.get("manifest"),
+                spec.get("files"),
+                human_bytes(spec.get("bytes", 0)),
+                spec["params"]["pp"],
+                spec["params"]["p"],
+                spec["params"]["cc"],
+                src.display,
+                dst.display,
+            )
+            summary = run_chunk(
+                spec,
+                src,
+                dst,
+                store_url=airflow_conf.store_url(),
+                progress=lambda s: self.log.info("%s", format_line(s)),
+                progress_interval=self.progress_interval,
+                verify=self.verify,
+                retry=RetryPolicy(max_attempts=self.retries_per_file, deadline_s=self.deadline),
+            )
         except TransferError as exc:
             raise task_error(exc) from exc
         self.log.info("chunk summary (host %s, pid %s):\n%s", summary["host"], summary["pid"], summary_table(summary))
@@ -259,8 +339,10 @@ class ChunkTransferOperator(_TransferStep):
             context["ti"].xcom_push(key="summary", value=summary)
             for f in summary["failed"][:20]:
                 self.log.error("failed %s: %s", f["path"], f["error"])
-            raise RuntimeError(f"{len(summary['failed'])} of {summary['files']} files of {spec['id']} failed; "
-                               "retry the task to finish (completed files are kept)")
+            raise RuntimeError(
+                f"{len(summary['failed'])} of {summary['files']} files of {spec['id']} failed; "
+                "retry the task to finish (completed files are kept)"
+            )
         return summary
 
 
@@ -291,9 +373,20 @@ class VerifyTransferOperator(_TransferStep):
 
     template_fields: Sequence[str] = ("src", "dst", "manifest", "src_conn_id", "dst_conn_id", "transfer_key")
 
-    def __init__(self, *, src: str, dst: str, manifest: Any, src_conn_id: str | None = None,
-                 dst_conn_id: str | None = None, algorithm: str = "sha256", repair: bool = False,
-                 transfer_key: str | None = None, fail_on_mismatch: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        src: str,
+        dst: str,
+        manifest: Any,
+        src_conn_id: str | None = None,
+        dst_conn_id: str | None = None,
+        algorithm: str = "sha256",
+        repair: bool = False,
+        transfer_key: str | None = None,
+        fail_on_mismatch: bool = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.src, self.dst, self.manifest = src, dst, manifest
         self.src_conn_id, self.dst_conn_id = src_conn_id, dst_conn_id
@@ -306,10 +399,19 @@ class VerifyTransferOperator(_TransferStep):
 
         try:
             src, dst = _endpoint(self.src_conn_id, self.src), _endpoint(self.dst_conn_id, self.dst)
-            report = verify_tree(src, dst, self.manifest, algorithm=self.algorithm, repair=self.repair,
-                                 progress=lambda line: self.log.info("%s", line))
-            summary = transfer_summary(airflow_conf.store_url(), self.transfer_key, verify=report) \
-                if self.transfer_key else None
+            report = verify_tree(
+                src,
+                dst,
+                self.manifest,
+                algorithm=self.algorithm,
+                repair=self.repair,
+                progress=lambda line: self.log.info("%s", line),
+            )
+            summary = (
+                transfer_summary(airflow_conf.store_url(), self.transfer_key, verify=report)
+                if self.transfer_key
+                else None
+            )
         except TransferError as exc:
             raise task_error(exc) from exc
         self.log.info("verification of %s against %s:\n%s", dst.display, src.display, verify_table(report))
@@ -320,6 +422,8 @@ class VerifyTransferOperator(_TransferStep):
         result = {"verify": report, "summary": summary}
         if not report["ok"] and self.fail_on_mismatch:
             context["ti"].xcom_push(key="verify", value=report)
-            raise RuntimeError(f"{report['problems_total']} of {report['files']} files are missing or differ at "
-                               f"{dst.display}" + ("" if self.repair else "; set repair=True to re-send them"))
+            raise RuntimeError(
+                f"{report['problems_total']} of {report['files']} files are missing or differ at "
+                f"{dst.display}" + ("" if self.repair else "; set repair=True to re-send them")
+            )
         return result

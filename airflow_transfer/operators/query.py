@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from airflow.sdk import BaseOperator
 
@@ -30,9 +31,19 @@ class AttributeQueryTransferOperator(BaseOperator):
     template_fields: Sequence[str] = ("src", "dst", "select", "where", "format", "src_conn_id", "dst_conn_id")
     ui_color = "#e3f1d4"
 
-    def __init__(self, *, src: str, dst: str, select: list[str] | str | None = None, where: str | None = None,
-                 format: str | None = None, src_conn_id: str | None = None, dst_conn_id: str | None = None,
-                 progress_interval: float = 5.0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        src: str,
+        dst: str,
+        select: list[str] | str | None = None,
+        where: str | None = None,
+        format: str | None = None,
+        src_conn_id: str | None = None,
+        dst_conn_id: str | None = None,
+        progress_interval: float = 5.0,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.src, self.dst = src, dst
         self.select, self.where, self.format = select, where, format
@@ -42,8 +53,11 @@ class AttributeQueryTransferOperator(BaseOperator):
 
         if where is not None and not isinstance(where, str):
             raise ValueError(f"where must be a filter expression string (got {where!r})")
-        if select is not None and not isinstance(select, str) and not (
-                isinstance(select, (list, tuple)) and all(isinstance(c, str) for c in select)):
+        if (
+            select is not None
+            and not isinstance(select, str)
+            and not (isinstance(select, (list, tuple)) and all(isinstance(c, str) for c in select))
+        ):
             raise ValueError(f"select must be a list of column names or one comma-separated string (got {select!r})")
         if format is not None and format not in ("parquet", "csv") and "{{" not in str(format):
             raise ValueError(f"format must be parquet or csv (got {format!r})")
@@ -64,17 +78,41 @@ class AttributeQueryTransferOperator(BaseOperator):
         try:
             src = self.src if is_http(self.src) else TransferEndpointHook(src_conn).endpoint(self.src)
             dst = TransferEndpointHook(dst_conn).endpoint(self.dst)
-            self.log.info("query %s -> %s: select %s where %s", getattr(src, "display", src), dst.display,
-                          self.select or "*", self.where or "(all rows)")
-            summary = run_query(QueryRequest(
-                src, dst, select=self.select, where=self.where, format=self.format or None,
-                progress=lambda p: self.log.info("%d rows out, %d bytes read, file %d/%d", p["rows"],
-                                                 p["bytes_read"], p["files_done"] + 1, p["files"]),
-                progress_interval=self.progress_interval))
+            self.log.info(
+                "query %s -> %s: select %s where %s",
+                getattr(src, "display", src),
+                dst.display,
+                self.select or "*",
+                self.where or "(all rows)",
+            )
+            summary = run_query(
+                QueryRequest(
+                    src,
+                    dst,
+                    select=self.select,
+                    where=self.where,
+                    format=self.format or None,
+                    progress=lambda p: self.log.info(
+                        "%d rows out, %d bytes read, file %d/%d",
+                        p["rows"],
+                        p["bytes_read"],
+                        p["files_done"] + 1,
+                        p["files"],
+                    ),
+                    progress_interval=self.progress_interval,
+                )
+            )
         except TransferError as exc:  # a bad where / select: ValueError with a caret (failures.task_error)
             raise task_error(exc) from exc
-        self.log.info("query summary: %d of %d rows, read %d of %d source bytes (%.1f %%), wrote %d bytes, "
-                      "sha256 %s, %.2fs", summary["rows"], summary["rows_scanned"], summary["bytes_read"],
-                      summary["bytes_source"], summary["read_fraction"] * 100, summary["bytes_written"],
-                      summary["sha256"], summary["seconds"])
+        self.log.info(
+            "query summary: %d of %d rows, read %d of %d source bytes (%.1f %%), wrote %d bytes, sha256 %s, %.2fs",
+            summary["rows"],
+            summary["rows_scanned"],
+            summary["bytes_read"],
+            summary["bytes_source"],
+            summary["read_fraction"] * 100,
+            summary["bytes_written"],
+            summary["sha256"],
+            summary["seconds"],
+        )
         return summary

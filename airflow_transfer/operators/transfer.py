@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from airflow.sdk import BaseOperator
 
@@ -23,17 +24,21 @@ from .failures import task_error
 def summary_table(summary: dict) -> str:
     """The final summary as a small readable table for the task log."""
     rows = [
-        ("files", f"{summary['files']} ({summary['files_skipped']} already present, "
-                  f"{summary.get('files_resumed', 0)} resumed, {summary.get('files_retried', 0)} retried, "
-                  f"{len(summary['failed'])} failed)"),
+        (
+            "files",
+            f"{summary['files']} ({summary['files_skipped']} already present, "
+            f"{summary.get('files_resumed', 0)} resumed, {summary.get('files_retried', 0)} retried, "
+            f"{len(summary['failed'])} failed)",
+        ),
         ("bytes", f"{summary['bytes']}"),
         ("seconds", f"{summary['seconds']:.2f}"),
         ("throughput", f"{summary['throughput_mbit']:.1f} Mbit/s"),
         ("algorithm", summary["algorithm"]),
     ]
     for c in summary["chunks"]:
-        rows.append((c["id"], f"{c['files']} files, pp={c['pp']} p={c['p']} cc={c['cc']}, "
-                              f"{c['throughput_mbit']:.1f} Mbit/s"))
+        rows.append(
+            (c["id"], f"{c['files']} files, pp={c['pp']} p={c['p']} cc={c['cc']}, {c['throughput_mbit']:.1f} Mbit/s")
+        )
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
 
@@ -85,8 +90,7 @@ class TunedTransferOperator(BaseOperator):
     after pushing the summary under the key ``summary``.
     """
 
-    template_fields: Sequence[str] = ("src", "dst", "src_conn_id", "dst_conn_id", "transfer_key", "algorithm",
-                                      "pairs")
+    template_fields: Sequence[str] = ("src", "dst", "src_conn_id", "dst_conn_id", "transfer_key", "algorithm", "pairs")
     ui_color = "#d9ecff"
     operator_extra_links = (TransferPageLink(),)
 
@@ -159,23 +163,34 @@ class TunedTransferOperator(BaseOperator):
             src = TransferEndpointHook(self.src_conn_id).endpoint(self.src)
             dst = TransferEndpointHook(self.dst_conn_id).endpoint(self.dst)
             if self.algorithm == "fixed":
-                self.log.info("copying %s -> %s with pp=%d p=%d cc=%d", src.display, dst.display,
-                              params.pp, params.p, params.cc)
+                self.log.info(
+                    "copying %s -> %s with pp=%d p=%d cc=%d", src.display, dst.display, params.pp, params.p, params.cc
+                )
             else:
-                self.log.info("copying %s -> %s, pp/p/cc tuned per chunk by %s", src.display, dst.display,
-                              self.algorithm)
-            summary = run_copy(CopyRequest(
-                src, dst, params, algorithm=self.algorithm,
-                progress=lambda s: self.log.info("%s", format_line(s)),
-                progress_interval=self.progress_interval,
-                store_url=airflow_conf.store_url(),
-                transfer_key=self.transfer_key or airflow_conf.transfer_key(context),
-                retry=RetryPolicy(max_attempts=self.retries_per_file, deadline_s=self.deadline),
-                link=link, verify=self.verify, verify_mode=self.verify_mode,
-                alt_protocols=self.alt_protocols, switch_after=self.switch_after,
-                probe_interval=self.probe_interval, log=self.log.info,
-                make_endpoint=_alternate_maker(self.dst_conn_id if dst.scheme != "file" else self.src_conn_id),
-            ))
+                self.log.info(
+                    "copying %s -> %s, pp/p/cc tuned per chunk by %s", src.display, dst.display, self.algorithm
+                )
+            summary = run_copy(
+                CopyRequest(
+                    src,
+                    dst,
+                    params,
+                    algorithm=self.algorithm,
+                    progress=lambda s: self.log.info("%s", format_line(s)),
+                    progress_interval=self.progress_interval,
+                    store_url=airflow_conf.store_url(),
+                    transfer_key=self.transfer_key or airflow_conf.transfer_key(context),
+                    retry=RetryPolicy(max_attempts=self.retries_per_file, deadline_s=self.deadline),
+                    link=link,
+                    verify=self.verify,
+                    verify_mode=self.verify_mode,
+                    alt_protocols=self.alt_protocols,
+                    switch_after=self.switch_after,
+                    probe_interval=self.probe_interval,
+                    log=self.log.info,
+                    make_endpoint=_alternate_maker(self.dst_conn_id if dst.scheme != "file" else self.src_conn_id),
+                )
+            )
         except TransferError as exc:
             raise task_error(exc) from exc
         self.log.info("transfer summary:\n%s", summary_table(summary))
@@ -183,8 +198,10 @@ class TunedTransferOperator(BaseOperator):
             context["ti"].xcom_push(key="summary", value=summary)
             for f in summary["failed"][:20]:
                 self.log.error("failed %s: %s", f["path"], f["error"])
-            raise RuntimeError(f"{len(summary['failed'])} of {summary['files']} files failed; "
-                               "re-run the task to finish (completed files are kept)")
+            raise RuntimeError(
+                f"{len(summary['failed'])} of {summary['files']} files failed; "
+                "re-run the task to finish (completed files are kept)"
+            )
         return summary
 
 
@@ -198,29 +215,49 @@ def _run_pairs(op: TunedTransferOperator) -> dict:
     if isinstance(pairs, str):  # rendered from a template
         pairs = json.loads(pairs)
     try:
-        base = CopyRequest(Endpoint("file", "/"), Endpoint("file", "/"),
-                           check_params(op.pp, op.parallelism, op.concurrency), algorithm=op.algorithm,
-                           store_url=airflow_conf.store_url(),
-                           retry=RetryPolicy(max_attempts=op.retries_per_file, deadline_s=op.deadline),
-                           link=link_from_args(op.rtt_ms, op.bandwidth_mbit, None), verify=op.verify,
-                           alt_protocols=op.alt_protocols, switch_after=op.switch_after,
-                           probe_interval=op.probe_interval, log=op.log.info)
-        summary = run_request_list(base, [(str(a), str(b)) for a, b in pairs],
-                                   lambda url: TransferEndpointHook(None).endpoint(url),
-                                   on_group=lambda g: op.log.info(
-                                       "group %s -> %s: %d pairs, %d files, pp=%d p=%d cc=%d (%s)", g["src_host"],
-                                       g["dst_host"], g["pairs"], g["files"], g["params"]["pp"], g["params"]["p"],
-                                       g["params"]["cc"], g["params_source"]))
+        base = CopyRequest(
+            Endpoint("file", "/"),
+            Endpoint("file", "/"),
+            check_params(op.pp, op.parallelism, op.concurrency),
+            algorithm=op.algorithm,
+            store_url=airflow_conf.store_url(),
+            retry=RetryPolicy(max_attempts=op.retries_per_file, deadline_s=op.deadline),
+            link=link_from_args(op.rtt_ms, op.bandwidth_mbit, None),
+            verify=op.verify,
+            alt_protocols=op.alt_protocols,
+            switch_after=op.switch_after,
+            probe_interval=op.probe_interval,
+            log=op.log.info,
+        )
+        summary = run_request_list(
+            base,
+            [(str(a), str(b)) for a, b in pairs],
+            lambda url: TransferEndpointHook(None).endpoint(url),
+            on_group=lambda g: op.log.info(
+                "group %s -> %s: %d pairs, %d files, pp=%d p=%d cc=%d (%s)",
+                g["src_host"],
+                g["dst_host"],
+                g["pairs"],
+                g["files"],
+                g["params"]["pp"],
+                g["params"]["p"],
+                g["params"]["cc"],
+                g["params_source"],
+            ),
+        )
     except TransferError as exc:
         raise task_error(exc) from exc
     if summary["failed"]:
-        raise RuntimeError(f"{len(summary['failed'])} of {summary['files']} files failed; "
-                           "re-run the task to finish (completed files are kept)")
+        raise RuntimeError(
+            f"{len(summary['failed'])} of {summary['files']} files failed; "
+            "re-run the task to finish (completed files are kept)"
+        )
     return summary
 
 
 def _alternate_maker(conn_id: str | None):
     """URL -> Endpoint for alt_protocols: sftp alternates use the remote end's connection."""
+
     def make(url: str):
         if url.startswith("sftp://"):
             return TransferEndpointHook(conn_id).endpoint(url)

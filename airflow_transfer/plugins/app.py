@@ -107,31 +107,36 @@ class LazyApp:
 
 
 LIBRARY_PAGES = {
-    "tuning": ("Tuning library",
-               "Profiles measured per host and host pair, and the parameters the tuner derived from them.",
-               "Run the profiling DAG or `airflow-transfer profile HOST [HOST2]` to fill it."),
-    "protocols": ("Host protocols",
-                  "Which protocols each host offers, as last probed, with the probe time.",
-                  "Probes run when a transfer resolves an any:// URL (docs/protocols.md)."),
+    "tuning": (
+        "Tuning library",
+        "Profiles measured per host and host pair, and the parameters the tuner derived from them.",
+        "Run the profiling DAG or `airflow-transfer profile HOST [HOST2]` to fill it.",
+    ),
+    "protocols": (
+        "Host protocols",
+        "Which protocols each host offers, as last probed, with the probe time.",
+        "Probes run when a transfer resolves an any:// URL (docs/protocols.md).",
+    ),
 }
 
 
 def create_app(store_url: str | None = None):
     """The FastAPI app mounted at ``/airflow-transfer`` by the plugin (``store_url`` for tests)."""
+    from airflow.api_fastapi.core_api.security import GetUserDep, requires_authenticated
     from fastapi import Depends, FastAPI, HTTPException, Query, Request
     from fastapi.exception_handlers import http_exception_handler
     from fastapi.responses import HTMLResponse, RedirectResponse, Response
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from airflow.api_fastapi.core_api.security import GetUserDep, requires_authenticated
-
-    from . import charts, views
     from ..store import StoreError
+    from . import charts, views
 
     app = FastAPI(
         title="airflow-transfer",
         dependencies=[Depends(requires_authenticated())],
-        docs_url=None, redoc_url=None, openapi_url=None,  # would be public routes
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,  # would be public routes
     )
     holder = _StoreHolder(store_url)
     env = jinja_env()
@@ -167,8 +172,9 @@ def create_app(store_url: str | None = None):
 
     def listing(user, dag_id: str | None, state: str | None, limit: int) -> dict:
         try:
-            return views.list_transfers(store(), dag_id=dag_id or None, state=state or None,
-                                        readable_dags=readable_dags(user), limit=limit)
+            return views.list_transfers(
+                store(), dag_id=dag_id or None, state=state or None, readable_dags=readable_dags(user), limit=limit
+            )
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from None
 
@@ -187,15 +193,25 @@ def create_app(store_url: str | None = None):
                 login_url = None
         headings = {401: "Log in first", 403: "Not allowed", 404: "Not found", 503: "Store unavailable"}
         html = env.get_template("message.html").render(
-            base=base(request), user=None, heading=headings.get(exc.status_code, "Error"),
-            message=exc.detail, login_url=login_url, nav=None)
+            base=base(request),
+            user=None,
+            heading=headings.get(exc.status_code, "Error"),
+            message=exc.detail,
+            login_url=login_url,
+            nav=None,
+        )
         return HTMLResponse(html, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     # --- pages ---------------------------------------------------------------------
 
     @app.get("/", response_class=HTMLResponse)
-    def transfers_page(request: Request, user: GetUserDep, dag_id: str | None = None, state: str | None = None,
-                       limit: int = Query(100, ge=1, le=1000)):
+    def transfers_page(
+        request: Request,
+        user: GetUserDep,
+        dag_id: str | None = None,
+        state: str | None = None,
+        limit: int = Query(100, ge=1, le=1000),
+    ):
         data = listing(user, dag_id, state, limit)
         query = request.url.query
         return page(request, "transfers.html", user, page=data, nav="transfers", query=f"?{query}" if query else "")
@@ -205,8 +221,7 @@ def create_app(store_url: str | None = None):
         data = detail_or_404(transfer_id, user)
         chart = charts.chunk_chart(data["chunks"], average_mbit=data["transfer"]["throughput_mbit"])
         progress = charts.progress_bar(data["journal"]["counts"])
-        return page(request, "transfer.html", user, page=data, nav="transfers", chart_svg=chart,
-                    progress_svg=progress)
+        return page(request, "transfer.html", user, page=data, nav="transfers", chart_svg=chart, progress_svg=progress)
 
     @app.get("/transfers/{transfer_id}/chunks.svg")
     def transfer_chart(transfer_id: int, user: GetUserDep):
@@ -219,8 +234,9 @@ def create_app(store_url: str | None = None):
         """Where the task instance's extra link lands: the newest transfer under that key."""
         record = views.latest_for_key(store(), key)
         if record is None:
-            raise HTTPException(404, f"no transfer recorded under key {key!r} yet (the task may not have "
-                                     "started its transfer)")
+            raise HTTPException(
+                404, f"no transfer recorded under key {key!r} yet (the task may not have started its transfer)"
+            )
         return RedirectResponse(f"{base(request)}/transfers/{record.id}", status_code=307)
 
     def library_page(request: Request, user, which: str, template: str, data: dict) -> HTMLResponse:
@@ -238,8 +254,9 @@ def create_app(store_url: str | None = None):
     # --- JSON ----------------------------------------------------------------------
 
     @app.get("/api/transfers")
-    def transfers_json(user: GetUserDep, dag_id: str | None = None, state: str | None = None,
-                       limit: int = Query(100, ge=1, le=1000)):
+    def transfers_json(
+        user: GetUserDep, dag_id: str | None = None, state: str | None = None, limit: int = Query(100, ge=1, le=1000)
+    ):
         return listing(user, dag_id, state, limit)
 
     @app.get("/api/transfers/{transfer_id}")

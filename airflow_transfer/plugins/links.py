@@ -31,6 +31,9 @@ class TransferPageLink(BaseOperatorLink):
         # The key the task journalled under: a chunk spec's (mapped chunk tasks), an explicit
         # transfer_key on the operator (already rendered here), else the per-task default.
         chunk = getattr(operator, "chunk", None)
-        key = ((chunk.get("transfer_key") if isinstance(chunk, dict) else None)
-               or getattr(operator, "transfer_key", None) or transfer_key_for(ti_key))
+        key = (
+            (chunk.get("transfer_key") if isinstance(chunk, dict) else None)
+            or getattr(operator, "transfer_key", None)
+            or transfer_key_for(ti_key)
+        )
         return transfer_page_url(key, conf.get("api", "base_url", fallback="") or "")

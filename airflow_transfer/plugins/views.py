@@ -7,7 +7,7 @@ as JSON; tests call them directly on a real store.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select
@@ -31,7 +31,7 @@ def parse_key(key: str) -> dict[str, Any] | None:
     """
     if not key.startswith(AIRFLOW_KEY_PREFIX):
         return None
-    parts = key[len(AIRFLOW_KEY_PREFIX):].split("/")
+    parts = key[len(AIRFLOW_KEY_PREFIX) :].split("/")
     if not all(parts):
         return None
     if len(parts) == 4:
@@ -64,16 +64,16 @@ def _iso(value: datetime | None) -> str | None:
     if value is None:
         return None
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
+        value = value.replace(tzinfo=UTC)
     return value.isoformat(timespec="seconds")
 
 
 def _duration(record: TransferRecord) -> float | None:
-    end = record.ended_at or (datetime.now(timezone.utc) if record.state == S.RUNNING else None)
+    end = record.ended_at or (datetime.now(UTC) if record.state == S.RUNNING else None)
     if end is None or record.started_at is None:
         return None
-    start = record.started_at if record.started_at.tzinfo else record.started_at.replace(tzinfo=timezone.utc)
-    end = end if end.tzinfo else end.replace(tzinfo=timezone.utc)
+    start = record.started_at if record.started_at.tzinfo else record.started_at.replace(tzinfo=UTC)
+    end = end if end.tzinfo else end.replace(tzinfo=UTC)
     return max(0.0, (end - start).total_seconds())
 
 
@@ -122,6 +122,7 @@ def list_transfers(
 
 def known_dags(store: Store, readable_dags: Collection[str] | None, scan: int = 2000) -> list[str]:
     """DAG ids of the most recent transfers, for the filter's choices."""
+
     def query(conn):
         rows = conn.execute(
             select(S.transfers.c.key)
@@ -160,8 +161,7 @@ def chunk_timeline(chunks: list[dict[str, Any]], transfer_start: datetime | None
     are laid end to end in run order (the algorithms run them one after another).
     """
     out, cursor = [], 0.0
-    base = transfer_start if transfer_start is None or transfer_start.tzinfo else transfer_start.replace(
-        tzinfo=timezone.utc)
+    base = transfer_start if transfer_start is None or transfer_start.tzinfo else transfer_start.replace(tzinfo=UTC)
     for c in chunks:
         t0 = cursor
         if c.get("started_at") and base is not None:
@@ -177,12 +177,16 @@ def _file_rows(store: Store, transfer_id: int, condition, limit: int) -> dict[st
 
     def query(conn):
         total = conn.execute(select(func.count()).where(f.c.transfer_id == transfer_id, condition)).scalar_one()
-        rows = conn.execute(
-            select(f.c.path, f.c.size, f.c.state, f.c.attempts, f.c.last_error)
-            .where(f.c.transfer_id == transfer_id, condition)
-            .order_by(f.c.path)
-            .limit(limit)
-        ).mappings().all()
+        rows = (
+            conn.execute(
+                select(f.c.path, f.c.size, f.c.state, f.c.attempts, f.c.last_error)
+                .where(f.c.transfer_id == transfer_id, condition)
+                .order_by(f.c.path)
+                .limit(limit)
+            )
+            .mappings()
+            .all()
+        )
         return {"total": int(total), "rows": [dict(r) for r in rows]}
 
     return store.read(query)
@@ -257,11 +261,11 @@ def tuning(store: Store, *, limit: int = PROFILE_LIMIT) -> dict[str, Any]:
 
 def protocols(store: Store) -> dict[str, Any]:
     """The host-protocol library: every (host, protocol, port) probed, with its last probe and expiry."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     entries = store.host_protocols()
     for e in entries:
         expires = datetime.fromisoformat(e["expires_at"])
-        e["fresh"] = (expires if expires.tzinfo else expires.replace(tzinfo=timezone.utc)) > now
+        e["fresh"] = (expires if expires.tzinfo else expires.replace(tzinfo=UTC)) > now
     return {
         "library": "protocols",
         "entries": entries,

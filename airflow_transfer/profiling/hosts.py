@@ -47,8 +47,9 @@ def from_endpoint(endpoint: Endpoint) -> ProfileHost:
     return ProfileHost(key_of_target(endpoint.target), endpoint.target, path)
 
 
-def parse_host(spec: str, ssh_config: str | None = None, identity: str | None = None,
-               known_hosts: str | None = None) -> ProfileHost:
+def parse_host(
+    spec: str, ssh_config: str | None = None, identity: str | None = None, known_hosts: str | None = None
+) -> ProfileHost:
     """HOST of `airflow-transfer profile`: localhost, a local directory, file:///dir or sftp://[user@]host[:port][/dir]."""
     from ..protocols.endpoint import parse_url
     from ..protocols.ssh import from_ssh_config
@@ -58,14 +59,20 @@ def parse_host(spec: str, ssh_config: str | None = None, identity: str | None = 
     if spec.lower() in _LOCAL_NAMES:
         return ProfileHost(LOCALHOST)
     if "://" not in spec and "/" not in spec and "." not in spec:
-        raise UsageError(f"{spec!r} is neither localhost, a directory nor an sftp:// URL", spec,
-                         f"write sftp://{spec} for an SSH host, or ./{spec} for a local directory")
+        raise UsageError(
+            f"{spec!r} is neither localhost, a directory nor an sftp:// URL",
+            spec,
+            f"write sftp://{spec} for an SSH host, or ./{spec} for a local directory",
+        )
     parsed = parse_url(spec)
     if parsed.scheme == "file":
         return ProfileHost(LOCALHOST, None, parsed.path)
     if parsed.scheme != "sftp":  # the profilers run over SSH only
-        raise UsageError(f"cannot profile a {parsed.scheme}:// host", spec,
-                         "give localhost, a directory or sftp://[user@]host[:port][/dir]")
+        raise UsageError(
+            f"cannot profile a {parsed.scheme}:// host",
+            spec,
+            "give localhost, a directory or sftp://[user@]host[:port][/dir]",
+        )
     target = from_ssh_config(parsed.host, parsed.port, parsed.user, ssh_config, identity, known_hosts)
     path = parsed.path if parsed.path not in ("", ".") else None
     return ProfileHost(key_of_target(target), target, path)

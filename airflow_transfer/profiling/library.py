@@ -50,8 +50,14 @@ def _parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-def profile_host(store, runner: HostRunner, *, kinds: Sequence[str] = ("disk", "memory", "kernel"),
-                 quick: bool = False, progress: Progress = _quiet) -> dict[str, dict[str, Any]]:
+def profile_host(
+    store,
+    runner: HostRunner,
+    *,
+    kinds: Sequence[str] = ("disk", "memory", "kernel"),
+    quick: bool = False,
+    progress: Progress = _quiet,
+) -> dict[str, dict[str, Any]]:
     """Run the host profilers on one host and store each result; returns {kind: {"id", "ok", "summary"}}."""
     budget = QUICK if quick else FULL
     host = runner.host
@@ -80,28 +86,56 @@ def _local_dir() -> str:
     return tempfile.gettempdir()
 
 
-def profile_link(store, source: HostRunner, dest: HostRunner, *, light: bool = False, via: str = "direct",
-                 quick: bool = False, progress: Progress = _quiet) -> dict[str, Any]:
+def profile_link(
+    store,
+    source: HostRunner,
+    dest: HostRunner,
+    *,
+    light: bool = False,
+    via: str = "direct",
+    quick: bool = False,
+    progress: Progress = _quiet,
+) -> dict[str, Any]:
     """Network-profile source -> destination and store it; returns {"id", "rtt_ms", "bandwidth_mbit", ...}."""
     kind = "network-light" if light else "network"
     progress(f"{source.host.key} -> {dest.host.key}: {'light ' if light else ''}network profile ...")
     budget = QUICK if quick else FULL
-    measured = measure_path(source, dest, light=light, via=via,
-                            seconds=budget["light_seconds" if light else "seconds"])
+    measured = measure_path(source, dest, light=light, via=via, seconds=budget["light_seconds" if light else "seconds"])
     payload = dict(measured["payload"])
-    payload["link"] = {"source": source.host.key, "destination": dest.host.key,
-                       "direction": measured["direction"], "client": measured["client"], "via": measured["via"]}
+    payload["link"] = {
+        "source": source.host.key,
+        "destination": dest.host.key,
+        "direction": measured["direction"],
+        "client": measured["client"],
+        "via": measured["via"],
+    }
     profile_id = store.add_profile(source.host.key, kind, payload, peer=dest.host.key)
     facts = path_facts(payload, measured["direction"])
     if facts.bandwidth_mbit is None:  # stored above for the record, but no BDP can come of it
-        hint = ("the sink's port may be firewalled: try --via ssh (DAG param via=ssh), which goes through "
-                "the SSH connection" if measured["via"] == "direct" else "check that the hosts reach each other")
-        raise TransferError(f"the network profile of {source.host.key} -> {dest.host.key} measured no bandwidth: "
-                            f"{_why_unmeasured(payload, measured['direction'])}", dest.host.key, hint)
-    progress(f"{source.host.key} -> {dest.host.key}: RTT {_fmt(facts.rtt_ms, 'ms')}, "
-             f"bandwidth {_fmt(facts.bandwidth_mbit, 'Mbit/s')} ({measured['via']})")
-    return {"id": profile_id, "kind": kind, "rtt_ms": facts.rtt_ms, "bandwidth_mbit": facts.bandwidth_mbit,
-            "direction": measured["direction"], "via": measured["via"]}
+        hint = (
+            "the sink's port may be firewalled: try --via ssh (DAG param via=ssh), which goes through "
+            "the SSH connection"
+            if measured["via"] == "direct"
+            else "check that the hosts reach each other"
+        )
+        raise TransferError(
+            f"the network profile of {source.host.key} -> {dest.host.key} measured no bandwidth: "
+            f"{_why_unmeasured(payload, measured['direction'])}",
+            dest.host.key,
+            hint,
+        )
+    progress(
+        f"{source.host.key} -> {dest.host.key}: RTT {_fmt(facts.rtt_ms, 'ms')}, "
+        f"bandwidth {_fmt(facts.bandwidth_mbit, 'Mbit/s')} ({measured['via']})"
+    )
+    return {
+        "id": profile_id,
+        "kind": kind,
+        "rtt_ms": facts.rtt_ms,
+        "bandwidth_mbit": facts.bandwidth_mbit,
+        "direction": measured["direction"],
+        "via": measured["via"],
+    }
 
 
 def _why_unmeasured(payload: dict, direction: str) -> str:
@@ -110,13 +144,17 @@ def _why_unmeasured(payload: dict, direction: str) -> str:
     return "; ".join(str(x) for x in (rtt.get("reason"), bw.get("reason")) if x) or "no figures"
 
 
-def tune_link(store, source_key: str, dest_key: str, *, protocols: Sequence[str] = ("sftp",),
-              client: str | None = LOCALHOST) -> list[dict[str, Any]]:
+def tune_link(
+    store, source_key: str, dest_key: str, *, protocols: Sequence[str] = ("sftp",), client: str | None = LOCALHOST
+) -> list[dict[str, Any]]:
     """Run the tuner on the newest stored profiles of source -> destination; store and return the results."""
     network = store.latest_profile(source_key, ("network", "network-light"), peer=dest_key)
     if network is None:
-        raise TransferError(f"no network profile of {source_key} -> {dest_key} in the library", source_key,
-                            f"run: airflow-transfer profile {source_key} {dest_key}")
+        raise TransferError(
+            f"no network profile of {source_key} -> {dest_key} in the library",
+            source_key,
+            f"run: airflow-transfer profile {source_key} {dest_key}",
+        )
     used = [network["id"]]
     direction = network["payload"].get("link", {}).get("direction", "send")
     path = path_facts(network["payload"], direction)
@@ -144,18 +182,39 @@ def tune_link(store, source_key: str, dest_key: str, *, protocols: Sequence[str]
     return rows
 
 
-def light_run(store, source: HostRunner, dest: HostRunner, *, protocols: Sequence[str] = ("sftp",),
-              via: str = "direct", quick: bool = False, k: int = 3, base_interval_s: float = 3600.0,
-              max_interval_s: float = 7 * 86400.0, tolerance: float = 0.10, now: datetime | None = None,
-              progress: Progress = _quiet) -> dict[str, Any]:
+def light_run(
+    store,
+    source: HostRunner,
+    dest: HostRunner,
+    *,
+    protocols: Sequence[str] = ("sftp",),
+    via: str = "direct",
+    quick: bool = False,
+    k: int = 3,
+    base_interval_s: float = 3600.0,
+    max_interval_s: float = 7 * 86400.0,
+    tolerance: float = 0.10,
+    now: datetime | None = None,
+    progress: Progress = _quiet,
+) -> dict[str, Any]:
     """The periodic step: light network profile, tuner, back-off state. Returns the new state and tuned rows."""
     link = profile_link(store, source, dest, light=True, via=via, quick=quick, progress=progress)
     tuned = tune_link(store, source.host.key, dest.host.key, protocols=protocols)
-    state = store.record_light_result(source.host.key, dest.host.key, link["rtt_ms"], link["bandwidth_mbit"],
-                                      k=k, tolerance=tolerance, base_interval_s=base_interval_s,
-                                      max_interval_s=max_interval_s, now=now)
-    progress(f"{source.host.key} -> {dest.host.key}: next light run in {state['interval_s']:g} s"
-             + (f" ({state['last_change']})" if state.get("moved") or state.get("doubled") else ""))
+    state = store.record_light_result(
+        source.host.key,
+        dest.host.key,
+        link["rtt_ms"],
+        link["bandwidth_mbit"],
+        k=k,
+        tolerance=tolerance,
+        base_interval_s=base_interval_s,
+        max_interval_s=max_interval_s,
+        now=now,
+    )
+    progress(
+        f"{source.host.key} -> {dest.host.key}: next light run in {state['interval_s']:g} s"
+        + (f" ({state['last_change']})" if state.get("moved") or state.get("doubled") else "")
+    )
     return {"profile": link, "tuned": tuned, "schedule": state}
 
 
@@ -167,9 +226,14 @@ def _summary(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
     if not payload.get("ok"):
         return {"error": payload.get("error")}
     if kind == "disk":
-        return {side: {"best_block": (payload.get(side) or {}).get("best_block"),
-                       "best_mib_s": (payload.get(side) or {}).get("best_mib_s"),
-                       "increment": (payload.get(side) or {}).get("increment")} for side in ("read", "write")}
+        return {
+            side: {
+                "best_block": (payload.get(side) or {}).get("best_block"),
+                "best_mib_s": (payload.get(side) or {}).get("best_mib_s"),
+                "increment": (payload.get(side) or {}).get("increment"),
+            }
+            for side in ("read", "write")
+        }
     if kind == "memory":
         return {k: payload.get(k) for k in ("best_block", "best_mib_s") if k in payload}
     kernel = payload.get("kernel") or {}
@@ -181,8 +245,10 @@ def _describe(kind: str, payload: dict[str, Any]) -> str:
         return f"FAILED: {payload.get('error')}"
     summary = _summary(kind, payload)
     if kind == "disk":
-        return ", ".join(f"{side} best block {summary[side]['best_block']} ({summary[side]['best_mib_s']} MiB/s)"
-                         for side in ("write", "read"))
+        return ", ".join(
+            f"{side} best block {summary[side]['best_block']} ({summary[side]['best_mib_s']} MiB/s)"
+            for side in ("write", "read")
+        )
     if kind == "memory":
         return f"best block {summary.get('best_block')} ({summary.get('best_mib_s')} MiB/s)"
     return f"tcp_rmem {summary['tcp_rmem']}, tcp_wmem {summary['tcp_wmem']}, {summary['congestion_control']}"

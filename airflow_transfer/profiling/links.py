@@ -46,14 +46,23 @@ def _client_args(light: bool, direction: str, streams: int, seconds: float | Non
     return args
 
 
-def measure_path(source: HostRunner, dest: HostRunner, *, light: bool = False, via: str = "direct",
-                 streams: int = 4, seconds: float | None = None, timeout: float = 180.0) -> dict[str, Any]:
+def measure_path(
+    source: HostRunner,
+    dest: HostRunner,
+    *,
+    light: bool = False,
+    via: str = "direct",
+    streams: int = 4,
+    seconds: float | None = None,
+    timeout: float = 180.0,
+) -> dict[str, Any]:
     """Profile source -> destination; returns {"payload": client JSON, "direction": send|recv, ...}."""
     if via not in VIAS:
         raise UsageError(f"unknown way to reach the sink {via!r}", "", f"use one of {', '.join(VIAS)}")
     if source.host.key == dest.host.key:
-        raise UsageError(f"{source.host.key} -> {source.host.key} is not a link", source.host.key,
-                         "profile two different hosts")
+        raise UsageError(
+            f"{source.host.key} -> {source.host.key} is not a link", source.host.key, "profile two different hosts"
+        )
     if source.host.is_local and dest.host.is_local:
         raise UsageError("both hosts are this machine", "", "name an SSH host")
     if dest.host.is_local:
@@ -73,19 +82,24 @@ def measure_path(source: HostRunner, dest: HostRunner, *, light: bool = False, v
         if ready is None:
             status, out, err = remote_sink.wait(5)
             tail = (err.decode("utf-8", "replace").strip().splitlines() or [f"exit status {status}"])[-1]
-            raise TransferError(f"the network sink did not start on {sink.host.key}: {tail}", sink.host.key,
-                                "check that python3 runs there")
+            raise TransferError(
+                f"the network sink did not start on {sink.host.key}: {tail}",
+                sink.host.key,
+                "check that python3 runs there",
+            )
         sink_port = int(ready.split()[2])
         target = sink.host.target
         args = _client_args(light, direction, streams, seconds)
         args += ["--rtt-host", target.host, "--rtt-port", str(target.port), "--trace-host", target.host]
         if via == "ssh":
             with Forwarder(sink.transport, sink_port) as local_port:
-                payload = client.run("network", ["--host", "127.0.0.1", "--port", str(local_port), *args],
-                                     timeout=timeout)
+                payload = client.run(
+                    "network", ["--host", "127.0.0.1", "--port", str(local_port), *args], timeout=timeout
+                )
         else:
-            payload = client.run("network", ["--host", target.host, "--port", str(sink_port), "--token", token,
-                                             *args], timeout=timeout)
+            payload = client.run(
+                "network", ["--host", target.host, "--port", str(sink_port), "--token", token, *args], timeout=timeout
+            )
         try:
             remote_sink.wait(15)
         except TransferError:
@@ -120,7 +134,7 @@ class Forwarder:
         while not self._stop.is_set():
             try:
                 conn, peer = self.listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return

@@ -23,7 +23,7 @@ VARIABLE = "airflow_transfer_profile_pairs"
 
 
 def split_spec(spec: str) -> tuple[str, str | None]:
-    """"conn_id:/dir" -> ("conn_id", "/dir"); "local" -> ("local", None)."""
+    """ "conn_id:/dir" -> ("conn_id", "/dir"); "local" -> ("local", None)."""
     name, sep, path = spec.partition(":")
     return name.strip(), (path or None) if sep else None
 

@@ -45,10 +45,16 @@ def parse_output(host: ProfileHost, name: str, status: int, out: bytes, err: byt
             return result
     tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit status {status}"]
     if status == EXIT_NOT_FOUND:
-        raise TransferError(f"no python3 on {host.key} ({tail[0]})", host.key,
-                            "install python3 (3.8 or later) on that host: the profilers need nothing else")
-    raise TransferError(f"the {name} profiler printed no result on {host.key}: {tail[0]}", host.key,
-                        "run it by hand there: python3 - < profilers/" + name + ".py")
+        raise TransferError(
+            f"no python3 on {host.key} ({tail[0]})",
+            host.key,
+            "install python3 (3.8 or later) on that host: the profilers need nothing else",
+        )
+    raise TransferError(
+        f"the {name} profiler printed no result on {host.key}: {tail[0]}",
+        host.key,
+        "run it by hand there: python3 - < profilers/" + name + ".py",
+    )
 
 
 class HostRunner:
@@ -84,8 +90,13 @@ class HostRunner:
         """Run profiler `name` with `args` to completion; returns its JSON object."""
         source = profiler_source(name)
         if self.host.is_local:
-            proc = subprocess.run([sys.executable, "-I", "-S", "-", *args], input=source, capture_output=True,
-                                  timeout=timeout, cwd=tempfile.gettempdir())
+            proc = subprocess.run(
+                [sys.executable, "-I", "-S", "-", *args],
+                input=source,
+                capture_output=True,
+                timeout=timeout,
+                cwd=tempfile.gettempdir(),
+            )
             return parse_output(self.host, name, proc.returncode, proc.stdout, proc.stderr)
         proc = self.start(name, args, timeout)
         status, out, err = proc.wait(timeout)
@@ -103,8 +114,11 @@ class HostRunner:
             chan.sendall(profiler_source(name))
             chan.shutdown_write()
         except Exception as exc:  # noqa: BLE001 - paramiko raises several types for a refused or dead channel
-            raise ConnectError(f"cannot run python3 over SSH on {self.host.key}: {exc}", self.host.key,
-                               "check that the server allows exec channels (no ForceCommand)") from exc
+            raise ConnectError(
+                f"cannot run python3 over SSH on {self.host.key}: {exc}",
+                self.host.key,
+                "check that the server allows exec channels (no ForceCommand)",
+            ) from exc
         return RemoteProcess(chan)
 
 
@@ -164,8 +178,11 @@ class RemoteProcess:
                 out += data
             status = self.chan.recv_exit_status()
         except OSError as exc:
-            raise TransferError(f"profiler on the remote host stopped answering ({exc})", "",
-                                "check the host, or run the profiler by hand there") from exc
+            raise TransferError(
+                f"profiler on the remote host stopped answering ({exc})",
+                "",
+                "check the host, or run the profiler by hand there",
+            ) from exc
         self._reader.join(timeout=5)
         return status, bytes(out), bytes(self._err)
 

@@ -50,14 +50,14 @@ class ServerCapabilities:
             if self.offset_writes is not None:
                 return self.offset_writes
             path = posixpath.join(directory, f".airflow-transfer-probe-{secrets.token_hex(6)}")
-            t, r = wire.call(w.OPEN, wire.p_open(path, w.FXF_WRITE | w.FXF_CREAT | w.FXF_TRUNC,
-                                                  w.Attrs(mode=0o600)))
+            t, r = wire.call(w.OPEN, wire.p_open(path, w.FXF_WRITE | w.FXF_CREAT | w.FXF_TRUNC, w.Attrs(mode=0o600)))
             handle = wire.expect_handle(t, r, path)
             replies: dict[str, tuple[int, object]] = {}
             # Offset 1 of an empty file: what a second range of a split file, or a resumed
             # upload, asks of the server. Written, closed and removed in one round trip.
-            wire.send(w.WRITE, wire.p_write_head(handle, 1, 1), lambda t, r: replies.__setitem__("write", (t, r)),
-                      b"\0")
+            wire.send(
+                w.WRITE, wire.p_write_head(handle, 1, 1), lambda t, r: replies.__setitem__("write", (t, r)), b"\0"
+            )
             wire.send(w.CLOSE, wire.p_handle(handle), lambda t, r: None)
             wire.send(w.REMOVE, wire.p_path(path), lambda t, r: None)
             while wire.outstanding:
@@ -88,17 +88,23 @@ class ServerCapabilities:
         """One line per decision a missing capability forced, with its reason."""
         out = []
         if self.offset_writes is False:
-            out.append("the server does not accept writes at an offset "
-                       f"({self.offset_writes_error or 'refused'}): p = 1 for every file, "
-                       "and an interrupted upload is sent again from its first byte")
+            out.append(
+                "the server does not accept writes at an offset "
+                f"({self.offset_writes_error or 'refused'}): p = 1 for every file, "
+                "and an interrupted upload is sent again from its first byte"
+            )
         if self.short_reads:
-            out.append(f"the server answered {self.short_reads} reads with fewer bytes than asked: "
-                       "the rest was asked for again, and a resume starts after the bytes known to be in place")
+            out.append(
+                f"the server answered {self.short_reads} reads with fewer bytes than asked: "
+                "the rest was asked for again, and a resume starts after the bytes known to be in place"
+            )
         if self.has(STATVFS) is False:
             out.append("the server lacks statvfs: a full disk shows as the server's generic failure")
         if self.has(POSIX_RENAME) is False:
-            out.append("the server lacks posix-rename: a file that replaces an existing one is renamed "
-                       "after removing the old one (not atomic)")
+            out.append(
+                "the server lacks posix-rename: a file that replaces an existing one is renamed "
+                "after removing the old one (not atomic)"
+            )
         return out
 
 

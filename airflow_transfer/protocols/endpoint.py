@@ -61,8 +61,7 @@ def parse_url(url: str) -> ParsedURL:
     parsed = _split(url)
     if any("\x00" in (part or "") for part in (parsed.path, parsed.host, parsed.user)):
         # No file system or server takes a NUL in a name (also as %00): os calls would fail far from here.
-        raise UsageError("NUL character in source or destination", repr(parsed.path),
-                         "remove it from the path")
+        raise UsageError("NUL character in source or destination", repr(parsed.path), "remove it from the path")
     return parsed
 
 
@@ -80,15 +79,21 @@ def _split(url: str) -> ParsedURL:
         # s3://bucket/key -> path "/bucket/key"; memory://a/b -> "/a/b"
         return ParsedURL(scheme, None, None, None, "/" + (parts.netloc + unquote(parts.path)).strip("/"))
     if scheme not in SUPPORTED:
-        raise UsageError(f"unsupported URL scheme {scheme!r}", url,
-                         f"use one of: {', '.join(s + '://' for s in SUPPORTED)} or a plain path")
+        raise UsageError(
+            f"unsupported URL scheme {scheme!r}",
+            url,
+            f"use one of: {', '.join(s + '://' for s in SUPPORTED)} or a plain path",
+        )
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
             raise UsageError("file:// URLs name a local path", url, "use file:///absolute/path")
         return ParsedURL("file", None, None, None, os.path.abspath(unquote(parts.path) or "/"))
     if parts.password is not None:
-        raise UsageError("passwords in URLs are not accepted", parts.netloc.rsplit("@", 1)[-1],
-                         "use a key (--identity) or an Airflow connection")
+        raise UsageError(
+            "passwords in URLs are not accepted",
+            parts.netloc.rsplit("@", 1)[-1],
+            "use a key (--identity) or an Airflow connection",
+        )
     try:
         hostname = parts.hostname
         port = parts.port
@@ -103,6 +108,7 @@ def _split(url: str) -> ParsedURL:
     if path.startswith("/~/"):
         path = path[3:] or "."
     if scheme != "sftp":
-        return ParsedURL(scheme, hostname, port, unquote(parts.username) if parts.username else None,
-                         unquote(parts.path) or "/")
+        return ParsedURL(
+            scheme, hostname, port, unquote(parts.username) if parts.username else None, unquote(parts.path) or "/"
+        )
     return ParsedURL("sftp", hostname, port, unquote(parts.username) if parts.username else None, path)

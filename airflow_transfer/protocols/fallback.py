@@ -9,7 +9,7 @@ up, by engine/fallback.py's FallbackSession, which job.open_session chooses.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 from ..errors import UsageError
@@ -21,7 +21,7 @@ DEFAULT_PROBE_INTERVAL = 5.0
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def protocol_name(ep: Endpoint) -> str:

@@ -40,8 +40,14 @@ class ProbeResult:
     millis: int
 
     def as_dict(self) -> dict:
-        return {"host": self.host, "protocol": self.protocol, "port": self.port, "available": self.available,
-                "detail": self.detail, "probe_ms": self.millis}
+        return {
+            "host": self.host,
+            "protocol": self.protocol,
+            "port": self.port,
+            "available": self.available,
+            "detail": self.detail,
+            "probe_ms": self.millis,
+        }
 
 
 def _handshake(protocol: str, sock: socket.socket, host: str, timeout: float) -> str:
@@ -83,12 +89,14 @@ def probe(host: str, protocol: str, port: int | None = None, timeout: float = PR
         sock = socket.create_connection((host, port), timeout=timeout)
     except socket.gaierror as exc:
         return ProbeResult(host, protocol, port, False, f"cannot resolve host: {exc}", 0)
-    except (TimeoutError, socket.timeout):
-        return ProbeResult(host, protocol, port, False, f"connect timed out after {timeout:.0f}s",
-                           int((time.monotonic() - t0) * 1000))
+    except TimeoutError:
+        return ProbeResult(
+            host, protocol, port, False, f"connect timed out after {timeout:.0f}s", int((time.monotonic() - t0) * 1000)
+        )
     except OSError as exc:
-        return ProbeResult(host, protocol, port, False, f"connect failed: {exc.strerror or exc}",
-                           int((time.monotonic() - t0) * 1000))
+        return ProbeResult(
+            host, protocol, port, False, f"connect failed: {exc.strerror or exc}", int((time.monotonic() - t0) * 1000)
+        )
     try:
         detail = _handshake(protocol, sock, host, timeout)
         ok = True
@@ -104,8 +112,9 @@ def probe(host: str, protocol: str, port: int | None = None, timeout: float = PR
     return ProbeResult(host, protocol, port, ok, detail, int((time.monotonic() - t0) * 1000))
 
 
-def probe_all(host: str, protocols: list[str], ports: dict[str, int] | None = None,
-              timeout: float = PROBE_TIMEOUT) -> list[ProbeResult]:
+def probe_all(
+    host: str, protocols: list[str], ports: dict[str, int] | None = None, timeout: float = PROBE_TIMEOUT
+) -> list[ProbeResult]:
     """Probe several protocols of one host at once (results in the order asked)."""
     ports = ports or {}
     out: list[ProbeResult | None] = [None] * len(protocols)
@@ -118,8 +127,10 @@ def probe_all(host: str, protocols: list[str], ports: dict[str, int] | None = No
         th.start()
     for th in threads:
         th.join(timeout * 3 + 5)
-    return [r or ProbeResult(host, p, ports.get(p) or DEFAULT_PORTS.get(p, 0), False, "probe did not finish", 0)
-            for r, p in zip(out, protocols)]
+    return [
+        r or ProbeResult(host, p, ports.get(p) or DEFAULT_PORTS.get(p, 0), False, "probe did not finish", 0)
+        for r, p in zip(out, protocols)
+    ]
 
 
 class HostProtocolLibrary:
@@ -128,8 +139,13 @@ class HostProtocolLibrary:
     def __init__(self, store=None, ttl_s: float = DEFAULT_TTL, timeout: float = PROBE_TIMEOUT) -> None:
         self.store, self.ttl_s, self.timeout = store, ttl_s, timeout
 
-    def offered(self, host: str, protocols: list[str] | tuple[str, ...] = DEFAULT_PREFERENCE,
-                ports: dict[str, int] | None = None, refresh: bool = False) -> list[ProbeResult]:
+    def offered(
+        self,
+        host: str,
+        protocols: list[str] | tuple[str, ...] = DEFAULT_PREFERENCE,
+        ports: dict[str, int] | None = None,
+        refresh: bool = False,
+    ) -> list[ProbeResult]:
         """Probe results for host in the order of `protocols`, from the cache while fresh."""
         ports = ports or {}
         want = list(protocols)
@@ -138,14 +154,16 @@ class HostProtocolLibrary:
             for row in self.store.host_protocols(host, fresh_only=True):
                 port = ports.get(row["protocol"]) or DEFAULT_PORTS.get(row["protocol"], 0)
                 if row["protocol"] in want and row["port"] == port:
-                    cached[row["protocol"]] = ProbeResult(host, row["protocol"], row["port"], row["available"],
-                                                          row["detail"] or "", row["probe_ms"] or 0)
+                    cached[row["protocol"]] = ProbeResult(
+                        host, row["protocol"], row["port"], row["available"], row["detail"] or "", row["probe_ms"] or 0
+                    )
         missing = [p for p in want if p not in cached]
         for r in probe_all(host, missing, ports, self.timeout) if missing else []:
             cached[r.protocol] = r
             if self.store is not None:
-                self.store.put_host_protocol(host, r.protocol, r.port, r.available, detail=r.detail,
-                                             ttl_s=self.ttl_s, probe_ms=r.millis)
+                self.store.put_host_protocol(
+                    host, r.protocol, r.port, r.available, detail=r.detail, ttl_s=self.ttl_s, probe_ms=r.millis
+                )
         return [cached[p] for p in want]
 
 
@@ -183,18 +201,22 @@ def parse_any(url: str, default_prefer: list[str] | None = None) -> AnyURL:
                 raise UsageError(f"bad port for {proto}", url, f"use ?{proto}=PORT") from exc
             if not 0 < ports[proto] <= 65535:
                 raise UsageError(f"port for {proto} out of range", url, f"use ?{proto}=PORT with PORT 1-65535")
-    prefer = [p.strip().lower() for p in q.get("prefer", [""])[0].split(",") if p.strip()] \
-        or list(default_prefer or DEFAULT_PREFERENCE)
+    prefer = [p.strip().lower() for p in q.get("prefer", [""])[0].split(",") if p.strip()] or list(
+        default_prefer or DEFAULT_PREFERENCE
+    )
     unknown = [p for p in prefer if p not in DEFAULT_PORTS]
     if unknown:
-        raise UsageError(f"cannot choose among unknown protocols {unknown}", url,
-                         f"use some of {', '.join(DEFAULT_PORTS)}")
-    return AnyURL(parts.hostname, unquote(parts.username) if parts.username else None,
-                  unquote(parts.path) or "/", ports, prefer)
+        raise UsageError(
+            f"cannot choose among unknown protocols {unknown}", url, f"use some of {', '.join(DEFAULT_PORTS)}"
+        )
+    return AnyURL(
+        parts.hostname, unquote(parts.username) if parts.username else None, unquote(parts.path) or "/", ports, prefer
+    )
 
 
-def resolve_any(url: str, library: HostProtocolLibrary, *, writable: bool = False,
-                default_prefer: list[str] | None = None) -> list[str]:
+def resolve_any(
+    url: str, library: HostProtocolLibrary, *, writable: bool = False, default_prefer: list[str] | None = None
+) -> list[str]:
     """Concrete URLs for an any:// URL: every offered protocol, in preference order (first = use).
 
     writable: the URL is a destination, so read-only protocols (http, https) are not candidates."""
@@ -204,8 +226,11 @@ def resolve_any(url: str, library: HostProtocolLibrary, *, writable: bool = Fals
     ok = [a.url_for(r.protocol) for r in results if r.available]
     if not ok:
         tried = "; ".join(f"{r.protocol}:{r.port} {r.detail}" for r in results)
-        raise TransferError(f"no protocol is available on {a.host} (tried {tried})", url,
-                            "check that the host is up and a server (sshd, ftpd, web server) runs on it")
+        raise TransferError(
+            f"no protocol is available on {a.host} (tried {tried})",
+            url,
+            "check that the host is up and a server (sshd, ftpd, web server) runs on it",
+        )
     return ok
 
 
@@ -215,8 +240,9 @@ def resolve_any_cached(url: str, store_url: str | None = None, *, writable: bool
         return resolve_any(url, library, writable=writable)
 
 
-def probe_round(host: str, protocols: list[str], ports: dict[str, int], mode: str,
-                store_url: str | None = None) -> tuple[bool, list[dict]]:
+def probe_round(
+    host: str, protocols: list[str], ports: dict[str, int], mode: str, store_url: str | None = None
+) -> tuple[bool, list[dict]]:
     """One fresh probe of every protocol, refreshing the library in the store at `store_url`;
     (any (mode "any") or all (mode "all") of them answered, the results as dicts).
     ProtocolAvailableSensor pokes and ProtocolAvailableTrigger polls with this."""

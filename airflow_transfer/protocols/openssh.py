@@ -78,8 +78,14 @@ class OpenSSHProcess:
         self._private = Path(tempfile.mkdtemp(prefix="at-ssh-"))  # mkdtemp makes it 0700
         try:
             argv = self._argv()
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, close_fds=True, start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                close_fds=True,
+                start_new_session=True,
+            )
         except BaseException:
             shutil.rmtree(self._private, ignore_errors=True)
             raise
@@ -92,11 +98,20 @@ class OpenSSHProcess:
     def _argv(self) -> list[str]:
         t = self.target
         opts = {
-            "BatchMode": "yes", "Compression": "no", "ForwardX11": "no", "ForwardAgent": "no",
-            "ClearAllForwardings": "yes", "ControlMaster": "no", "ControlPath": "none",
-            "IdentityAgent": "none", "IdentitiesOnly": "yes", "PasswordAuthentication": "no",
-            "KbdInteractiveAuthentication": "no", "ConnectTimeout": str(int(t.timeout or CONNECT_TIMEOUT)),
-            "LogLevel": "ERROR", "GlobalKnownHostsFile": "/dev/null",
+            "BatchMode": "yes",
+            "Compression": "no",
+            "ForwardX11": "no",
+            "ForwardAgent": "no",
+            "ClearAllForwardings": "yes",
+            "ControlMaster": "no",
+            "ControlPath": "none",
+            "IdentityAgent": "none",
+            "IdentitiesOnly": "yes",
+            "PasswordAuthentication": "no",
+            "KbdInteractiveAuthentication": "no",
+            "ConnectTimeout": str(int(t.timeout or CONNECT_TIMEOUT)),
+            "LogLevel": "ERROR",
+            "GlobalKnownHostsFile": "/dev/null",
             # '^' moves these to the front of OpenSSH's own list; servers without them still connect.
             "Ciphers": "^" + ",".join(PREFERRED_CIPHERS),
         }
@@ -109,8 +124,10 @@ class OpenSSHProcess:
             opts |= {"StrictHostKeyChecking": "yes", "UserKnownHostsFile": str(pinned)}
         else:
             files = [p for p in t.known_hosts if p and os.path.exists(p)]
-            opts |= {"StrictHostKeyChecking": "yes",
-                     "UserKnownHostsFile": " ".join(f'"{p}"' for p in files) or "/dev/null"}
+            opts |= {
+                "StrictHostKeyChecking": "yes",
+                "UserKnownHostsFile": " ".join(f'"{p}"' for p in files) or "/dev/null",
+            }
         keys = list(t.key_filenames)
         if t.private_key:
             key = self._private / "id"

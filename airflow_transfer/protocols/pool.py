@@ -158,12 +158,16 @@ class SFTPPool:
     def _open(self) -> Conn:
         client = self.target.client
         if client not in SSH_CLIENTS:
-            raise UsageError(f"unknown SSH client {client!r}", self.target.display,
-                             f"choose one of: {', '.join(SSH_CLIENTS)}")
+            raise UsageError(
+                f"unknown SSH client {client!r}", self.target.display, f"choose one of: {', '.join(SSH_CLIENTS)}"
+            )
         why = openssh.usable(self.target) if self._openssh else "OpenSSH failed where paramiko worked"
         if client == "openssh" and why:
-            raise UsageError(f"cannot carry SFTP over OpenSSH's client: {why}", self.target.display,
-                             "use --ssh-client paramiko or auto (falls back to paramiko), or fix the reason")
+            raise UsageError(
+                f"cannot carry SFTP over OpenSSH's client: {why}",
+                self.target.display,
+                "use --ssh-client paramiko or auto (falls back to paramiko), or fix the reason",
+            )
         failed = None
         if not why:
             try:
@@ -183,8 +187,11 @@ class SFTPPool:
                 transport.close()
                 raise failed
             self._openssh = False
-            log.warning("OpenSSH's client could not open SFTP to %s (%s); using paramiko for this transfer",
-                        self.target.display, failed)
+            log.warning(
+                "OpenSSH's client could not open SFTP to %s (%s); using paramiko for this transfer",
+                self.target.display,
+                failed,
+            )
         return Conn(transport, wire, self.target)
 
     def _open_openssh(self) -> Conn:

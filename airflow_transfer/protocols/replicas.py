@@ -47,8 +47,10 @@ class ReplicaSet:
         with self.lock:
             live = [i for i in self.live() if i not in exclude] or self.live()
             if not live:
-                raise ConnectionError("every replica was dropped: " +
-                                      "; ".join(f"{self.replicas[i].display}: {why}" for i, why in self.dropped.items()))
+                raise ConnectionError(
+                    "every replica was dropped: "
+                    + "; ".join(f"{self.replicas[i].display}: {why}" for i, why in self.dropped.items())
+                )
             known = [r for r in self.rate if r > 0]
             default = max(known) if known else DEFAULT_RATE
 
@@ -76,16 +78,23 @@ class ReplicaSet:
                     self.dropped[i] = error or "failed"
 
     def translate(self, i: int, path: str) -> str:
-        rel = path[len(self.root):].lstrip("/") if path.startswith(self.root) else path
+        rel = path[len(self.root) :].lstrip("/") if path.startswith(self.root) else path
         root = self.replicas[i].path
         return f"{root.rstrip('/')}/{rel}" if rel else root
 
     def summary(self) -> list[dict]:
         with self.lock:
-            return [{"url": ep.display, "files": self.files[i], "bytes": self.bytes[i],
-                     "throughput_mbit": round(self.bytes[i] * 8 / self.seconds[i] / 1e6, 2) if self.seconds[i] else 0.0,
-                     "dropped": i in self.dropped, "reason": self.dropped.get(i, "")}
-                    for i, ep in enumerate(self.replicas)]
+            return [
+                {
+                    "url": ep.display,
+                    "files": self.files[i],
+                    "bytes": self.bytes[i],
+                    "throughput_mbit": round(self.bytes[i] * 8 / self.seconds[i] / 1e6, 2) if self.seconds[i] else 0.0,
+                    "dropped": i in self.dropped,
+                    "reason": self.dropped.get(i, ""),
+                }
+                for i, ep in enumerate(self.replicas)
+            ]
 
 
 class _Measured:
@@ -100,8 +109,11 @@ class _Measured:
             self.error = f"{exc.__class__.__name__}: {exc}"
             self._finish(False)
             # paramiko's read timeout carries no text: say what it means
-            detail = str(exc) or ("no reply within the stall timeout (--stall-timeout)"
-                                  if isinstance(exc, TimeoutError) else exc.__class__.__name__)
+            detail = str(exc) or (
+                "no reply within the stall timeout (--stall-timeout)"
+                if isinstance(exc, TimeoutError)
+                else exc.__class__.__name__
+            )
             raise ConnectionError(f"replica {self.rs.replicas[self.i].display} failed: {detail}") from exc
         self.n += len(data)
         return data
@@ -175,9 +187,11 @@ class ReplicaSource(Backend):
             if i in missing:  # every live replica was tried
                 self.rs.done(i, 0, 0.0, size, True)
                 where = ", ".join(f"{self.rs.replicas[k].display}: {describe_oserror(e)}" for k, e in missing.items())
-                raise TransferError(f"{path} cannot be read from any replica ({where})", "",
-                                    "check that every replica holds the same tree, or drop the --replica "
-                                    "that lacks it")
+                raise TransferError(
+                    f"{path} cannot be read from any replica ({where})",
+                    "",
+                    "check that every replica holds the same tree, or drop the --replica that lacks it",
+                )
             try:
                 f = self._conn(i).open_read(self.rs.translate(i, path), offset)
             except (FileNotFoundError, PermissionError) as exc:

@@ -37,8 +37,14 @@ class SSHOptions:
     client: str | None = None  # auto, openssh or paramiko
 
 
-def resolve_endpoint(url: str, ssh: SSHOptions | None = None, *, store_url: str | None = None,
-                     writable: bool = False, alternates: list[str] | None = None) -> Endpoint:
+def resolve_endpoint(
+    url: str,
+    ssh: SSHOptions | None = None,
+    *,
+    store_url: str | None = None,
+    writable: bool = False,
+    alternates: list[str] | None = None,
+) -> Endpoint:
     """The Endpoint for `url`.
 
     store_url: where the host-protocol library caches any:// probes (None: the default store).
@@ -64,8 +70,9 @@ def sftp_target(parsed: ParsedURL, ssh: SSHOptions):
     target = from_ssh_config(parsed.host, parsed.port, parsed.user, ssh.ssh_config, ssh.identity, ssh.known_hosts)
     if ssh.stall_timeout is not None:
         if not 0 < ssh.stall_timeout < float("inf"):
-            raise UsageError(f"--stall-timeout must be positive seconds (got {ssh.stall_timeout})", "",
-                             "e.g. --stall-timeout 60")
+            raise UsageError(
+                f"--stall-timeout must be positive seconds (got {ssh.stall_timeout})", "", "e.g. --stall-timeout 60"
+            )
         target.idle_timeout = ssh.stall_timeout
     target.client = ssh.client or target.client
     return target

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import errno
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 # Packet types (draft-ietf-secsh-filexfer-02, the version OpenSSH speaks).
 INIT, VERSION, OPEN, CLOSE, READ, WRITE, LSTAT, FSTAT = 1, 2, 3, 4, 5, 6, 7, 8
@@ -217,7 +217,8 @@ class SFTPWire:
             waited = self.chan.gettimeout()
             raise SFTPStallError(
                 f"the SFTP server sent no reply for {waited:g}s (stalled); the connection was dropped "
-                "(raise --stall-timeout if the server is only slow)") from None
+                "(raise --stall-timeout if the server is only slow)"
+            ) from None
         if not data:
             self.closed = True
             raise SFTPProtocolError("SFTP server closed the channel")

@@ -106,9 +106,11 @@ def from_ssh_config(
     target.key_filenames = [k for k in keys if k]
     if identity and not os.path.exists(identity):
         raise UsageError(f"identity file not found: {identity}", "", "check the --identity path")
-    hosts_files = [known_hosts] if known_hosts else [
-        os.path.expanduser(p) for p in str(opts.get("userknownhostsfile", "~/.ssh/known_hosts")).split()
-    ]
+    hosts_files = (
+        [known_hosts]
+        if known_hosts
+        else [os.path.expanduser(p) for p in str(opts.get("userknownhostsfile", "~/.ssh/known_hosts")).split()]
+    )
     target.known_hosts = hosts_files
     strict = str(opts.get("stricthostkeychecking", "yes")).lower()
     target.check_host_key = strict not in ("no", "off")
@@ -133,8 +135,11 @@ def _load_pkeys(target: SSHTarget) -> list:
             except paramiko.SSHException:
                 continue
         else:
-            raise UsageError("the private key in the connection could not be read", target.display,
-                             "give an OpenSSH or PEM private key (and its passphrase)")
+            raise UsageError(
+                "the private key in the connection could not be read",
+                target.display,
+                "give an OpenSSH or PEM private key (and its passphrase)",
+            )
     files = list(target.key_filenames)
     if not files and target.look_for_keys and not target.private_key and not target.password:
         home = Path.home() / ".ssh"
@@ -145,8 +150,9 @@ def _load_pkeys(target: SSHTarget) -> list:
         except FileNotFoundError as exc:
             raise UsageError(f"identity file not found: {path}", target.display, "check the key path") from exc
         except (paramiko.SSHException, ValueError) as exc:
-            raise UsageError(f"cannot read identity file {path}: {exc}", target.display,
-                             "check the key format and passphrase") from exc
+            raise UsageError(
+                f"cannot read identity file {path}: {exc}", target.display, "check the key format and passphrase"
+            ) from exc
     return keys
 
 
@@ -206,14 +212,19 @@ def open_transport(target: SSHTarget, window: int = DEFAULT_WINDOW):
     try:
         sock = socket.create_connection((target.host, target.port), timeout=target.timeout)
     except socket.gaierror as exc:
-        raise ConnectError(f"cannot resolve host {target.host!r}", target.display,
-                           "check the host name") from exc
-    except (TimeoutError, socket.timeout) as exc:
-        raise ConnectError(f"connection to {target.host}:{target.port} timed out after {target.timeout:.0f}s",
-                           target.display, "check the host, port and firewall") from exc
+        raise ConnectError(f"cannot resolve host {target.host!r}", target.display, "check the host name") from exc
+    except TimeoutError as exc:
+        raise ConnectError(
+            f"connection to {target.host}:{target.port} timed out after {target.timeout:.0f}s",
+            target.display,
+            "check the host, port and firewall",
+        ) from exc
     except OSError as exc:
-        raise ConnectError(f"cannot connect to {target.host}:{target.port}: {exc.strerror or exc}",
-                           target.display, "check that the SSH server is running and the port is right") from exc
+        raise ConnectError(
+            f"cannot connect to {target.host}:{target.port}: {exc.strerror or exc}",
+            target.display,
+            "check that the SSH server is running and the port is right",
+        ) from exc
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if target.tcp_buffer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, target.tcp_buffer)
@@ -225,8 +236,11 @@ def open_transport(target: SSHTarget, window: int = DEFAULT_WINDOW):
         try:
             transport.start_client(timeout=target.timeout)
         except (paramiko.SSHException, EOFError, OSError) as exc:
-            raise ConnectError(f"SSH handshake with {target.host}:{target.port} failed: {exc}",
-                               target.display, "check that the port is an SSH server") from exc
+            raise ConnectError(
+                f"SSH handshake with {target.host}:{target.port} failed: {exc}",
+                target.display,
+                "check that the port is an SSH server",
+            ) from exc
         _verify_host_key(target, transport.get_remote_server_key())
         _authenticate(transport, target)
         sock.settimeout(None)
@@ -260,7 +274,7 @@ def _authenticate(transport, target: SSHTarget) -> None:
             transport.auth_publickey(user, key)
             if transport.is_authenticated():
                 return
-        except paramiko.AuthenticationException as exc:
+        except paramiko.AuthenticationException:
             errors.append(f"key {key.get_name()} refused")
         except paramiko.SSHException as exc:
             errors.append(str(exc))
@@ -300,6 +314,7 @@ def open_sftp(transport, window: int = DEFAULT_WINDOW, idle_timeout: float = IDL
         chan.settimeout(idle_timeout)
         chan.invoke_subsystem("sftp")
     except Exception as exc:  # noqa: BLE001 - paramiko raises several kinds
-        raise TransferError(f"the server refused the SFTP subsystem: {exc}", "",
-                            "enable 'Subsystem sftp' in the server's sshd_config") from exc
+        raise TransferError(
+            f"the server refused the SFTP subsystem: {exc}", "", "enable 'Subsystem sftp' in the server's sshd_config"
+        ) from exc
     return SFTPWire(chan)

@@ -314,7 +314,9 @@ def _parse_time(value: str, kind: str, text: str, pos: int):
         return _dt.datetime.fromisoformat(v)
     except ValueError:
         example = "2020-01-31" if kind == "date" else "2020-01-31T12:00:00"
-        raise QueryError(f"not a valid {kind}: {value!r}", text, pos, f"write it as ISO 8601, e.g. '{example}'") from None
+        raise QueryError(
+            f"not a valid {kind}: {value!r}", text, pos, f"write it as ISO 8601, e.g. '{example}'"
+        ) from None
 
 
 def parse(text: str):
@@ -371,8 +373,13 @@ def _kind_of_type(t) -> str:
     return str(t)
 
 
-_KIND_WORDS = {"number": "a number", "string": "a string", "timestamp": "a timestamp", "date": "a date",
-               "bool": "a boolean"}
+_KIND_WORDS = {
+    "number": "a number",
+    "string": "a string",
+    "timestamp": "a timestamp",
+    "date": "a date",
+    "bool": "a boolean",
+}
 
 
 class _Compiler:
@@ -407,8 +414,11 @@ class _Compiler:
         if isinstance(node, BoolCol):
             t = self.col_type(node.col)
             if _kind_of_type(t) != "bool":
-                raise self.fail(f"column {node.col.name!r} ({t}) is not a condition by itself", node.col.pos,
-                                "compare it with a value, e.g. name > 0")
+                raise self.fail(
+                    f"column {node.col.name!r} ({t}) is not a condition by itself",
+                    node.col.pos,
+                    "compare it with a value, e.g. name > 0",
+                )
             return pc.field(node.col.name)
         if isinstance(node, IsNull):
             e = self.value(node.operand, None)
@@ -418,8 +428,14 @@ class _Compiler:
             self.check_pair(node.left, lk, node.right, rk, node.pos)
             hint = node.left if isinstance(node.left, Col) else node.right
             left, right = self.value(node.left, hint), self.value(node.right, hint)
-            return {"==": left.__eq__, "!=": left.__ne__, "<": left.__lt__, "<=": left.__le__,
-                    ">": left.__gt__, ">=": left.__ge__}[node.op](right)
+            return {
+                "==": left.__eq__,
+                "!=": left.__ne__,
+                "<": left.__lt__,
+                "<=": left.__le__,
+                ">": left.__gt__,
+                ">=": left.__ge__,
+            }[node.op](right)
         if isinstance(node, Between):
             kinds = [self.kind(x) for x in (node.operand, node.low, node.high)]
             self.check_pair(node.operand, kinds[0], node.low, kinds[1], node.pos)
@@ -457,10 +473,13 @@ class _Compiler:
         if bk in temporal and ak == "string" and isinstance(a, Lit):
             return
         bad = b if isinstance(b, Lit) or not isinstance(a, Lit) else a
-        describe = lambda x, k: (f"column {x.name!r} ({self.col_type(x)})" if isinstance(x, Col)  # noqa: E731
-                                 else _KIND_WORDS.get(k, k))
-        raise self.fail(f"cannot compare {describe(a, ak)} with {describe(b, bk)}", bad.pos,
-                        "use a value of the column's type")
+
+        def describe(x, k):
+            return f"column {x.name!r} ({self.col_type(x)})" if isinstance(x, Col) else _KIND_WORDS.get(k, k)
+
+        raise self.fail(
+            f"cannot compare {describe(a, ak)} with {describe(b, bk)}", bad.pos, "use a value of the column's type"
+        )
 
     def scalar(self, lit: Lit, hint: Col | Lit | None):
         """The literal as an Arrow scalar of the hinted column's type (so no column is cast per row)."""
@@ -474,8 +493,9 @@ class _Compiler:
         value = lit.value
         kind = _kind_of_type(t)
         if kind in ("timestamp", "date") and lit.kind == "string":
-            value = _parse_time(value, "date" if kind == "date" and len(value.strip()) <= 10 else "timestamp",
-                                self.text, lit.pos)
+            value = _parse_time(
+                value, "date" if kind == "date" and len(value.strip()) <= 10 else "timestamp", self.text, lit.pos
+            )
         if kind == "timestamp":
             if isinstance(value, _dt.datetime):
                 value = _align_tz(value, t.tz)
@@ -506,9 +526,9 @@ class _Compiler:
 def _align_tz(value: _dt.datetime, tz: str | None) -> _dt.datetime:
     """Naive literals mean UTC for a zoned column; zoned literals are converted to UTC for a naive one."""
     if tz:
-        return value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=_dt.UTC)
     if value.tzinfo:
-        return value.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+        return value.astimezone(_dt.UTC).replace(tzinfo=None)
     return value
 
 
@@ -520,7 +540,7 @@ class Where:
     tree: Any
 
     @classmethod
-    def parse(cls, text: str) -> "Where":
+    def parse(cls, text: str) -> Where:
         return cls(text, parse(text))
 
     @property

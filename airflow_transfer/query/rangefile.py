@@ -22,9 +22,9 @@ import io
 import os
 import ssl
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
 from urllib.parse import urlsplit
 
 from ..errors import ConnectError, TransferError, UsageError, describe_oserror
@@ -120,7 +120,7 @@ class RangeFile(io.RawIOBase):
             if self.sequential:
                 head = self._head
                 if offset < len(head):
-                    first = head[offset: offset + n]
+                    first = head[offset : offset + n]
                     return first if len(first) == n else first + self._sequential(len(head), n - len(first))
                 return self._sequential(offset, n)
             return self._start([(offset, n)])[0]()
@@ -136,8 +136,11 @@ class RangeFile(io.RawIOBase):
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
         """Start fetching (offset, length) ranges; later reads inside them use the data."""
         with self._lock:
-            ranges = [(o, self._clip(o, min(n, self.size - o))) for o, n in sorted(ranges)
-                      if n > 0 and o < self.size and not self._covered(o, n)]
+            ranges = [
+                (o, self._clip(o, min(n, self.size - o)))
+                for o, n in sorted(ranges)
+                if n > 0 and o < self.size and not self._covered(o, n)
+            ]
             ranges = [(o, n) for o, n in ranges if n > 0]
             getters = self._start(ranges)
             for (o, n), get in zip(ranges, getters):
@@ -164,7 +167,7 @@ class RangeFile(io.RawIOBase):
             if span is None:
                 return None
             start, stop, get = span
-            parts.append(get()[pos - start: min(stop, end) - start])
+            parts.append(get()[pos - start : min(stop, end) - start])
             pos = min(stop, end)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
@@ -270,8 +273,9 @@ class LocalRangeFile(RangeFile):
         try:
             self._fd = os.open(path, os.O_RDONLY)
         except OSError as exc:
-            raise TransferError(f"cannot open source file: {describe_oserror(exc)}", path,
-                                "check the path and its permissions") from exc
+            raise TransferError(
+                f"cannot open source file: {describe_oserror(exc)}", path, "check the path and its permissions"
+            ) from exc
         super().__init__(path, os.fstat(self._fd).st_size, stats)
 
     def _start(self, ranges):
@@ -280,7 +284,9 @@ class LocalRangeFile(RangeFile):
                 data = os.pread(self._fd, n, o)
                 self.stats.add(len(data))
                 return data
+
             return get
+
         return [getter(o, n) for o, n in ranges]
 
     def close(self) -> None:
@@ -303,8 +309,7 @@ class _Piece:
 class SFTPRangeFile(RangeFile):
     """Ranged reads with our pipelined SFTP client: many READs in flight on one connection."""
 
-    def __init__(self, conn, path: str, stats: ReadStats, size: int | None = None,
-                 readahead: int = READAHEAD) -> None:
+    def __init__(self, conn, path: str, stats: ReadStats, size: int | None = None, readahead: int = READAHEAD) -> None:
         """`conn` (a pooled connection) stays the caller's: several files use it one after another.
         `size` from a listing saves the FSTAT round trip."""
         from ..protocols import sftp_wire as w
@@ -322,8 +327,9 @@ class SFTPRangeFile(RangeFile):
                 size = r.attrs().size
         except OSError as exc:
             self.broken = isinstance(exc, ConnectionError)
-            raise TransferError(f"cannot open source file: {describe_oserror(exc)}", path,
-                                "check the path and its permissions") from exc
+            raise TransferError(
+                f"cannot open source file: {describe_oserror(exc)}", path, "check the path and its permissions"
+            ) from exc
         super().__init__(path, int(size or 0), stats)
         self.readahead = readahead
         self._win: collections.deque[_Piece] = collections.deque()
@@ -357,8 +363,11 @@ class SFTPRangeFile(RangeFile):
             self._wire.pump(block=True)
         except (OSError, EOFError) as exc:
             self.broken = True
-            raise TransferError(f"connection lost while reading: {exc}", self.name,
-                                "re-run the query; nothing was written under the final name") from exc
+            raise TransferError(
+                f"connection lost while reading: {exc}",
+                self.name,
+                "re-run the query; nothing was written under the final name",
+            ) from exc
 
     def _wait(self, piece: _Piece) -> bytes:
         while not piece.done:
@@ -386,7 +395,9 @@ class SFTPRangeFile(RangeFile):
                             if data and rest < min(self.size, p.off + p.length):
                                 out += self._exact(rest, p.off + p.length - rest)
                     return bytes(out[:n])
+
             return get
+
         return [getter(o, n, ps) for o, n, ps in sent]
 
     def _exact(self, off: int, n: int) -> bytes:
@@ -411,7 +422,7 @@ class SFTPRangeFile(RangeFile):
                 self._win_end += length
             p = self._win[0]
             data = self._wait(p)
-            avail = data[pos - p.off:]
+            avail = data[pos - p.off :]
             if not avail:
                 if not data and p.length:
                     break  # EOF earlier than the size said (file shrank)
@@ -459,8 +470,9 @@ def safe_url(url: str) -> str:
 class HTTPRangeFile(RangeFile):
     """Range GETs on keep-alive connections; `workers` connections fetch prefetched ranges in parallel."""
 
-    def __init__(self, url: str, stats: ReadStats, workers: int = 4, timeout: float = 60.0,
-                 cafile: str | None = None) -> None:
+    def __init__(
+        self, url: str, stats: ReadStats, workers: int = 4, timeout: float = 60.0, cafile: str | None = None
+    ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UsageError("not an http(s) URL", safe_url(url), "use http://host/path or https://host/path")
@@ -509,11 +521,15 @@ class HTTPRangeFile(RangeFile):
                 if attempt:
                     raise
             except ssl.SSLError as exc:
-                raise ConnectError(f"TLS failed: {exc.reason or exc}", display,
-                                   "check the server certificate (or pass a CA file)") from exc
+                raise ConnectError(
+                    f"TLS failed: {exc.reason or exc}", display, "check the server certificate (or pass a CA file)"
+                ) from exc
             except OSError as exc:
-                raise ConnectError(f"cannot reach the HTTP server: {describe_oserror(exc)}", display,
-                                   "check the host, port and that the server is running") from exc
+                raise ConnectError(
+                    f"cannot reach the HTTP server: {describe_oserror(exc)}",
+                    display,
+                    "check the host, port and that the server is running",
+                ) from exc
         raise AssertionError("unreachable")
 
     def _probe(self, display: str) -> int:
@@ -539,8 +555,11 @@ class HTTPRangeFile(RangeFile):
 
     def _get_range(self, off: int, n: int) -> bytes:
         if not self.ranges_supported:
-            raise TransferError("the HTTP server ignores Range requests", self.name,
-                                "serve the file from a server that supports byte ranges, or copy it first")
+            raise TransferError(
+                "the HTTP server ignores Range requests",
+                self.name,
+                "serve the file from a server that supports byte ranges, or copy it first",
+            )
         resp = self._request({"Range": f"bytes={off}-{off + n - 1}"}, self.name)
         data = resp.read()
         if resp.status != 206:
@@ -560,8 +579,11 @@ class HTTPRangeFile(RangeFile):
             if offset and not self.ranges_supported:
                 return self._get_range(offset, n)  # raises the clear error
             p = urlsplit(self.url)
-            conn = (http.client.HTTPSConnection(p.hostname, p.port, timeout=self._timeout, context=self._context)
-                    if p.scheme == "https" else http.client.HTTPConnection(p.hostname, p.port, timeout=self._timeout))
+            conn = (
+                http.client.HTTPSConnection(p.hostname, p.port, timeout=self._timeout, context=self._context)
+                if p.scheme == "https"
+                else http.client.HTTPConnection(p.hostname, p.port, timeout=self._timeout)
+            )
             try:
                 conn.request("GET", self._target(), headers=headers)
                 resp = conn.getresponse()

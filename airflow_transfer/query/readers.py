@@ -114,8 +114,9 @@ class ParquetReader(FormatReader):
                 # The next window's requests travel while this one is decoded.
                 self.rf.prefetch([r for _, rs in windows[i + 1] for r in rs])
             for rg, _ in window:
-                for batch in self.file.iter_batches(batch_size=BATCH_ROWS, row_groups=[rg], columns=needed,
-                                                    use_threads=False):
+                for batch in self.file.iter_batches(
+                    batch_size=BATCH_ROWS, row_groups=[rg], columns=needed, use_threads=False
+                ):
                     yield self._filter(batch, expr, out)
             self._forget(window)
 
@@ -161,8 +162,9 @@ class IPCReader(FormatReader):
                 yield self._filter(batch.select(needed), expr, out)
             return
         idx = [self.names.index(n) for n in needed]
-        reader = pa.ipc.open_file(native(self.rf),
-                                  options=pa.ipc.IpcReadOptions(included_fields=idx, use_threads=False))
+        reader = pa.ipc.open_file(
+            native(self.rf), options=pa.ipc.IpcReadOptions(included_fields=idx, use_threads=False)
+        )
         for i in range(reader.num_record_batches):
             batch = reader.get_batch(i)
             yield self._filter(batch.select(needed), expr, out)
@@ -185,8 +187,7 @@ class CSVReader(FormatReader):
                 break
             head += more
             if len(head) > (16 << 20):
-                raise TransferError("no line end in the first 16 MiB of the CSV file", rf.name,
-                                    "is it really CSV?")
+                raise TransferError("no line end in the first 16 MiB of the CSV file", rf.name, "is it really CSV?")
         line = head.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", "replace")
         if not line:
             raise TransferError("the CSV file is empty (no header line)", rf.name, "give a CSV file with a header")
@@ -207,9 +208,11 @@ class CSVReader(FormatReader):
         import pyarrow.csv as pcsv
 
         try:
-            return pcsv.open_csv(self._stream(),
-                                 read_options=pcsv.ReadOptions(block_size=CSV_BLOCK, use_threads=False),
-                                 convert_options=pcsv.ConvertOptions(include_columns=needed))
+            return pcsv.open_csv(
+                self._stream(),
+                read_options=pcsv.ReadOptions(block_size=CSV_BLOCK, use_threads=False),
+                convert_options=pcsv.ConvertOptions(include_columns=needed),
+            )
         except (pa.ArrowInvalid, OSError) as exc:
             raise TransferError(f"cannot read the CSV file: {exc}", self.rf.name) from exc
 
@@ -227,8 +230,11 @@ class CSVReader(FormatReader):
             except StopIteration:
                 return
             except (pa.ArrowInvalid, OSError) as exc:
-                raise TransferError(f"cannot parse the CSV file: {exc}", self.rf.name,
-                                    "a column's values changed type part-way through the file?") from exc
+                raise TransferError(
+                    f"cannot parse the CSV file: {exc}",
+                    self.rf.name,
+                    "a column's values changed type part-way through the file?",
+                ) from exc
             if batch.schema != schema:
                 batch = batch.cast(schema)
             yield self._filter(batch, expr, out)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import posixpath
 import time
-from concurrent.futures import wait
 from collections.abc import Callable
+from concurrent.futures import wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,8 +71,19 @@ def _open_sink(dst, fmt: str, src_name: str, pool) -> Sink:
     path = dst.path
     if _dst_is_dir(dst, pool):
         stem = posixpath.basename(src_name.rstrip("/")) or "query"
-        for ext in (".parquet", ".pq", ".parq", ".arrow", ".feather", ".ipc", ".arrows", ".csv.gz", ".csv.bz2",
-                    ".csv.zst", ".csv"):
+        for ext in (
+            ".parquet",
+            ".pq",
+            ".parq",
+            ".arrow",
+            ".feather",
+            ".ipc",
+            ".arrows",
+            ".csv.gz",
+            ".csv.bz2",
+            ".csv.zst",
+            ".csv",
+        ):
             if stem.lower().endswith(ext):
                 stem = stem[: -len(ext)]
                 break
@@ -186,21 +197,32 @@ def run_query(req: QueryRequest) -> dict:
                 else:
                     missing = [n for n in needed if n not in reader.names]
                     if missing:
-                        raise TransferError(f"column {missing[0]!r} is missing in {f.path}", source.display,
-                                            "every file of a directory source needs the queried columns")
+                        raise TransferError(
+                            f"column {missing[0]!r} is missing in {f.path}",
+                            source.display,
+                            "every file of a directory source needs the queried columns",
+                        )
                     reader.schema_for(needed)
                 for batch in reader.batches(needed, expr, out_cols):
                     if batch.schema != out_schema:
                         try:
                             batch = batch.cast(out_schema)
                         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                            raise TransferError(f"column types in {f.path} differ from the first file: {exc}",
-                                                source.display) from exc
+                            raise TransferError(
+                                f"column types in {f.path} differ from the first file: {exc}", source.display
+                            ) from exc
                     writer.write(batch)
                     if req.progress and time.monotonic() - last_report >= req.progress_interval:
                         last_report = time.monotonic()
-                        req.progress({"files_done": index, "files": len(files), "rows": writer.rows,
-                                      "bytes_read": source.stats.bytes, "seconds": last_report - t0})
+                        req.progress(
+                            {
+                                "files_done": index,
+                                "files": len(files),
+                                "rows": writer.rows,
+                                "bytes_read": source.stats.bytes,
+                                "seconds": last_report - t0,
+                            }
+                        )
             finally:
                 rf.close()
         writer.close()
@@ -227,8 +249,9 @@ def run_query(req: QueryRequest) -> dict:
         "where": req.where or "",
         "rows": writer.rows,
         "rows_scanned": counts.rows_scanned,
-        "row_groups": ({"total": counts.row_groups_total, "read": counts.row_groups_read}
-                       if files[0].fmt == "parquet" else None),
+        "row_groups": (
+            {"total": counts.row_groups_total, "read": counts.row_groups_read} if files[0].fmt == "parquet" else None
+        ),
         "bytes_source": bytes_source,
         "bytes_read": source.stats.bytes,
         "read_requests": source.stats.requests,

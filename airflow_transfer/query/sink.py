@@ -73,8 +73,11 @@ class LocalSink(Sink):
             os.makedirs(os.path.dirname(final) or ".", exist_ok=True)
             self._f = open(self.temp, "wb")
         except OSError as exc:
-            raise TransferError(f"cannot create the output file: {describe_oserror(exc)}", self.where,
-                                "check the destination path and its permissions") from exc
+            raise TransferError(
+                f"cannot create the output file: {describe_oserror(exc)}",
+                self.where,
+                "check the destination path and its permissions",
+            ) from exc
 
     def _write(self, data: memoryview) -> None:
         try:
@@ -123,8 +126,11 @@ class SFTPSink(Sink):
             self._handle = self._wire.expect_handle(t, r, self.temp)
         except OSError as exc:
             self._release(isinstance(exc, ConnectionError))
-            raise TransferError(f"cannot create the output file: {describe_oserror(exc)}", self.where,
-                                "check the destination path and its permissions") from exc
+            raise TransferError(
+                f"cannot create the output file: {describe_oserror(exc)}",
+                self.where,
+                "check the destination path and its permissions",
+            ) from exc
 
     def _release(self, broken: bool) -> None:
         if self._conn is not None:
@@ -142,21 +148,28 @@ class SFTPSink(Sink):
             self._wire.pump(block=block)
         except (OSError, EOFError) as exc:
             self._broken = True
-            raise TransferError(f"connection lost while writing: {exc}", self.where,
-                                "re-run the query; nothing was written under the final name") from exc
+            raise TransferError(
+                f"connection lost while writing: {exc}",
+                self.where,
+                "re-run the query; nothing was written under the final name",
+            ) from exc
         if self._error is not None:
-            raise TransferError(f"cannot write the output file: {describe_oserror(self._error)}", self.where,
-                                "check free space and permissions at the destination") from self._error
+            raise TransferError(
+                f"cannot write the output file: {describe_oserror(self._error)}",
+                self.where,
+                "check free space and permissions at the destination",
+            ) from self._error
 
     def _write(self, data: memoryview) -> None:
         wire, w = self._wire, self._w
         step = wire.max_write
         for i in range(0, len(data), step):
-            piece = data[i: i + step]
+            piece = data[i : i + step]
             while wire.outstanding >= MAX_WRITES_IN_FLIGHT:
                 self._pump(block=True)
-            wire.send(w.WRITE, wire.p_write_head(self._handle, self.bytes + i, len(piece)), self._on_reply,
-                      data=bytes(piece))
+            wire.send(
+                w.WRITE, wire.p_write_head(self._handle, self.bytes + i, len(piece)), self._on_reply, data=bytes(piece)
+            )
         self._pump(block=False)
 
     def commit(self) -> None:

@@ -17,8 +17,13 @@ from ..paths import TEMP_SUFFIX
 from .rangefile import HTTPRangeFile, LocalRangeFile, RangeFile, ReadStats, SFTPRangeFile, safe_url
 
 EXTENSIONS = {
-    ".parquet": "parquet", ".pq": "parquet", ".parq": "parquet",
-    ".arrow": "ipc", ".feather": "ipc", ".ipc": "ipc", ".arrows": "ipc",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".parq": "parquet",
+    ".arrow": "ipc",
+    ".feather": "ipc",
+    ".ipc": "ipc",
+    ".arrows": "ipc",
     ".csv": "csv",
 }
 FORMATS = ("parquet", "ipc", "csv")
@@ -80,12 +85,18 @@ class QuerySource:
 def _pick(found: list[SourceFile], where: str) -> list[SourceFile]:
     known = [f for f in found if f.fmt]
     if not known:
-        raise UsageError("no Parquet, Arrow IPC or CSV files in the source directory", where,
-                         "name files *.parquet, *.arrow / *.feather or *.csv")
+        raise UsageError(
+            "no Parquet, Arrow IPC or CSV files in the source directory",
+            where,
+            "name files *.parquet, *.arrow / *.feather or *.csv",
+        )
     fmts = sorted({f.fmt for f in known})
     if len(fmts) > 1:
-        raise UsageError(f"the source directory mixes formats ({', '.join(fmts)})", where,
-                         "query one format at a time (point SRC at one file or a directory of one format)")
+        raise UsageError(
+            f"the source directory mixes formats ({', '.join(fmts)})",
+            where,
+            "query one format at a time (point SRC at one file or a directory of one format)",
+        )
     return sorted(known, key=lambda f: f.path)
 
 
@@ -99,8 +110,9 @@ class LocalSource(QuerySource):
         try:
             st = os.stat(self.path)
         except OSError as exc:
-            raise TransferError(f"cannot read the source: {describe_oserror(exc)}", self.path,
-                                "check the path") from exc
+            raise TransferError(
+                f"cannot read the source: {describe_oserror(exc)}", self.path, "check the path"
+            ) from exc
         if not _stat.S_ISDIR(st.st_mode):
             return [SourceFile(self.path, st.st_size, format_of(self.path))]
         found = []
@@ -136,8 +148,9 @@ class SFTPSource(QuerySource):
             try:
                 attrs = wire.stat(root)
             except OSError as exc:
-                raise TransferError(f"cannot read the source: {describe_oserror(exc)}", self.display,
-                                    "check the remote path") from exc
+                raise TransferError(
+                    f"cannot read the source: {describe_oserror(exc)}", self.display, "check the remote path"
+                ) from exc
             if not attrs.is_dir:
                 return [SourceFile(root, int(attrs.size or 0), format_of(root))]
             found: list[SourceFile] = []

@@ -54,7 +54,7 @@ VERSION = 1
 READ_SIZE = 1 << 20
 
 
-class _Adler32(object):
+class _Adler32:
     def __init__(self):
         self.value = 1
 
@@ -78,7 +78,7 @@ def _factories():
     try:
         import crc32c as _crc32c_module
 
-        class _Crc32c(object):
+        class _Crc32c:
             def __init__(self):
                 self.value = 0
 
@@ -260,7 +260,7 @@ def handle(line):
         try:
             request = json.loads(line)
         except ValueError as exc:
-            raise RequestError("EBADREQ", "request is not valid JSON: %s" % exc)
+            raise RequestError("EBADREQ", "request is not valid JSON: %s" % exc) from exc
         if not isinstance(request, dict):
             raise RequestError("EBADREQ", "request must be a JSON object")
         request_id = request.get("id")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import Any
 
 from airflow.sdk import BaseHook, BaseSensorOperator, PokeReturnValue
 
@@ -34,21 +35,37 @@ class ProtocolAvailableSensor(BaseSensorOperator):
     template_fields: Sequence[str] = ("conn_id", "host")
     ui_color = "#eef3e0"
 
-    def __init__(self, *, protocols: Sequence[str], conn_id: str | None = None, host: str | None = None,
-                 ports: dict[str, int] | None = None, mode: str = "any", deferrable: bool = True,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        protocols: Sequence[str],
+        conn_id: str | None = None,
+        host: str | None = None,
+        ports: dict[str, int] | None = None,
+        mode: str = "any",
+        deferrable: bool = True,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("poke_interval", 30.0)
         super().__init__(**kwargs)
         if bool(conn_id) == bool(host):
             raise ValueError("give exactly one of conn_id or host")
         if not isinstance(mode, str) or mode not in MODES:
             raise ValueError(f"mode must be 'any' or 'all' (got {mode!r})")
-        if isinstance(protocols, str) or not isinstance(protocols, (list, tuple)) or not protocols \
-                or any(not isinstance(p, str) or p not in DEFAULT_PORTS for p in protocols):
+        if (
+            isinstance(protocols, str)
+            or not isinstance(protocols, (list, tuple))
+            or not protocols
+            or any(not isinstance(p, str) or p not in DEFAULT_PORTS for p in protocols)
+        ):
             raise ValueError(f"protocols must be a list of some of {', '.join(DEFAULT_PORTS)} (got {protocols!r})")
-        if ports is not None and (not isinstance(ports, dict) or any(
+        if ports is not None and (
+            not isinstance(ports, dict)
+            or any(
                 k not in DEFAULT_PORTS or isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= 65535
-                for k, v in ports.items())):
+                for k, v in ports.items()
+            )
+        ):
             raise ValueError(f"ports must map protocol names to port numbers 1-65535 (got {ports!r})")
         for name, value in (("conn_id", conn_id), ("host", host)):
             if value is not None and not isinstance(value, str):
@@ -73,8 +90,13 @@ class ProtocolAvailableSensor(BaseSensorOperator):
             return super().execute(context)
         host, ports = self._target()
         self.defer(
-            trigger=ProtocolAvailableTrigger(host=host, protocols=self.protocols, ports=ports, mode=self.mode,
-                                             poll_interval=float(self.poke_interval)),
+            trigger=ProtocolAvailableTrigger(
+                host=host,
+                protocols=self.protocols,
+                ports=ports,
+                mode=self.mode,
+                poll_interval=float(self.poke_interval),
+            ),
             method_name="execute_complete",
             timeout=timedelta(seconds=float(self.timeout)) if self.timeout else None,
         )
@@ -82,14 +104,18 @@ class ProtocolAvailableSensor(BaseSensorOperator):
     def execute_complete(self, context: Any, event: dict | None = None) -> dict:
         if not event or event.get("status") != "available":
             raise RuntimeError((event or {}).get("message", "the protocol trigger ended without an event"))
-        self.log.info("%s offers %s (after %d probe rounds)", event["host"], ", ".join(event["available"]),
-                      event.get("rounds", 0))
+        self.log.info(
+            "%s offers %s (after %d probe rounds)", event["host"], ", ".join(event["available"]), event.get("rounds", 0)
+        )
         return {k: event[k] for k in ("host", "available", "results")}
 
     def poke(self, context: Any):
         host, ports = self._target()
         done, results = probe_round(host, self.protocols, ports, self.mode, airflow_conf.store_url())
-        self.log.info("%s: %s", host, "; ".join(
-            f"{r['protocol']}:{r['port']} {'up' if r['available'] else r['detail']}" for r in results))
+        self.log.info(
+            "%s: %s",
+            host,
+            "; ".join(f"{r['protocol']}:{r['port']} {'up' if r['available'] else r['detail']}" for r in results),
+        )
         value = {"host": host, "available": [r["protocol"] for r in results if r["available"]], "results": results}
         return PokeReturnValue(is_done=done, xcom_value=value if done else None)

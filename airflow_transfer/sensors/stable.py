@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
@@ -38,8 +39,15 @@ class DatasetStableSensor(BaseSensorOperator):
     template_fields: Sequence[str] = ("src", "src_conn_id", "stable_for")
     ui_color = "#e8f4e0"
 
-    def __init__(self, *, src: str, src_conn_id: str | None = None, stable_for: float | str = 300.0,
-                 deferrable: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        src: str,
+        src_conn_id: str | None = None,
+        stable_for: float | str = 300.0,
+        deferrable: bool = True,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("poke_interval", 30.0)
         super().__init__(**kwargs)
         self.src, self.src_conn_id, self.stable_for = src, src_conn_id, stable_for
@@ -61,8 +69,12 @@ class DatasetStableSensor(BaseSensorOperator):
         if not self.deferrable:
             return super().execute(context)
         self.defer(
-            trigger=DatasetStableTrigger(src=self.src, conn_id=self.src_conn_id, stable_for=self._stable_seconds(),
-                                         poll_interval=float(self.poke_interval)),
+            trigger=DatasetStableTrigger(
+                src=self.src,
+                conn_id=self.src_conn_id,
+                stable_for=self._stable_seconds(),
+                poll_interval=float(self.poke_interval),
+            ),
             method_name="execute_complete",
             timeout=timedelta(seconds=float(self.timeout)) if self.timeout else None,
         )
@@ -71,8 +83,14 @@ class DatasetStableSensor(BaseSensorOperator):
         """Resume after the trigger fired: return its state, or fail with its message."""
         if not event or event.get("status") != "stable":
             raise RuntimeError((event or {}).get("message", "the stability trigger ended without an event"))
-        self.log.info("%s stable for %.0f s: %d files, %d bytes (%d changes seen while waiting)",
-                      self.src, event.get("held_for", 0), event["files"], event["bytes"], event.get("changes", 0))
+        self.log.info(
+            "%s stable for %.0f s: %d files, %d bytes (%d changes seen while waiting)",
+            self.src,
+            event.get("held_for", 0),
+            event["files"],
+            event["bytes"],
+            event.get("changes", 0),
+        )
         return {k: event[k] for k in ("fingerprint", "files", "bytes", "changes", "held_for") if k in event}
 
     def poke(self, context: Any):
@@ -86,7 +104,12 @@ class DatasetStableSensor(BaseSensorOperator):
         except TransferError as exc:
             raise task_error(exc) from exc
         stable = self._watch.observe(state)
-        self.log.info("%d files, %d bytes; unchanged for %.0f of %.0f s", state.files, state.bytes,
-                      self._watch.held_for(), self._watch.stable_for)
+        self.log.info(
+            "%d files, %d bytes; unchanged for %.0f of %.0f s",
+            state.files,
+            state.bytes,
+            self._watch.held_for(),
+            self._watch.stable_for,
+        )
         value = {**state.as_dict(), "changes": self._watch.changes, "held_for": round(self._watch.held_for(), 1)}
         return PokeReturnValue(is_done=stable, xcom_value=value if stable else None)

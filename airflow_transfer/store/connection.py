@@ -143,9 +143,7 @@ def is_retryable(exc: BaseException) -> bool:
     return getattr(orig, "sqlstate", None) in _PG_RETRY_SQLSTATES
 
 
-def run_transaction(
-    engine: Engine, fn: Callable[[Connection], T], *, write: bool, url_for_errors: str
-) -> T:
+def run_transaction(engine: Engine, fn: Callable[[Connection], T], *, write: bool, url_for_errors: str) -> T:
     """Run ``fn(conn)`` in one transaction, again from the start on lock/serialization conflicts."""
     bound = engine.execution_options(**{WRITE_OPTION: True}) if write else engine
     delay = _RETRY_FIRST_DELAY_S

@@ -208,8 +208,10 @@ def apply_events(conn: Connection, transfer_id: int, events: Sequence[Event]) ->
 
 
 def _lock_rows(conn: Connection, transfer_id: int, paths: list[str]) -> dict[str, dict[str, Any]]:
-    columns = [files.c[name] for name in ("path", "size", "mtime", "state", "ranges", "attempts", "last_error", "checksum",
-                                          "blocks")]
+    columns = [
+        files.c[name]
+        for name in ("path", "size", "mtime", "state", "ranges", "attempts", "last_error", "checksum", "blocks")
+    ]
     current: dict[str, dict[str, Any]] = {}
     for start in range(0, len(paths), _LOOKUP_BATCH):
         query = (

@@ -118,9 +118,7 @@ class Store:
         """
         return self.write(lambda conn: transfers.begin(conn, key, src_url, dst_url, algorithm, resume))
 
-    def finish_transfer(
-        self, transfer_id: int, state: str, summary: Mapping[str, Any] | None = None
-    ) -> TransferRecord:
+    def finish_transfer(self, transfer_id: int, state: str, summary: Mapping[str, Any] | None = None) -> TransferRecord:
         """Close a transfer as 'succeeded' or 'failed' with its summary (the ``copy --json`` object)."""
         return self.write(lambda conn: transfers.finish(conn, transfer_id, state, summary))
 
@@ -179,9 +177,7 @@ class Store:
         background: bool = True,
     ) -> JournalWriter:
         """A thread-safe buffered writer for the engine's per-range reports (see writer.py)."""
-        return JournalWriter(
-            self, transfer_id, max_delay_ms=max_delay_ms, max_events=max_events, background=background
-        )
+        return JournalWriter(self, transfer_id, max_delay_ms=max_delay_ms, max_events=max_events, background=background)
 
     def mark_range(self, transfer_id: int, path: str, offset: int, length: int) -> None:
         """Unbuffered: one transaction. The engine should use journal_writer() instead."""
@@ -231,8 +227,17 @@ class Store:
     def protocol_switches(self, transfer_id: int) -> list[dict[str, Any]]:
         return self.read(lambda conn: hp.list_switches(conn, transfer_id))
 
-    def put_host_protocol(self, host: str, protocol: str, port: int, available: bool, *, detail: str | None = None,
-                          ttl_s: float = 3600.0, probe_ms: int | None = None) -> None:
+    def put_host_protocol(
+        self,
+        host: str,
+        protocol: str,
+        port: int,
+        available: bool,
+        *,
+        detail: str | None = None,
+        ttl_s: float = 3600.0,
+        probe_ms: int | None = None,
+    ) -> None:
         """Record a probe result for (host, protocol, port), valid for ttl_s seconds."""
         self.write(lambda conn: hp.put_host_protocol(conn, host, protocol, port, available, detail, ttl_s, probe_ms))
 
@@ -242,16 +247,18 @@ class Store:
 
     # --- tuning library (paper 003; docs/profilers.md "The tuning library") ----
 
-    def add_profile(self, host: str, kind: str, payload: Mapping[str, Any], *, peer: str = "",
-                    measured_at: datetime | None = None) -> int:
+    def add_profile(
+        self, host: str, kind: str, payload: Mapping[str, Any], *, peer: str = "", measured_at: datetime | None = None
+    ) -> int:
         """Store one profiler result (its JSON object) for ``host`` (and ``peer`` for network); returns its id.
 
         kind: disk, memory, kernel (the network profiler's /proc limits), network or network-light.
         """
         return self.write(lambda conn: tl.add_profile(conn, host, kind, payload, peer, measured_at))
 
-    def latest_profile(self, host: str, kind: str | tuple[str, ...], *, peer: str = "",
-                       ok_only: bool = True) -> dict[str, Any] | None:
+    def latest_profile(
+        self, host: str, kind: str | tuple[str, ...], *, peer: str = "", ok_only: bool = True
+    ) -> dict[str, Any] | None:
         """The newest profile of that kind (or kinds), as a dict with its payload; None when there is none."""
         return self.read(lambda conn: tl.latest_profile(conn, host, kind, peer, ok_only))
 
@@ -259,8 +266,7 @@ class Store:
         """Raw profiles, newest first."""
         return self.read(lambda conn: tl.list_profiles(conn, host, kind, limit))
 
-    def save_tuned(self, params: Mapping[str, Any], *, measured_at: datetime,
-                   profile_ids: Sequence[int] = ()) -> int:
+    def save_tuned(self, params: Mapping[str, Any], *, measured_at: datetime, profile_ids: Sequence[int] = ()) -> int:
         """Store a tuner result (TunedParameters.to_dict()) for its source -> destination and protocol."""
         return self.write(lambda conn: tl.save_tuned(conn, params, measured_at, list(profile_ids)))
 
@@ -268,8 +274,9 @@ class Store:
         """The newest tuned parameters of one direction and protocol, or None."""
         return self.read(lambda conn: tl.tuned_for(conn, source_host, dest_host, protocol))
 
-    def tuned_history(self, source_host: str, dest_host: str, protocol: str = "sftp", *,
-                      limit: int = 100) -> list[dict[str, Any]]:
+    def tuned_history(
+        self, source_host: str, dest_host: str, protocol: str = "sftp", *, limit: int = 100
+    ) -> list[dict[str, Any]]:
         """Every tuner result of one direction and protocol, newest first."""
         return self.read(lambda conn: tl.tuned_history(conn, source_host, dest_host, protocol, limit))
 
@@ -302,9 +309,20 @@ class Store:
         now: datetime | None = None,
     ) -> dict[str, Any]:
         """Apply the back-off rule to a light result; returns the new state plus ``moved`` and ``doubled``."""
-        return self.write(lambda conn: tl.record_light(
-            conn, source_host, dest_host, rtt_ms, bandwidth_mbit, k=k, tolerance=tolerance,
-            base_interval_s=base_interval_s, max_interval_s=max_interval_s, now=now))
+        return self.write(
+            lambda conn: tl.record_light(
+                conn,
+                source_host,
+                dest_host,
+                rtt_ms,
+                bandwidth_mbit,
+                k=k,
+                tolerance=tolerance,
+                base_interval_s=base_interval_s,
+                max_interval_s=max_interval_s,
+                now=now,
+            )
+        )
 
     def _write_one(self, transfer_id: int, add: Callable[[JournalWriter], None]) -> None:
         # max_events=1: the event is written (or its error raised) inside add()

@@ -31,12 +31,16 @@ def begin(
     now = utcnow()
     existing = None
     if resume:
-        existing = conn.execute(
-            select(transfers)
-            .where(transfers.c.key == key, transfers.c.state.in_(RESUMABLE_STATES))
-            .order_by(transfers.c.id.desc())
-            .limit(1)
-        ).mappings().first()
+        existing = (
+            conn.execute(
+                select(transfers)
+                .where(transfers.c.key == key, transfers.c.state.in_(RESUMABLE_STATES))
+                .order_by(transfers.c.id.desc())
+                .limit(1)
+            )
+            .mappings()
+            .first()
+        )
     if existing is not None:
         if (existing["src_url"], existing["dst_url"]) != (src, dst):
             raise StoreError(

@@ -37,26 +37,42 @@ def _check_host(name: str, what: str) -> None:
 
 # -- profiles -----------------------------------------------------------------------
 
-def add_profile(conn: Connection, host: str, kind: str, payload: Mapping[str, Any], peer: str,
-                measured_at: datetime | None) -> int:
+
+def add_profile(
+    conn: Connection, host: str, kind: str, payload: Mapping[str, Any], peer: str, measured_at: datetime | None
+) -> int:
     if kind not in PROFILE_KINDS:
         raise ValueError(f"profile kind must be one of {PROFILE_KINDS} (got {kind!r})")
     _check_host(host, "host")
     _check_host(peer, "peer")
     if not host:
         raise ValueError("a profile needs a host")
-    row = dict(host=host, peer=peer, kind=kind, measured_at=measured_at or utcnow(),
-               ok=1 if payload.get("ok", True) else 0, payload=dict(payload))
+    row = dict(
+        host=host,
+        peer=peer,
+        kind=kind,
+        measured_at=measured_at or utcnow(),
+        ok=1 if payload.get("ok", True) else 0,
+        payload=dict(payload),
+    )
     return conn.execute(insert(profiles).values(**row).returning(profiles.c.id)).scalar_one()
 
 
 def _profile_dict(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {"id": row["id"], "host": row["host"], "peer": row["peer"], "kind": row["kind"],
-            "measured_at": iso(row["measured_at"]), "ok": bool(row["ok"]), "payload": row["payload"]}
+    return {
+        "id": row["id"],
+        "host": row["host"],
+        "peer": row["peer"],
+        "kind": row["kind"],
+        "measured_at": iso(row["measured_at"]),
+        "ok": bool(row["ok"]),
+        "payload": row["payload"],
+    }
 
 
-def latest_profile(conn: Connection, host: str, kind: str | tuple[str, ...], peer: str,
-                   ok_only: bool) -> dict[str, Any] | None:
+def latest_profile(
+    conn: Connection, host: str, kind: str | tuple[str, ...], peer: str, ok_only: bool
+) -> dict[str, Any] | None:
     kinds = (kind,) if isinstance(kind, str) else tuple(kind)
     query = select(profiles).where(profiles.c.host == host, profiles.c.peer == peer, profiles.c.kind.in_(kinds))
     if ok_only:
@@ -77,6 +93,7 @@ def list_profiles(conn: Connection, host: str | None, kind: str | None, limit: i
 
 # -- tuned parameters -------------------------------------------------------------------
 
+
 def save_tuned(conn: Connection, params: Mapping[str, Any], measured_at: datetime, profile_ids: list[int]) -> int:
     missing = [name for name in ("source", "destination", "protocol", *_TUNED_INT_FIELDS) if name not in params]
     if missing:
@@ -85,31 +102,57 @@ def save_tuned(conn: Connection, params: Mapping[str, Any], measured_at: datetim
     _check_host(params["destination"], "destination host")
     row = {name: int(params[name]) for name in _TUNED_INT_FIELDS}
     row.update(
-        source_host=params["source"], dest_host=params["destination"], protocol=str(params["protocol"]),
-        measured_at=measured_at, computed_at=utcnow(),
+        source_host=params["source"],
+        dest_host=params["destination"],
+        protocol=str(params["protocol"]),
+        measured_at=measured_at,
+        computed_at=utcnow(),
         rtt_ms=None if params.get("rtt_ms") is None else float(params["rtt_ms"]),
         bandwidth_mbit=None if params.get("bandwidth_mbit") is None else float(params["bandwidth_mbit"]),
-        params=dict(params), profile_ids=[int(i) for i in profile_ids],
+        params=dict(params),
+        profile_ids=[int(i) for i in profile_ids],
     )
     return conn.execute(insert(tuned_params).values(**row).returning(tuned_params.c.id)).scalar_one()
 
 
 def _tuned_dict(row: Mapping[str, Any]) -> dict[str, Any]:
-    out = {name: row[name] for name in ("id", "source_host", "dest_host", "protocol", *_TUNED_INT_FIELDS,
-                                          "rtt_ms", "bandwidth_mbit", "profile_ids")}
-    out.update(measured_at=iso(row["measured_at"]), computed_at=iso(row["computed_at"]),
-               reasons=list((row["params"] or {}).get("reasons", [])), params=row["params"])
+    out = {
+        name: row[name]
+        for name in (
+            "id",
+            "source_host",
+            "dest_host",
+            "protocol",
+            *_TUNED_INT_FIELDS,
+            "rtt_ms",
+            "bandwidth_mbit",
+            "profile_ids",
+        )
+    }
+    out.update(
+        measured_at=iso(row["measured_at"]),
+        computed_at=iso(row["computed_at"]),
+        reasons=list((row["params"] or {}).get("reasons", [])),
+        params=row["params"],
+    )
     return out
 
 
 def tuned_for(conn: Connection, source_host: str, dest_host: str, protocol: str) -> dict[str, Any] | None:
-    row = conn.execute(
-        select(tuned_params)
-        .where(tuned_params.c.source_host == source_host, tuned_params.c.dest_host == dest_host,
-               tuned_params.c.protocol == protocol)
-        .order_by(tuned_params.c.computed_at.desc(), tuned_params.c.id.desc())
-        .limit(1)
-    ).mappings().first()
+    row = (
+        conn.execute(
+            select(tuned_params)
+            .where(
+                tuned_params.c.source_host == source_host,
+                tuned_params.c.dest_host == dest_host,
+                tuned_params.c.protocol == protocol,
+            )
+            .order_by(tuned_params.c.computed_at.desc(), tuned_params.c.id.desc())
+            .limit(1)
+        )
+        .mappings()
+        .first()
+    )
     return _tuned_dict(row) if row is not None else None
 
 
@@ -129,12 +172,16 @@ def library(conn: Connection, protocol: str | None, host: str | None) -> list[di
     return [_tuned_dict(row) for row in conn.execute(query).mappings()]
 
 
-def tuned_history(conn: Connection, source_host: str, dest_host: str, protocol: str,
-                  limit: int) -> list[dict[str, Any]]:
+def tuned_history(
+    conn: Connection, source_host: str, dest_host: str, protocol: str, limit: int
+) -> list[dict[str, Any]]:
     rows = conn.execute(
         select(tuned_params)
-        .where(tuned_params.c.source_host == source_host, tuned_params.c.dest_host == dest_host,
-               tuned_params.c.protocol == protocol)
+        .where(
+            tuned_params.c.source_host == source_host,
+            tuned_params.c.dest_host == dest_host,
+            tuned_params.c.protocol == protocol,
+        )
         .order_by(tuned_params.c.computed_at.desc(), tuned_params.c.id.desc())
         .limit(limit)
     ).mappings()
@@ -142,6 +189,7 @@ def tuned_history(conn: Connection, source_host: str, dest_host: str, protocol: 
 
 
 # -- light-profiler back-off ----------------------------------------------------------------
+
 
 def _schedule_dict(row: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(row)
@@ -151,10 +199,15 @@ def _schedule_dict(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def get_schedule(conn: Connection, source_host: str, dest_host: str) -> dict[str, Any] | None:
-    row = conn.execute(
-        select(light_schedule).where(light_schedule.c.source_host == source_host,
-                                     light_schedule.c.dest_host == dest_host)
-    ).mappings().first()
+    row = (
+        conn.execute(
+            select(light_schedule).where(
+                light_schedule.c.source_host == source_host, light_schedule.c.dest_host == dest_host
+            )
+        )
+        .mappings()
+        .first()
+    )
     return _schedule_dict(row) if row is not None else None
 
 
@@ -165,8 +218,9 @@ def list_schedules(conn: Connection) -> list[dict[str, Any]]:
 
 def is_due(conn: Connection, source_host: str, dest_host: str, now: datetime) -> bool:
     due = conn.execute(
-        select(light_schedule.c.next_due_at).where(light_schedule.c.source_host == source_host,
-                                                   light_schedule.c.dest_host == dest_host)
+        select(light_schedule.c.next_due_at).where(
+            light_schedule.c.source_host == source_host, light_schedule.c.dest_host == dest_host
+        )
     ).scalar_one_or_none()
     return due is None or due <= now
 
@@ -184,39 +238,81 @@ def _moved(old: float | None, new: float | None, tolerance: float, noise: float 
     return change if abs(change) > tolerance and abs(new - old) > noise else None
 
 
-def next_state(previous: Mapping[str, Any] | None, rtt_ms: float | None, bandwidth_mbit: float | None, *,
-               k: int, tolerance: float, base_interval_s: float, max_interval_s: float) -> dict[str, Any]:
+def next_state(
+    previous: Mapping[str, Any] | None,
+    rtt_ms: float | None,
+    bandwidth_mbit: float | None,
+    *,
+    k: int,
+    tolerance: float,
+    base_interval_s: float,
+    max_interval_s: float,
+) -> dict[str, Any]:
     """The back-off rule, pure: a result within +-tolerance of the previous one (RTT and
     bandwidth both; RTT changes under RTT_NOISE_MS never count) is stable; after k stable results in a row the interval doubles (up
     to the maximum) and the count starts again; a result that moves resets the interval."""
     if k < 1 or not (0 < tolerance < 1) or not (0 < base_interval_s <= max_interval_s):
         raise ValueError("back-off needs k >= 1, 0 < tolerance < 1 and 0 < base interval <= max interval")
     if previous is None:
-        return {"interval_s": base_interval_s, "stable_runs": 0, "moved": False, "doubled": False,
-                "last_change": f"first light result: interval {base_interval_s:g} s"}
-    moves = [f"{name} {old:g} -> {new:g} ({change:+.0%})"
-             for name, old, new, noise in (("RTT ms", previous.get("last_rtt_ms"), rtt_ms, RTT_NOISE_MS),
-                                           ("bandwidth Mbit/s", previous.get("last_bandwidth_mbit"),
-                                            bandwidth_mbit, 0.0))
-             for change in [_moved(old, new, tolerance, noise)] if change is not None]
+        return {
+            "interval_s": base_interval_s,
+            "stable_runs": 0,
+            "moved": False,
+            "doubled": False,
+            "last_change": f"first light result: interval {base_interval_s:g} s",
+        }
+    moves = [
+        f"{name} {old:g} -> {new:g} ({change:+.0%})"
+        for name, old, new, noise in (
+            ("RTT ms", previous.get("last_rtt_ms"), rtt_ms, RTT_NOISE_MS),
+            ("bandwidth Mbit/s", previous.get("last_bandwidth_mbit"), bandwidth_mbit, 0.0),
+        )
+        for change in [_moved(old, new, tolerance, noise)]
+        if change is not None
+    ]
     if moves:
-        return {"interval_s": base_interval_s, "stable_runs": 0, "moved": True, "doubled": False,
-                "last_change": f"{'; '.join(moves)}: moved more than {tolerance:.0%}, interval reset to "
-                               f"{base_interval_s:g} s"}
+        return {
+            "interval_s": base_interval_s,
+            "stable_runs": 0,
+            "moved": True,
+            "doubled": False,
+            "last_change": f"{'; '.join(moves)}: moved more than {tolerance:.0%}, interval reset to "
+            f"{base_interval_s:g} s",
+        }
     stable = int(previous.get("stable_runs") or 0) + 1
     interval = float(previous.get("interval_s") or base_interval_s)
     if stable >= k:
         doubled = min(interval * 2, max_interval_s)
-        return {"interval_s": doubled, "stable_runs": 0, "moved": False, "doubled": doubled > interval,
-                "last_change": f"{stable} stable results in a row (within {tolerance:.0%}): interval "
-                               f"{interval:g} -> {doubled:g} s" + (" (the maximum)" if doubled >= max_interval_s else "")}
-    return {"interval_s": interval, "stable_runs": stable, "moved": False, "doubled": False,
-            "last_change": previous.get("last_change")}
+        return {
+            "interval_s": doubled,
+            "stable_runs": 0,
+            "moved": False,
+            "doubled": doubled > interval,
+            "last_change": f"{stable} stable results in a row (within {tolerance:.0%}): interval "
+            f"{interval:g} -> {doubled:g} s" + (" (the maximum)" if doubled >= max_interval_s else ""),
+        }
+    return {
+        "interval_s": interval,
+        "stable_runs": stable,
+        "moved": False,
+        "doubled": False,
+        "last_change": previous.get("last_change"),
+    }
 
 
-def record_light(conn: Connection, source_host: str, dest_host: str, rtt_ms: float | None,
-                 bandwidth_mbit: float | None, *, k: int, tolerance: float, base_interval_s: float,
-                 max_interval_s: float, now: datetime | None) -> dict[str, Any]:
+def record_light(
+    conn: Connection,
+    source_host: str,
+    dest_host: str,
+    rtt_ms: float | None,
+    bandwidth_mbit: float | None,
+    *,
+    k: int,
+    tolerance: float,
+    base_interval_s: float,
+    max_interval_s: float,
+    now: datetime | None,
+) -> dict[str, Any]:
     _check_host(source_host, "source host")
     _check_host(dest_host, "destination host")
     now = now or utcnow()
@@ -225,13 +321,27 @@ def record_light(conn: Connection, source_host: str, dest_host: str, rtt_ms: flo
     key = and_(light_schedule.c.source_host == source_host, light_schedule.c.dest_host == dest_host)
     row = conn.execute(select(light_schedule).where(key)).mappings().first()
     previous = dict(row) if row is not None else None
-    state = next_state(previous, rtt_ms, bandwidth_mbit, k=k, tolerance=tolerance,
-                       base_interval_s=base_interval_s, max_interval_s=max_interval_s)
-    values = dict(interval_s=state["interval_s"], base_interval_s=base_interval_s, max_interval_s=max_interval_s,
-                  stable_runs=state["stable_runs"], last_run_at=now,
-                  next_due_at=now + timedelta(seconds=state["interval_s"]),
-                  last_rtt_ms=rtt_ms, last_bandwidth_mbit=bandwidth_mbit,
-                  last_change=(state["last_change"] or "")[:300] or None, updated_at=now)
+    state = next_state(
+        previous,
+        rtt_ms,
+        bandwidth_mbit,
+        k=k,
+        tolerance=tolerance,
+        base_interval_s=base_interval_s,
+        max_interval_s=max_interval_s,
+    )
+    values = dict(
+        interval_s=state["interval_s"],
+        base_interval_s=base_interval_s,
+        max_interval_s=max_interval_s,
+        stable_runs=state["stable_runs"],
+        last_run_at=now,
+        next_due_at=now + timedelta(seconds=state["interval_s"]),
+        last_rtt_ms=rtt_ms,
+        last_bandwidth_mbit=bandwidth_mbit,
+        last_change=(state["last_change"] or "")[:300] or None,
+        updated_at=now,
+    )
     if previous is None:
         conn.execute(insert(light_schedule).values(source_host=source_host, dest_host=dest_host, **values))
     else:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -21,29 +22,53 @@ class ProtocolAvailableTrigger(BaseTrigger):
     ``{"status": "available", "host", "available": [...], "results": [...], "rounds"}``.
     """
 
-    def __init__(self, *, host: str, protocols: list[str], ports: dict[str, int] | None = None,
-                 mode: str = "any", poll_interval: float = 30.0) -> None:
+    def __init__(
+        self,
+        *,
+        host: str,
+        protocols: list[str],
+        ports: dict[str, int] | None = None,
+        mode: str = "any",
+        poll_interval: float = 30.0,
+    ) -> None:
         super().__init__()
         self.host, self.protocols = host, list(protocols)
         self.ports = {str(k): int(v) for k, v in (ports or {}).items()}
         self.mode, self.poll_interval = mode, float(poll_interval)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {"host": self.host, "protocols": self.protocols, "ports": self.ports, "mode": self.mode,
-                 "poll_interval": self.poll_interval})
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "host": self.host,
+                "protocols": self.protocols,
+                "ports": self.ports,
+                "mode": self.mode,
+                "poll_interval": self.poll_interval,
+            },
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         rounds = 0
         while True:
             rounds += 1
-            done, results = await asyncio.to_thread(lambda: probe_round(
-                self.host, self.protocols, self.ports, self.mode, airflow_conf.store_url()))
+            done, results = await asyncio.to_thread(
+                lambda: probe_round(self.host, self.protocols, self.ports, self.mode, airflow_conf.store_url())
+            )
             if done:
-                yield TriggerEvent({"status": "available", "host": self.host, "rounds": rounds,
-                                    "available": [r["protocol"] for r in results if r["available"]],
-                                    "results": results})
+                yield TriggerEvent(
+                    {
+                        "status": "available",
+                        "host": self.host,
+                        "rounds": rounds,
+                        "available": [r["protocol"] for r in results if r["available"]],
+                        "results": results,
+                    }
+                )
                 return
-            self.log.info("%s: %s", self.host, "; ".join(
-                f"{r['protocol']}:{r['port']} {'up' if r['available'] else r['detail']}" for r in results))
+            self.log.info(
+                "%s: %s",
+                self.host,
+                "; ".join(f"{r['protocol']}:{r['port']} {'up' if r['available'] else r['detail']}" for r in results),
+            )
             await asyncio.sleep(self.poll_interval)

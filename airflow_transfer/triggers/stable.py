@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -31,9 +32,15 @@ class DatasetStableTrigger(BaseTrigger):
         self.stable_for, self.poll_interval = float(stable_for), float(poll_interval)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {"src": self.src, "conn_id": self.conn_id, "stable_for": self.stable_for,
-                 "poll_interval": self.poll_interval})
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "src": self.src,
+                "conn_id": self.conn_id,
+                "stable_for": self.stable_for,
+                "poll_interval": self.poll_interval,
+            },
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         # heavy: stability lists trees with the engine and pyarrow (~0.5 s); the triggerer imports this at start
@@ -45,12 +52,24 @@ class DatasetStableTrigger(BaseTrigger):
             while True:
                 state = await asyncio.to_thread(tree_state, endpoint)
                 if watch.observe(state):
-                    yield TriggerEvent({"status": "stable", **state.as_dict(), "changes": watch.changes,
-                                        "held_for": round(watch.held_for(), 1)})
+                    yield TriggerEvent(
+                        {
+                            "status": "stable",
+                            **state.as_dict(),
+                            "changes": watch.changes,
+                            "held_for": round(watch.held_for(), 1),
+                        }
+                    )
                     return
-                self.log.info("%s: %d files, %d bytes; unchanged for %.0f of %.0f s (%d changes seen)",
-                              endpoint.display, state.files, state.bytes, watch.held_for(), self.stable_for,
-                              watch.changes)
+                self.log.info(
+                    "%s: %d files, %d bytes; unchanged for %.0f of %.0f s (%d changes seen)",
+                    endpoint.display,
+                    state.files,
+                    state.bytes,
+                    watch.held_for(),
+                    self.stable_for,
+                    watch.changes,
+                )
                 await asyncio.sleep(self.poll_interval)
         except TransferError as exc:
             yield TriggerEvent({"status": "error", "message": exc.message})

@@ -39,9 +39,17 @@ TARGET_CHUNKS = 8  # enough steps for the ramp to find its peak
 class AdaptiveCC(Algorithm):
     name = "adaptive-cc"
 
-    def __init__(self, *, files_per_chunk: int | None = None, pp: int | None = None, p: int = 1,
-                 max_cc: int = DEFAULT_MAX_CC, max_pp: int = DEFAULT_MAX_PP, hold_band: float = 0.0,
-                 min_chunk_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        files_per_chunk: int | None = None,
+        pp: int | None = None,
+        p: int = 1,
+        max_cc: int = DEFAULT_MAX_CC,
+        max_pp: int = DEFAULT_MAX_PP,
+        hold_band: float = 0.0,
+        min_chunk_bytes: int | None = None,
+    ) -> None:
         if files_per_chunk is not None:
             check_int(self.name, "files_per_chunk", files_per_chunk)
         if pp is not None:
@@ -89,8 +97,12 @@ class AdaptiveCC(Algorithm):
         specs = []
         first = streams_for_channel_window(link, self.opts["max_cc"])
         for i, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
-            params = TransferParams(pp=self._pp(sizes, link, lo, hi), p=self.opts["p"],
-                                    cc=min(first + i, self.opts["max_cc"]), tcp_buffer=link.tcp_buffer_bytes)
+            params = TransferParams(
+                pp=self._pp(sizes, link, lo, hi),
+                p=self.opts["p"],
+                cc=min(first + i, self.opts["max_cc"]),
+                tcp_buffer=link.tcp_buffer_bytes,
+            )
             specs.append(make_spec(sizes, f"acc.{i + 1:04d}", lo, hi, params))
         return specs
 
@@ -101,8 +113,12 @@ class AdaptiveCC(Algorithm):
         bounds = self._bounds(ctx.sizes, link)
         cc, prev = streams_for_channel_window(link, self.opts["max_cc"]), None
         for i, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
-            params = TransferParams(pp=self._pp(ctx.sizes, link, lo, hi), p=self.opts["p"],
-                                    cc=min(cc, hi - lo), tcp_buffer=link.tcp_buffer_bytes)
+            params = TransferParams(
+                pp=self._pp(ctx.sizes, link, lo, hi),
+                p=self.opts["p"],
+                cc=min(cc, hi - lo),
+                tcp_buffer=link.tcp_buffer_bytes,
+            )
             thr = ctx.run(lo, hi, params, f"acc.{i + 1:04d}").throughput_mbit
             cc = self.next_cc(cc, thr, prev)
             prev = thr

@@ -43,7 +43,6 @@ from .models import DEFAULT_MAX_CC, DEFAULT_MAX_P, DEFAULT_MAX_PP, LinkInfo, cha
 from .multichunk import DEFAULT_CHANNELS, MultiChunk
 from .pcp import DEFAULT_MIN_CHUNKS, PCP
 
-
 # A probe chunk shows its setting only after connection setup and the window's ramp: on
 # wan50 the first PCP probe of `small` (cc 2) ran 6.2 s at 170 Mbit/s, overshoot probes 6-10 s
 # (benchmarks/results/tuning-diagnosis). Probing pays back only when the probes are a minor
@@ -62,11 +61,21 @@ class Decision:
 class Auto(Algorithm):
     name = "auto"
 
-    def __init__(self, *, min_chunk_bytes: int | None = None, min_chunks: int = DEFAULT_MIN_CHUNKS,
-                 max_pp: int = DEFAULT_MAX_PP, max_p: int = DEFAULT_MAX_P, max_cc: int = DEFAULT_MAX_CC,
-                 channels: int = DEFAULT_CHANNELS, mixed_share: float = 0.1, drift: float = 0.25,
-                 probe_seconds: float = DEFAULT_PROBE_SECONDS, probe_share: float = DEFAULT_PROBE_SHARE,
-                 adapt: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        min_chunk_bytes: int | None = None,
+        min_chunks: int = DEFAULT_MIN_CHUNKS,
+        max_pp: int = DEFAULT_MAX_PP,
+        max_p: int = DEFAULT_MAX_P,
+        max_cc: int = DEFAULT_MAX_CC,
+        channels: int = DEFAULT_CHANNELS,
+        mixed_share: float = 0.1,
+        drift: float = 0.25,
+        probe_seconds: float = DEFAULT_PROBE_SECONDS,
+        probe_share: float = DEFAULT_PROBE_SHARE,
+        adapt: bool = True,
+    ) -> None:
         if min_chunk_bytes is not None:
             check_int(self.name, "min_chunk_bytes", min_chunk_bytes)
         self.opts = {
@@ -92,30 +101,41 @@ class Auto(Algorithm):
         if n == 0:
             return Decision("fixed", "empty dataset: nothing to move")
         if not link.measured:
-            return Decision("adaptive-cc", "link not measured: no BDP to build models on, "
-                                           "so model-free adaptive concurrency (paper 001)")
+            return Decision(
+                "adaptive-cc",
+                "link not measured: no BDP to build models on, so model-free adaptive concurrency (paper 001)",
+            )
         min_chunk = self.opts["min_chunk_bytes"] or default_min_chunk_bytes(link)
         if total < self.opts["min_chunks"] * min_chunk:
-            return Decision("mc", f"{total} bytes is less than {self.opts['min_chunks']} probe chunks of "
-                                  f"{min_chunk} bytes: static per-class parameters from the models")
+            return Decision(
+                "mc",
+                f"{total} bytes is less than {self.opts['min_chunks']} probe chunks of "
+                f"{min_chunk} bytes: static per-class parameters from the models",
+            )
         link_s = total * 8 / link.bandwidth_bps
         probing_s = self.opts["min_chunks"] * self.opts["probe_seconds"]
         if link_s < probing_s / self.opts["probe_share"]:
-            return Decision("mc", f"the dataset takes {link_s:.0f} s at the link's rate, and {self.opts['min_chunks']} "
-                                  f"probes of {self.opts['probe_seconds']:g} s would be more than "
-                                  f"{self.opts['probe_share']:.0%} of it: static per-class parameters from the models")
+            return Decision(
+                "mc",
+                f"the dataset takes {link_s:.0f} s at the link's rate, and {self.opts['min_chunks']} "
+                f"probes of {self.opts['probe_seconds']:g} s would be more than "
+                f"{self.opts['probe_share']:.0%} of it: static per-class parameters from the models",
+            )
         set1 = sizes.index_at_least(link.bdp_bytes)
         share = self.opts["mixed_share"]
         t1, t2 = self._estimated_seconds(sizes, set1, link)
         if min(t1, t2) >= share * (t1 + t2):
-            return Decision("mc", f"mixed dataset: files below the BDP ({set1} of {n}) and above it would take "
-                                  f"{t1 / (t1 + t2):.0%} and {t2 / (t1 + t2):.0%} of the time on one channel")
+            return Decision(
+                "mc",
+                f"mixed dataset: files below the BDP ({set1} of {n}) and above it would take "
+                f"{t1 / (t1 + t2):.0%} and {t2 / (t1 + t2):.0%} of the time on one channel",
+            )
         return Decision("pcp", "homogeneous dataset on a measured link: adaptive PCP, re-tuned at run time")
 
     def _estimated_seconds(self, sizes: SortedSizes, set1: int, link: LinkInfo) -> tuple[float, float]:
         """Model time of Set 1 and Set 2 on one channel, each at its paper-000 pipelining:
         file count and bytes both count, as they do on the wire."""
-        n, bdp = len(sizes), link.bdp_bytes
+        n = len(sizes)
         out = []
         for lo, hi, level in ((0, set1, None), (set1, n, 2)):
             if hi <= lo:
@@ -135,8 +155,15 @@ class Auto(Algorithm):
             return AdaptiveCC(max_cc=o["max_cc"], max_pp=o["max_pp"], min_chunk_bytes=o["min_chunk_bytes"])
         if decision.algorithm == "mc":
             return MultiChunk(channels=o["channels"], max_pp=o["max_pp"], max_p=o["max_p"])
-        return PCP(min_chunk_bytes=o["min_chunk_bytes"], min_chunks=o["min_chunks"], max_pp=o["max_pp"],
-                   max_p=o["max_p"], max_cc=o["max_cc"], adapt=o["adapt"], drift=o["drift"])
+        return PCP(
+            min_chunk_bytes=o["min_chunk_bytes"],
+            min_chunks=o["min_chunks"],
+            max_pp=o["max_pp"],
+            max_p=o["max_p"],
+            max_cc=o["max_cc"],
+            adapt=o["adapt"],
+            drift=o["drift"],
+        )
 
     def plan(self, manifest: ManifestLike, link: LinkInfo) -> list[ChunkSpec]:
         sizes = SortedSizes.of(manifest)
@@ -146,7 +173,9 @@ class Auto(Algorithm):
 
     def run(self, manifest_sorted: pa.Table, link: LinkInfo, executor: Any) -> list[ChunkResult]:
         if not isinstance(manifest_sorted, pa.Table):
-            raise ValueError(f"run() needs the sorted manifest as an Arrow table (got {type(manifest_sorted).__name__})")
+            raise ValueError(
+                f"run() needs the sorted manifest as an Arrow table (got {type(manifest_sorted).__name__})"
+            )
         self.last_decision = self.decide(manifest_sorted, link)
         self.last_algorithm = self.delegate(self.last_decision)
         return self.last_algorithm.run(manifest_sorted, link, executor)

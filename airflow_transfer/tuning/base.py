@@ -62,8 +62,10 @@ def check_fraction(algorithm: str, name: str, value: Any, low: float = 0.0, high
 
 def check_link(link: Any) -> LinkInfo:
     if not isinstance(link, LinkInfo):
-        raise ValueError(f"link must be a LinkInfo (got {type(link).__name__}); "
-                         "build one with LinkInfo(rtt_s=..., bandwidth_bps=...)")
+        raise ValueError(
+            f"link must be a LinkInfo (got {type(link).__name__}); "
+            "build one with LinkInfo(rtt_s=..., bandwidth_bps=...)"
+        )
     return link
 
 
@@ -96,12 +98,14 @@ class RunContext:
     results: list[ChunkResult] = field(default_factory=list)
 
     @classmethod
-    def open(cls, manifest_sorted: pa.Table, link: LinkInfo, executor: Any) -> "RunContext":
+    def open(cls, manifest_sorted: pa.Table, link: LinkInfo, executor: Any) -> RunContext:
         check_executor(executor)
         check_link(link)
         if not isinstance(manifest_sorted, pa.Table):
-            raise ValueError(f"run() needs the sorted manifest as an Arrow table (got {type(manifest_sorted).__name__});"
-                             " the executor reads paths from it")
+            raise ValueError(
+                f"run() needs the sorted manifest as an Arrow table (got {type(manifest_sorted).__name__});"
+                " the executor reads paths from it"
+            )
         return cls(manifest_sorted, SortedSizes.of(manifest_sorted), executor, link)
 
     def run(self, start: int, stop: int, params: TransferParams, chunk_id: str) -> ChunkResult:

@@ -33,12 +33,13 @@ class ChunkSpec:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"chunk {self.id}: {name} must be a whole number >= 0 (got {value!r})")
         if self.stop <= self.start or self.files != self.stop - self.start:
-            raise ValueError(f"chunk {self.id}: rows [{self.start}, {self.stop}) must be non-empty and "
-                             f"match files={self.files}")
+            raise ValueError(
+                f"chunk {self.id}: rows [{self.start}, {self.stop}) must be non-empty and match files={self.files}"
+            )
         if not isinstance(self.params, TransferParams):
             raise ValueError(f"chunk {self.id}: params must be a TransferParams (got {type(self.params).__name__})")
 
-    def with_params(self, **changes: int) -> "ChunkSpec":
+    def with_params(self, **changes: int) -> ChunkSpec:
         return replace(self, params=replace(self.params, **changes))
 
     def to_dict(self) -> dict:
@@ -48,19 +49,25 @@ class ChunkSpec:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ChunkSpec":
+    def from_dict(cls, data: dict) -> ChunkSpec:
         missing = [k for k in ("id", *_INT_FIELDS, "params") if k not in data]
         if missing:
             raise ValueError(f"chunk spec is missing {', '.join(missing)}; was it written by ChunkSpec.to_dict()?")
         params = data["params"]
         if not isinstance(params, dict):
             raise ValueError(f"chunk spec 'params' must be a dict (got {type(params).__name__})")
-        return cls(id=data["id"], params=TransferParams(**params),
-                   **{name: data[name] for name in _INT_FIELDS})
+        return cls(id=data["id"], params=TransferParams(**params), **{name: data[name] for name in _INT_FIELDS})
 
 
 def make_spec(sizes: SortedSizes, chunk_id: str, start: int, stop: int, params: TransferParams) -> ChunkSpec:
     """Build a spec for rows [start, stop) of the sorted sizes."""
-    return ChunkSpec(id=chunk_id, start=int(start), stop=int(stop), files=int(stop - start),
-                     bytes=sizes.bytes(start, stop), min_size=int(sizes.sizes[start]),
-                     max_size=int(sizes.sizes[stop - 1]), params=params)
+    return ChunkSpec(
+        id=chunk_id,
+        start=int(start),
+        stop=int(stop),
+        files=int(stop - start),
+        bytes=sizes.bytes(start, stop),
+        min_size=int(sizes.sizes[start]),
+        max_size=int(sizes.sizes[stop - 1]),
+        params=params,
+    )

@@ -33,16 +33,20 @@ def sizes_of(manifest: ManifestLike) -> np.ndarray:
         _require_size_column(manifest)
         column = manifest.column(ms.SIZE)
         if column.null_count:
-            raise ValueError(f"manifest column '{ms.SIZE}' has {column.null_count} null(s); "
-                             "every file needs a size - re-list the source")
+            raise ValueError(
+                f"manifest column '{ms.SIZE}' has {column.null_count} null(s); "
+                "every file needs a size - re-list the source"
+            )
         values = column.to_numpy()
     elif isinstance(manifest, (pa.Array, pa.ChunkedArray)):
         values = manifest.to_numpy()
     elif isinstance(manifest, np.ndarray):
         values = manifest
     else:
-        raise ValueError(f"manifest must be an Arrow table with a '{ms.SIZE}' column or an array of sizes "
-                         f"(got {type(manifest).__name__})")
+        raise ValueError(
+            f"manifest must be an Arrow table with a '{ms.SIZE}' column or an array of sizes "
+            f"(got {type(manifest).__name__})"
+        )
     if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer):
         raise ValueError(f"file sizes must be a 1-D integer array (got dtype {values.dtype}, {values.ndim}-D)")
     values = values.astype(np.int64, copy=False)
@@ -59,12 +63,14 @@ class SortedSizes:
     cum: np.ndarray
 
     @classmethod
-    def of(cls, manifest: ManifestLike) -> "SortedSizes":
+    def of(cls, manifest: ManifestLike) -> SortedSizes:
         sizes = sizes_of(manifest)
         if sizes.size > 1 and bool(np.any(sizes[1:] < sizes[:-1])):
             row = int(np.argmax(sizes[1:] < sizes[:-1])) + 1
-            raise ValueError(f"manifest is not sorted by size (row {row} is smaller than row {row - 1}); "
-                             "pass it through airflow_transfer.tuning.sort_manifest() first")
+            raise ValueError(
+                f"manifest is not sorted by size (row {row} is smaller than row {row - 1}); "
+                "pass it through airflow_transfer.tuning.sort_manifest() first"
+            )
         cum = np.empty(sizes.size + 1, dtype=np.int64)
         cum[0] = 0
         np.cumsum(sizes, out=cum[1:])
@@ -116,5 +122,7 @@ class SortedSizes:
 
 def _require_size_column(table: pa.Table) -> None:
     if ms.SIZE not in table.column_names:
-        raise ValueError(f"manifest has no '{ms.SIZE}' column (columns: {', '.join(table.column_names) or 'none'}); "
-                         "build it with `airflow-transfer list`")
+        raise ValueError(
+            f"manifest has no '{ms.SIZE}' column (columns: {', '.join(table.column_names) or 'none'}); "
+            "build it with `airflow-transfer list`"
+        )

@@ -64,8 +64,9 @@ class ChunkEvent:
 
 @runtime_checkable
 class ChunkExecutor(Protocol):
-    def run_chunk(self, manifest_sorted: pa.Table, start: int, stop: int,
-                  params: TransferParams, chunk_id: str) -> ChunkResult: ...
+    def run_chunk(
+        self, manifest_sorted: pa.Table, start: int, stop: int, params: TransferParams, chunk_id: str
+    ) -> ChunkResult: ...
 
 
 @runtime_checkable
@@ -90,5 +91,7 @@ def supports_sessions(executor: object) -> bool:
 
 def check_executor(executor: object) -> None:
     if not callable(getattr(executor, "run_chunk", None)):
-        raise ValueError(f"executor {type(executor).__name__} has no run_chunk(manifest_sorted, start, stop, "
-                         "params, chunk_id); pass the engine's executor or a LinkSimulator")
+        raise ValueError(
+            f"executor {type(executor).__name__} has no run_chunk(manifest_sorted, start, stop, "
+            "params, chunk_id); pass the engine's executor or a LinkSimulator"
+        )

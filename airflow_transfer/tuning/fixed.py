@@ -22,8 +22,16 @@ from .models import LinkInfo
 class Fixed(Algorithm):
     name = "fixed"
 
-    def __init__(self, *, pp: int = 1, p: int = 1, cc: int = 1, block_size: int = 0, tcp_buffer: int = 0,
-                 chunk_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        pp: int = 1,
+        p: int = 1,
+        cc: int = 1,
+        block_size: int = 0,
+        tcp_buffer: int = 0,
+        chunk_bytes: int | None = None,
+    ) -> None:
         self.params = TransferParams(pp=pp, p=p, cc=cc, block_size=block_size, tcp_buffer=tcp_buffer)
         if chunk_bytes is not None:
             check_int(self.name, "chunk_bytes", chunk_bytes)
@@ -36,8 +44,10 @@ class Fixed(Algorithm):
         chunk_bytes = self.opts["chunk_bytes"]
         cuts = sizes.byte_cuts(0, n, chunk_bytes).tolist() if chunk_bytes else []
         bounds = [0, *cuts, n]
-        return [make_spec(sizes, f"fixed.{i + 1:03d}", lo, hi, self.params)
-                for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))]
+        return [
+            make_spec(sizes, f"fixed.{i + 1:03d}", lo, hi, self.params)
+            for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))
+        ]
 
     def plan(self, manifest: ManifestLike, link: LinkInfo) -> list[ChunkSpec]:
         check_link(link)

@@ -49,8 +49,9 @@ def should_measure(requested: bool | None, algorithm: str, total_bytes: int) -> 
         return False, "fixed parameters need no link figures"
     if total_bytes < AUTO_MEASURE_BYTES:
         return False, f"under {AUTO_MEASURE_BYTES >> 20} MiB: adapting by measurement costs less than a probe"
-    return True, (f"{total_bytes / (1 << 30):.1f} GiB to move with no link figures: "
-                  "measuring once, kept in the tuning library")
+    return True, (
+        f"{total_bytes / (1 << 30):.1f} GiB to move with no link figures: measuring once, kept in the tuning library"
+    )
 
 
 @dataclass
@@ -81,8 +82,11 @@ class StartingPoint:
         }
         if self.tuned:
             out.update({k: self.tuned[k] for k in ("streams", "tcp_buffer", "block_size", "p", "cc", "pp_level")})
-            out.update(library_id=self.tuned["id"], measured_at=self.tuned["measured_at"],
-                       link=f"{self.tuned['source_host']} -> {self.tuned['dest_host']} ({self.tuned['protocol']})")
+            out.update(
+                library_id=self.tuned["id"],
+                measured_at=self.tuned["measured_at"],
+                link=f"{self.tuned['source_host']} -> {self.tuned['dest_host']} ({self.tuned['protocol']})",
+            )
         if self.notes:
             out["notes"] = list(self.notes)
         return out
@@ -93,8 +97,13 @@ def link_from_tuned(row: dict[str, Any], source: str = LIBRARY) -> LinkInfo | No
     rtt, mbit = row.get("rtt_ms"), row.get("bandwidth_mbit")
     if not rtt or not mbit or rtt <= 0 or mbit <= 0:
         return None
-    return LinkInfo(rtt_s=rtt / 1000.0, bandwidth_bps=mbit * 1e6, tcp_buffer_bytes=int(row.get("tcp_buffer") or 0),
-                    max_window_bytes=int(row.get("tcp_buffer") or 0), source=source)
+    return LinkInfo(
+        rtt_s=rtt / 1000.0,
+        bandwidth_bps=mbit * 1e6,
+        tcp_buffer_bytes=int(row.get("tcp_buffer") or 0),
+        max_window_bytes=int(row.get("tcp_buffer") or 0),
+        source=source,
+    )
 
 
 def protocol_of(src, dst) -> str:
@@ -102,9 +111,17 @@ def protocol_of(src, dst) -> str:
     return next(iter(schemes)) if len(schemes) == 1 else "sftp"
 
 
-def choose(src, dst, given: LinkInfo | None, store, *, measure: bool | None = False,
-           algorithm: str = "fixed", total_bytes: int = 0,
-           progress: Callable[[str], None] | None = None) -> StartingPoint:
+def choose(
+    src,
+    dst,
+    given: LinkInfo | None,
+    store,
+    *,
+    measure: bool | None = False,
+    algorithm: str = "fixed",
+    total_bytes: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> StartingPoint:
     """The starting point of a transfer from ``src`` to ``dst`` (protocols.endpoint.Endpoint)."""
     from ..profiling.hosts import key_of_endpoint
 
@@ -147,6 +164,8 @@ def _measure_now(store, src, dst, protocol: str, fallback: StartingPoint) -> Sta
     row = store.tuned_for(source.host.key, dest.host.key, protocol)
     link = link_from_tuned(row, source=MEASURED_NOW) if row else None
     if link is None:
-        fallback.notes.append(f"the light profile of the link measured no BDP ({rows[0]['reasons'][2] if rows else ''})")
+        fallback.notes.append(
+            f"the light profile of the link measured no BDP ({rows[0]['reasons'][2] if rows else ''})"
+        )
         return fallback
     return StartingPoint(link, MEASURED_NOW, row)

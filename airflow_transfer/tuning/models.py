@@ -90,10 +90,16 @@ class LinkInfo:
     def __post_init__(self) -> None:
         for name in ("rtt_s", "bandwidth_bps"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
-                    or not math.isfinite(value):
-                raise ValueError(f"LinkInfo.{name} must be a finite number > 0 (got {value!r}); "
-                                 "measure the link or pass --rtt-ms/--bandwidth-mbit")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not value > 0
+                or not math.isfinite(value)
+            ):
+                raise ValueError(
+                    f"LinkInfo.{name} must be a finite number > 0 (got {value!r}); "
+                    "measure the link or pass --rtt-ms/--bandwidth-mbit"
+                )
         for name in ("tcp_buffer_bytes", "max_window_bytes", "channel_window_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -102,14 +108,14 @@ class LinkInfo:
             raise ValueError(f"LinkInfo.loss_rate must be in [0, 1) (got {self.loss_rate!r})")
 
     @classmethod
-    def from_bdp(cls, bdp_bytes: int, rtt_s: float = 0.1, source: str = "cli") -> "LinkInfo":
+    def from_bdp(cls, bdp_bytes: int, rtt_s: float = 0.1, source: str = "cli") -> LinkInfo:
         """A link known only by its BDP (`plan --bdp`); the RTT is nominal."""
         if isinstance(bdp_bytes, bool) or not isinstance(bdp_bytes, (int, float)) or bdp_bytes <= 0:
             raise ValueError(f"BDP must be a number of bytes > 0 (got {bdp_bytes!r})")
         return cls(rtt_s=rtt_s, bandwidth_bps=bdp_bytes * 8 / rtt_s, source=source)
 
     @classmethod
-    def unknown(cls) -> "LinkInfo":
+    def unknown(cls) -> LinkInfo:
         """Placeholder figures (50 ms, 1 Gbit/s) for a link nobody measured."""
         return cls(rtt_s=0.05, bandwidth_bps=1e9, source=UNKNOWN_SOURCE)
 
@@ -231,8 +237,7 @@ def streams_for_channel_window(link: LinkInfo, cap: int) -> int:
     return int(min(max(math.ceil(link.bdp_bytes / link.channel_window_bytes), 1), max(cap, 1)))
 
 
-def channel_rate_bps(mean_size: float, params_pp: int, p: int, link: LinkInfo,
-                     control_rtts: float = 1.0) -> float:
+def channel_rate_bps(mean_size: float, params_pp: int, p: int, link: LinkInfo, control_rtts: float = 1.0) -> float:
     """Expected rate of one channel (p connections, pp files in flight).
 
     Little's law over the pipeline: pp files in flight, each holding its slot for

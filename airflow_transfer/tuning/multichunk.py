@@ -54,8 +54,16 @@ from .base import Algorithm, RunContext, check_int, check_link
 from .chunks import ChunkSpec, make_spec
 from .dataset import ManifestLike, SortedSizes
 from .executor import supports_sessions
-from .models import (DEFAULT_MAX_P, DEFAULT_MAX_PP, LinkInfo, channel_rate_bps, pp_level, pp_param,
-                     streams_for_channel_window, tcp_window)
+from .models import (
+    DEFAULT_MAX_P,
+    DEFAULT_MAX_PP,
+    LinkInfo,
+    channel_rate_bps,
+    pp_level,
+    pp_param,
+    streams_for_channel_window,
+    tcp_window,
+)
 
 CLASSES = ("small", "middle", "large", "huge")
 ROUND_ROBIN = ("huge", "small", "large", "middle")  # paper 000 section 4.2
@@ -75,8 +83,10 @@ class MCThresholds:
 
     def __post_init__(self) -> None:
         if not (0 < self.small <= self.middle <= self.large):
-            raise ValueError(f"mc thresholds must satisfy 0 < small <= middle <= large (got {self.small}, "
-                             f"{self.middle}, {self.large}) in multiples of the BDP")
+            raise ValueError(
+                f"mc thresholds must satisfy 0 < small <= middle <= large (got {self.small}, "
+                f"{self.middle}, {self.large}) in multiples of the BDP"
+            )
 
 
 def useful_channels(spec: ChunkSpec, link: LinkInfo) -> int:
@@ -85,8 +95,12 @@ def useful_channels(spec: ChunkSpec, link: LinkInfo) -> int:
     cover the BDP plus one, over p."""
     cap = spec.files
     window = link.channel_window_bytes
-    if spec.id.rsplit(".", 1)[-1] in ("large", "huge") and window > 0 and link.measured \
-            and spec.bytes >= WINDOW_FILLING * window * spec.files:
+    if (
+        spec.id.rsplit(".", 1)[-1] in ("large", "huge")
+        and window > 0
+        and link.measured
+        and spec.bytes >= WINDOW_FILLING * window * spec.files
+    ):
         connections = streams_for_channel_window(link, cap=1 << 16) + 1
         cap = min(cap, max(1, math.ceil(connections / max(spec.params.p, 1))))
     return cap
@@ -111,8 +125,14 @@ def round_robin(channels: int, order: list[str], caps: dict[str, int] | None = N
 class MultiChunk(Algorithm):
     name = "mc"
 
-    def __init__(self, *, channels: int = DEFAULT_CHANNELS, thresholds: MCThresholds | dict | None = None,
-                 max_pp: int = DEFAULT_MAX_PP, max_p: int = DEFAULT_MAX_P) -> None:
+    def __init__(
+        self,
+        *,
+        channels: int = DEFAULT_CHANNELS,
+        thresholds: MCThresholds | dict | None = None,
+        max_pp: int = DEFAULT_MAX_PP,
+        max_p: int = DEFAULT_MAX_P,
+    ) -> None:
         if isinstance(thresholds, dict):
             thresholds = MCThresholds(**thresholds)
         if thresholds is not None and not isinstance(thresholds, MCThresholds):
@@ -130,8 +150,13 @@ class MultiChunk(Algorithm):
     def classify(self, sizes: SortedSizes, link: LinkInfo) -> dict[str, tuple[int, int]]:
         """Row range of each non-empty class."""
         bdp, t, n = link.bdp_bytes, self.thresholds, len(sizes)
-        cuts = [0, sizes.index_at_least(t.small * bdp), sizes.index_at_least(t.middle * bdp),
-                sizes.index_at_least(t.large * bdp), n]
+        cuts = [
+            0,
+            sizes.index_at_least(t.small * bdp),
+            sizes.index_at_least(t.middle * bdp),
+            sizes.index_at_least(t.large * bdp),
+            n,
+        ]
         return {name: (cuts[i], cuts[i + 1]) for i, name in enumerate(CLASSES) if cuts[i + 1] > cuts[i]}
 
     def chunk_params(self, name: str, mean: float, link: LinkInfo, channels: int) -> TransferParams:
@@ -194,8 +219,11 @@ class _ChunkState:
         """Seconds left if the chunk had `channels` channels from now on."""
         if channels <= 0:
             return math.inf
-        per_channel = (self.bytes_done / self.channel_seconds
-                       if self.channel_seconds > 0 and self.bytes_done > 0 else self.model_rate)
+        per_channel = (
+            self.bytes_done / self.channel_seconds
+            if self.channel_seconds > 0 and self.bytes_done > 0
+            else self.model_rate
+        )
         return (self.spec.bytes - self.bytes_done) / (per_channel * channels)
 
 
@@ -241,8 +269,11 @@ class _Scheduler:
         """Give freed channels one by one to the longest-running chunk; returns channels nobody can use."""
         extra = {cid: 0 for cid in self.order}
         for _ in range(freed):
-            open_ = [cid for cid in self.order if not self.states[cid].done
-                     and self.states[cid].channels + extra[cid] < self.states[cid].cap]
+            open_ = [
+                cid
+                for cid in self.order
+                if not self.states[cid].done and self.states[cid].channels + extra[cid] < self.states[cid].cap
+            ]
             if not open_:
                 break
             target = max(open_, key=lambda c: self.states[c].eta(self.states[c].channels + extra[c]))

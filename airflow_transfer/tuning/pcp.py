@@ -37,8 +37,16 @@ import pyarrow as pa
 
 from ..engine.params import TransferParams
 from ..engine.result import ChunkResult
-from .base import (DEFAULT_DROP, Algorithm, Ramp, RunContext, check_fraction, check_int, check_link,
-                   default_min_chunk_bytes)
+from .base import (
+    DEFAULT_DROP,
+    Algorithm,
+    Ramp,
+    RunContext,
+    check_fraction,
+    check_int,
+    check_link,
+    default_min_chunk_bytes,
+)
 from .chunks import ChunkSpec, make_spec
 from .dataset import ManifestLike, SortedSizes
 from .models import DEFAULT_MAX_CC, DEFAULT_MAX_P, DEFAULT_MAX_PP, LinkInfo, pp_param, streams_for_channel_window
@@ -61,10 +69,19 @@ class PCPPlan:
 class PCP(Algorithm):
     name = "pcp"
 
-    def __init__(self, *, min_chunk_bytes: int | None = None, min_chunks: int = DEFAULT_MIN_CHUNKS,
-                 max_pp: int = DEFAULT_MAX_PP, max_p: int = DEFAULT_MAX_P, max_cc: int = DEFAULT_MAX_CC,
-                 drop: float = DEFAULT_DROP, adapt: bool = False, adapt_pieces: int = 8,
-                 drift: float = 0.25) -> None:
+    def __init__(
+        self,
+        *,
+        min_chunk_bytes: int | None = None,
+        min_chunks: int = DEFAULT_MIN_CHUNKS,
+        max_pp: int = DEFAULT_MAX_PP,
+        max_p: int = DEFAULT_MAX_P,
+        max_cc: int = DEFAULT_MAX_CC,
+        drop: float = DEFAULT_DROP,
+        adapt: bool = False,
+        adapt_pieces: int = 8,
+        drift: float = 0.25,
+    ) -> None:
         if min_chunk_bytes is not None:
             check_int(self.name, "min_chunk_bytes", min_chunk_bytes)
         self.opts = {
@@ -160,9 +177,15 @@ class PCP(Algorithm):
             ramp.feed(result.throughput_mbit)
             used = i + 1
         rest = combine_same_level(pieces[used:])
-        segments = [Segment(p.start, p.stop,
-                            TransferParams(pp=pp_param(p.level), p=1, cc=1, tcp_buffer=ctx.link.tcp_buffer_bytes),
-                            f"s1.rest.L{p.level}") for p in rest]
+        segments = [
+            Segment(
+                p.start,
+                p.stop,
+                TransferParams(pp=pp_param(p.level), p=1, cc=1, tcp_buffer=ctx.link.tcp_buffer_bytes),
+                f"s1.rest.L{p.level}",
+            )
+            for p in rest
+        ]
         self._run_rest(ctx, segments, ramp.optimum)
 
     def _run_set2(self, ctx: RunContext, pcp: PCPPlan) -> None:
@@ -198,9 +221,17 @@ class PCP(Algorithm):
             return
         if not self.opts["adapt"]:
             for seg in segments:
-                ctx.run(seg.start, seg.stop, TransferParams(pp=seg.params.pp, p=seg.params.p,
-                                                            cc=min(cc, seg.stop - seg.start),
-                                                            tcp_buffer=seg.params.tcp_buffer), seg.label)
+                ctx.run(
+                    seg.start,
+                    seg.stop,
+                    TransferParams(
+                        pp=seg.params.pp,
+                        p=seg.params.p,
+                        cc=min(cc, seg.stop - seg.start),
+                        tcp_buffer=seg.params.tcp_buffer,
+                    ),
+                    seg.label,
+                )
             return
         total = sum(ctx.sizes.bytes(s.start, s.stop) for s in segments)
         piece_bytes = max(total / self.opts["adapt_pieces"], self.divide_min_chunk(ctx))

@@ -47,8 +47,9 @@ def _raw_level(bdp_bytes: float, mean: float) -> float:
     return math.inf if mean <= 0 else math.ceil(bdp_bytes / mean) - 1
 
 
-def recursive_chunk_division(sizes: SortedSizes, start: int, stop: int, bdp_bytes: float,
-                             min_chunk_bytes: float, max_pp: int = DEFAULT_MAX_PP) -> list[Piece]:
+def recursive_chunk_division(
+    sizes: SortedSizes, start: int, stop: int, bdp_bytes: float, min_chunk_bytes: float, max_pp: int = DEFAULT_MAX_PP
+) -> list[Piece]:
     """Alg. 1 of paper 000 on rows [start, stop); returns pieces in row order."""
     if stop <= start:
         return []
@@ -70,8 +71,17 @@ def recursive_chunk_division(sizes: SortedSizes, start: int, stop: int, bdp_byte
     return out
 
 
-def _divisible(sizes: SortedSizes, lo: int, hi: int, mean: float, raw: float, level: int,
-               parent: int | None, min_chunk_bytes: float, max_pp: int) -> bool:
+def _divisible(
+    sizes: SortedSizes,
+    lo: int,
+    hi: int,
+    mean: float,
+    raw: float,
+    level: int,
+    parent: int | None,
+    min_chunk_bytes: float,
+    max_pp: int,
+) -> bool:
     """Alg. 1's conditions, each an early return with its reason."""
     if parent is not None and level == parent:
         return False  # same level as the parent: dividing cannot change pipelining
@@ -100,7 +110,7 @@ def divide_largest(sizes: SortedSizes, pieces: list[Piece], min_count: int) -> l
         i = max(candidates, key=lambda k: sizes.bytes(pieces[k].start, pieces[k].stop))
         p = pieces[i]
         mid = sizes.byte_split(p.start, p.stop)
-        pieces[i:i + 1] = [Piece(p.start, mid, p.level), Piece(mid, p.stop, p.level)]
+        pieces[i : i + 1] = [Piece(p.start, mid, p.level), Piece(mid, p.stop, p.level)]
     return pieces
 
 

@@ -31,6 +31,7 @@ def get_algorithm(name: str, **options: Any) -> Algorithm:
     valid = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
     unknown = sorted(set(options) - set(valid))
     if unknown:
-        raise ValueError(f"algorithm {name!r} has no option {', '.join(unknown)}; "
-                         f"its options are: {', '.join(valid) or 'none'}")
+        raise ValueError(
+            f"algorithm {name!r} has no option {', '.join(unknown)}; its options are: {', '.join(valid) or 'none'}"
+        )
     return cls(**options)

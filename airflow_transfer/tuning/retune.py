@@ -36,8 +36,9 @@ class Segment:
 
 
 class RestRunner:
-    def __init__(self, ctx: RunContext, cc: int, max_cc: int, piece_bytes: float,
-                 drift: float = 0.25, drop: float = DEFAULT_DROP) -> None:
+    def __init__(
+        self, ctx: RunContext, cc: int, max_cc: int, piece_bytes: float, drift: float = 0.25, drop: float = DEFAULT_DROP
+    ) -> None:
         self.ctx, self.cc, self.max_cc = ctx, cc, max_cc
         self.piece_bytes, self.drift, self.drop = piece_bytes, drift, drop
         self.reference: float | None = None

@@ -70,12 +70,24 @@ class SimCall:
 
 
 class LinkSimulator:
-    def __init__(self, link: LinkInfo, *, window_bytes: int | None = None, control_rtts: float = 1.0,
-                 initial_window: int = 10 * ETHERNET_MSS, queue_bytes: int | None = None,
-                 overload_penalty: float = 0.1, cpu_bps: float = math.inf, conn_cpu: float = 0.0,
-                 op_cost_s: float = 0.0, setup_rtts: float = 3.0, range_min: int = RANGE_MIN,
-                 rate_changes: list[tuple[float, float]] | None = None, progress_interval: float = 1.0,
-                 record_outcomes: bool = False) -> None:
+    def __init__(
+        self,
+        link: LinkInfo,
+        *,
+        window_bytes: int | None = None,
+        control_rtts: float = 1.0,
+        initial_window: int = 10 * ETHERNET_MSS,
+        queue_bytes: int | None = None,
+        overload_penalty: float = 0.1,
+        cpu_bps: float = math.inf,
+        conn_cpu: float = 0.0,
+        op_cost_s: float = 0.0,
+        setup_rtts: float = 3.0,
+        range_min: int = RANGE_MIN,
+        rate_changes: list[tuple[float, float]] | None = None,
+        progress_interval: float = 1.0,
+        record_outcomes: bool = False,
+    ) -> None:
         if not isinstance(link, LinkInfo):
             raise ValueError(f"LinkSimulator needs a LinkInfo (got {type(link).__name__})")
         self.link = link
@@ -119,9 +131,15 @@ class LinkSimulator:
         cpu = self.cpu_bps / (1 + self.conn_cpu * connections)
         return min(net, cpu)
 
-    def chunk_timing(self, sizes: np.ndarray, params: TransferParams, bandwidth: float,
-                     total_connections: int | None = None, new_connections: int = 0,
-                     cap_bps: float | None = None) -> tuple[float, float]:
+    def chunk_timing(
+        self,
+        sizes: np.ndarray,
+        params: TransferParams,
+        bandwidth: float,
+        total_connections: int | None = None,
+        new_connections: int = 0,
+        cap_bps: float | None = None,
+    ) -> tuple[float, float]:
         """(start-up seconds, steady seconds) for these files with these parameters.
 
         `total_connections` is the number sharing the link (this chunk's by
@@ -171,8 +189,9 @@ class LinkSimulator:
             t = change
 
     # -- ChunkExecutor ------------------------------------------------------------
-    def run_chunk(self, manifest_sorted: pa.Table, start: int, stop: int, params: TransferParams,
-                  chunk_id: str) -> ChunkResult:
+    def run_chunk(
+        self, manifest_sorted: pa.Table, start: int, stop: int, params: TransferParams, chunk_id: str
+    ) -> ChunkResult:
         sizes = _slice_sizes(manifest_sorted, start, stop, chunk_id)
         connections = min(params.cc, sizes.size) * params.p
         new = max(0, connections - self.pool)
@@ -184,20 +203,37 @@ class LinkSimulator:
         self.now += seconds
         return self._result(manifest_sorted, start, stop, sizes, params, chunk_id, seconds)
 
-    def _result(self, manifest: pa.Table, start: int, stop: int, sizes: np.ndarray, params: TransferParams,
-                chunk_id: str, seconds: float) -> ChunkResult:
+    def _result(
+        self,
+        manifest: pa.Table,
+        start: int,
+        stop: int,
+        sizes: np.ndarray,
+        params: TransferParams,
+        chunk_id: str,
+        seconds: float,
+    ) -> ChunkResult:
         total = int(sizes.sum())
         outcomes: list[FileOutcome] = []
         if self.record_outcomes:
             paths = manifest.column(ms.PATH).slice(start, stop - start).to_pylist()
             share = seconds / max(sizes.size, 1)
-            outcomes = [FileOutcome(path=p, size=int(s), bytes_moved=int(s), seconds=share, ok=True)
-                        for p, s in zip(paths, sizes.tolist())]
-        return ChunkResult(chunk_id=chunk_id, params=params, files=int(sizes.size), bytes=total,
-                           bytes_moved=total, seconds=seconds, outcomes=outcomes)
+            outcomes = [
+                FileOutcome(path=p, size=int(s), bytes_moved=int(s), seconds=share, ok=True)
+                for p, s in zip(paths, sizes.tolist())
+            ]
+        return ChunkResult(
+            chunk_id=chunk_id,
+            params=params,
+            files=int(sizes.size),
+            bytes=total,
+            bytes_moved=total,
+            seconds=seconds,
+            outcomes=outcomes,
+        )
 
     # -- SessionExecutor ------------------------------------------------------------
-    def open_session(self, manifest_sorted: pa.Table) -> "SimSession":
+    def open_session(self, manifest_sorted: pa.Table) -> SimSession:
         return SimSession(self, manifest_sorted)
 
 
@@ -214,6 +250,7 @@ class _Running:
     @property
     def bytes_done(self) -> int:
         return int(self.done_frac * self.spec.bytes)
+
     max_channels: int = 0
     next_tick: float = 0.0
 
@@ -240,8 +277,15 @@ class SimSession:
         new = max(0, in_use + connections - self.sim.pool)
         self.sim.pool = max(self.sim.pool, in_use + connections)
         startup, _ = self.sim.chunk_timing(sizes, params, self.sim.bandwidth_at(self.sim.now), new_connections=new)
-        self.running[spec.id] = _Running(spec, sizes, channels, self.sim.now, startup, max_channels=channels,
-                                         next_tick=self.sim.now + self.sim.progress_interval)
+        self.running[spec.id] = _Running(
+            spec,
+            sizes,
+            channels,
+            self.sim.now,
+            startup,
+            max_channels=channels,
+            next_tick=self.sim.now + self.sim.progress_interval,
+        )
         self._rerate()
 
     def set_channels(self, chunk_id: str, channels: int) -> None:
@@ -314,8 +358,7 @@ class SimSession:
             r.startup_left -= warm
             r.done_frac = min(1.0, r.done_frac + (dt - warm) * r.speed)
         self.sim.now = t
-        finished = [cid for cid, r in self.running.items()
-                    if r.done_frac >= 1 - 1e-9 and r.startup_left <= 0]
+        finished = [cid for cid, r in self.running.items() if r.done_frac >= 1 - 1e-9 and r.startup_left <= 0]
         for cid in finished:
             r = self.running.pop(cid)
             seconds = t - r.started
@@ -339,6 +382,5 @@ def _check_channels(chunk_id: str, channels: int) -> None:
 def _slice_sizes(manifest: pa.Table, start: int, stop: int, chunk_id: str) -> np.ndarray:
     n = manifest.num_rows
     if not (0 <= start < stop <= n):
-        raise ValueError(f"chunk {chunk_id}: rows [{start}, {stop}) are not a non-empty range of the "
-                         f"{n}-row manifest")
+        raise ValueError(f"chunk {chunk_id}: rows [{start}, {stop}) are not a non-empty range of the {n}-row manifest")
     return manifest.column(ms.SIZE).slice(start, stop - start).to_numpy().astype(np.int64, copy=False)

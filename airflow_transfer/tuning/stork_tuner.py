@@ -30,8 +30,9 @@ Pure functions, no I/O. Every decision returns its value with the reason, and
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..engine.params import DEFAULT_BLOCK_SIZE, TransferParams
 
@@ -45,6 +46,7 @@ KIB = 1024
 
 
 # -- inputs -------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class DiskFacts:
@@ -110,8 +112,13 @@ class ProtocolTraits:
 PROTOCOLS: dict[str, ProtocolTraits] = {
     # protocols/ssh.py sets both socket buffers on the client's socket when a
     # TCP buffer is given; sshd never does, so the server end autotunes.
-    "sftp": ProtocolTraits("sftp", True, False, DEFAULT_BLOCK_SIZE,
-                           "OpenSSH refuses SFTP requests above 256 KiB (engine/params.py DEFAULT_BLOCK_SIZE)"),
+    "sftp": ProtocolTraits(
+        "sftp",
+        True,
+        False,
+        DEFAULT_BLOCK_SIZE,
+        "OpenSSH refuses SFTP requests above 256 KiB (engine/params.py DEFAULT_BLOCK_SIZE)",
+    ),
     "ftp": ProtocolTraits("ftp", True, False),
     "http": ProtocolTraits("http", True, False),
     "https": ProtocolTraits("https", True, False),
@@ -126,6 +133,7 @@ def protocol_traits(protocol: str) -> ProtocolTraits:
 
 
 # -- output -------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class TunedParameters:
@@ -169,28 +177,43 @@ class TunedParameters:
 
     def to_transfer_params(self) -> TransferParams:
         """The engine's knobs; pp counts files in flight, hence level + 1."""
-        return TransferParams(pp=self.pp_level + 1, p=self.p, cc=self.cc, block_size=self.block_size,
-                              tcp_buffer=self.tcp_buffer)
+        return TransferParams(
+            pp=self.pp_level + 1, p=self.p, cc=self.cc, block_size=self.block_size, tcp_buffer=self.tcp_buffer
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "source": self.source, "destination": self.destination, "protocol": self.protocol,
-            "streams": self.streams, "tcp_buffer": self.tcp_buffer, "block_size": self.block_size,
-            "bdp_bytes": self.bdp_bytes, "rtt_ms": self.rtt_ms, "bandwidth_mbit": self.bandwidth_mbit,
-            "pp_level": self.pp_level, "p": self.p, "cc": self.cc, "reasons": list(self.reasons),
+            "source": self.source,
+            "destination": self.destination,
+            "protocol": self.protocol,
+            "streams": self.streams,
+            "tcp_buffer": self.tcp_buffer,
+            "block_size": self.block_size,
+            "bdp_bytes": self.bdp_bytes,
+            "rtt_ms": self.rtt_ms,
+            "bandwidth_mbit": self.bandwidth_mbit,
+            "pp_level": self.pp_level,
+            "p": self.p,
+            "cc": self.cc,
+            "reasons": list(self.reasons),
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TunedParameters":
+    def from_dict(cls, data: Mapping[str, Any]) -> TunedParameters:
         try:
             return cls(
-                source=str(data["source"]), destination=str(data["destination"]),
-                protocol=str(data["protocol"]), streams=int(data["streams"]),
-                tcp_buffer=int(data["tcp_buffer"]), block_size=int(data["block_size"]),
+                source=str(data["source"]),
+                destination=str(data["destination"]),
+                protocol=str(data["protocol"]),
+                streams=int(data["streams"]),
+                tcp_buffer=int(data["tcp_buffer"]),
+                block_size=int(data["block_size"]),
                 bdp_bytes=int(data["bdp_bytes"]),
                 rtt_ms=None if data.get("rtt_ms") is None else float(data["rtt_ms"]),
                 bandwidth_mbit=None if data.get("bandwidth_mbit") is None else float(data["bandwidth_mbit"]),
-                pp_level=int(data["pp_level"]), p=int(data["p"]), cc=int(data["cc"]),
+                pp_level=int(data["pp_level"]),
+                p=int(data["p"]),
+                cc=int(data["cc"]),
                 reasons=tuple(str(r) for r in data.get("reasons", ())),
             )
         except KeyError as exc:
@@ -198,6 +221,7 @@ class TunedParameters:
 
 
 # -- decisions (each: value, reason) ---------------------------------------------
+
 
 def _fmt_bytes(n: int) -> str:
     if n >= KIB * KIB and n % KIB == 0:
@@ -217,11 +241,15 @@ def streams_from_hops(path: PathFacts) -> tuple[int, str]:
     silent = len(path.hop_latencies_ms) - len(known)
     note = f"; {silent} hop(s) did not answer" if silent else ""
     if not high:
-        return 1, (f"no hop of {len(path.hop_latencies_ms)} has latency over {HIGH_LATENCY_MS:g} ms{note}: "
-                   "1 stream (paper 003 section 4.3)")
+        return 1, (
+            f"no hop of {len(path.hop_latencies_ms)} has latency over {HIGH_LATENCY_MS:g} ms{note}: "
+            "1 stream (paper 003 section 4.3)"
+        )
     shown = ", ".join(f"{h:g}" for h in high)
-    return len(high), (f"{len(high)} hop(s) with latency over {HIGH_LATENCY_MS:g} ms ({shown} ms){note}: "
-                       f"one stream each (paper 003 section 4.3)")
+    return len(high), (
+        f"{len(high)} hop(s) with latency over {HIGH_LATENCY_MS:g} ms ({shown} ms){note}: "
+        f"one stream each (paper 003 section 4.3)"
+    )
 
 
 def round_streams_even(streams: int) -> tuple[int, str]:
@@ -230,8 +258,10 @@ def round_streams_even(streams: int) -> tuple[int, str]:
         return streams, "a single stream needs no even rounding"
     if streams % 2 == 0:
         return streams, f"{streams} streams is already even"
-    return streams + 1, (f"{streams} streams rounded up to {streams + 1}: some protocols do not work well "
-                         "with an odd number of streams (paper 003 section 4.3)")
+    return streams + 1, (
+        f"{streams} streams rounded up to {streams + 1}: some protocols do not work well "
+        "with an odd number of streams (paper 003 section 4.3)"
+    )
 
 
 def bandwidth_delay_product(path: PathFacts) -> tuple[int, str]:
@@ -241,29 +271,34 @@ def bandwidth_delay_product(path: PathFacts) -> tuple[int, str]:
     if path.rtt_ms is None or path.rtt_ms <= 0:
         return 0, "no RTT measurement: BDP unknown"
     bdp = max(1, int(round(path.bandwidth_mbit * 1e6 / 8 * path.rtt_ms / 1000.0)))
-    return bdp, (f"BDP = {path.bandwidth_mbit:g} Mbit/s x {path.rtt_ms:g} ms = {_fmt_bytes(bdp)} "
-                 "(paper 003 section 4.3)")
+    return bdp, (
+        f"BDP = {path.bandwidth_mbit:g} Mbit/s x {path.rtt_ms:g} ms = {_fmt_bytes(bdp)} (paper 003 section 4.3)"
+    )
 
 
-def kernel_buffer_limit(sender: HostFacts, receiver: HostFacts, sender_sets: bool,
-                        receiver_sets: bool) -> tuple[int | None, str]:
+def kernel_buffer_limit(
+    sender: HostFacts, receiver: HostFacts, sender_sets: bool, receiver_sets: bool
+) -> tuple[int | None, str]:
     """The largest per-stream buffer the two kernels allow: the sender's send
     side and the receiver's receive side, each by how that end sizes buffers."""
     send_cap = sender.wmem_max if sender_sets else sender.tcp_wmem_max
     recv_cap = receiver.rmem_max if receiver_sets else receiver.tcp_rmem_max
     send_name = "net.core.wmem_max" if sender_sets else "net.ipv4.tcp_wmem max"
     recv_name = "net.core.rmem_max" if receiver_sets else "net.ipv4.tcp_rmem max"
-    known = [(cap, f"{name} = {_fmt_bytes(cap)} on {host.name}")
-             for cap, host, name in ((send_cap, sender, send_name), (recv_cap, receiver, recv_name))
-             if cap]
+    known = [
+        (cap, f"{name} = {_fmt_bytes(cap)} on {host.name}")
+        for cap, host, name in ((send_cap, sender, send_name), (recv_cap, receiver, recv_name))
+        if cap
+    ]
     if not known:
         return None, "kernel buffer limits unknown at both ends: no limit applied"
     cap, text = min(known, key=lambda item: item[0])
     return cap, f"kernel maximum buffer {text} (the smaller end)"
 
 
-def streams_for_kernel_limit(bdp: int, streams: int, limit: int | None,
-                             max_streams: int = DEFAULT_MAX_STREAMS) -> tuple[int, str]:
+def streams_for_kernel_limit(
+    bdp: int, streams: int, limit: int | None, max_streams: int = DEFAULT_MAX_STREAMS
+) -> tuple[int, str]:
     """Paper 003 section 4.3: when the kernel's maximum buffer is below the
     per-stream share of the BDP, use enough streams that their buffers add up
     to the BDP (then round to even again)."""
@@ -278,15 +313,18 @@ def streams_for_kernel_limit(bdp: int, streams: int, limit: int | None,
     if needed > 1 and needed % 2:
         needed += 1
     if needed > max_streams:
-        return max_streams, (f"kernel maximum {_fmt_bytes(limit)} would need {needed} streams to hold the BDP; "
-                             f"capped at {max_streams}, so the aggregate buffer stays below the BDP "
-                             "(raise the kernel limits on these hosts)")
-    return needed, (f"kernel maximum {_fmt_bytes(limit)} is below BDP / {streams} = {_fmt_bytes(share)}: "
-                    f"{needed} streams so their buffers add up to the BDP (paper 003 section 4.3)")
+        return max_streams, (
+            f"kernel maximum {_fmt_bytes(limit)} would need {needed} streams to hold the BDP; "
+            f"capped at {max_streams}, so the aggregate buffer stays below the BDP "
+            "(raise the kernel limits on these hosts)"
+        )
+    return needed, (
+        f"kernel maximum {_fmt_bytes(limit)} is below BDP / {streams} = {_fmt_bytes(share)}: "
+        f"{needed} streams so their buffers add up to the BDP (paper 003 section 4.3)"
+    )
 
 
-def decide_tcp_buffer(bdp: int, streams: int, limit: int | None,
-                      min_buffer: int = MIN_TCP_BUFFER) -> tuple[int, str]:
+def decide_tcp_buffer(bdp: int, streams: int, limit: int | None, min_buffer: int = MIN_TCP_BUFFER) -> tuple[int, str]:
     """Paper 003 section 4.3: TCP buffer = BDP / streams, within the kernel limit.
 
     The floor (default 64 KiB) is ours: on short paths BDP / streams can be a
@@ -299,12 +337,13 @@ def decide_tcp_buffer(bdp: int, streams: int, limit: int | None,
         return limit, f"TCP buffer {_fmt_bytes(limit)}: BDP / {streams} is above the kernel maximum, capped there"
     floor = min(min_buffer, limit) if limit is not None else min_buffer
     if per_stream < floor:
-        return floor, (f"BDP / {streams} = {_fmt_bytes(per_stream)} is below {_fmt_bytes(floor)}: raised to "
-                       "that floor (an explicit buffer smaller than the default window slows TCP down)")
+        return floor, (
+            f"BDP / {streams} = {_fmt_bytes(per_stream)} is below {_fmt_bytes(floor)}: raised to "
+            "that floor (an explicit buffer smaller than the default window slows TCP down)"
+        )
     if streams == 1:
         return per_stream, f"TCP buffer = BDP = {_fmt_bytes(per_stream)} (paper 003 section 4.3)"
-    return per_stream, (f"TCP buffer = BDP / {streams} streams = {_fmt_bytes(per_stream)} "
-                        "(paper 003 section 4.3)")
+    return per_stream, (f"TCP buffer = BDP / {streams} streams = {_fmt_bytes(per_stream)} (paper 003 section 4.3)")
 
 
 def _smallest_at_least(disk: DiskFacts, floor: int) -> int | None:
@@ -342,55 +381,70 @@ def _common_block(a: DiskFacts, b: DiskFacts, floor: int) -> int | None:
     return None
 
 
-def decide_block_size(source_read: DiskFacts | None, dest_write: DiskFacts | None, tcp_buffer: int,
-                      traits: ProtocolTraits) -> tuple[int, list[str]]:
+def decide_block_size(
+    source_read: DiskFacts | None, dest_write: DiskFacts | None, tcp_buffer: int, traits: ProtocolTraits
+) -> tuple[int, list[str]]:
     """Paper 003 section 4.3: block size >= TCP buffer, stepping by the disk
     profiler's increment, one size good for the source's reads and the
     destination's writes; then the protocol's own cap."""
     block, reasons = _block_for_disks(source_read, dest_write, tcp_buffer)
     if traits.max_block is not None and block > traits.max_block:
-        reasons.append(f"{traits.name}: block capped at {_fmt_bytes(traits.max_block)}"
-                       + (f" ({traits.note})" if traits.note else "")
-                       + "; pipelined requests keep the window full instead")
+        reasons.append(
+            f"{traits.name}: block capped at {_fmt_bytes(traits.max_block)}"
+            + (f" ({traits.note})" if traits.note else "")
+            + "; pipelined requests keep the window full instead"
+        )
         return traits.max_block, reasons
     return block, reasons
 
 
-def _block_for_disks(source_read: DiskFacts | None, dest_write: DiskFacts | None,
-                     tcp_buffer: int) -> tuple[int, list[str]]:
+def _block_for_disks(
+    source_read: DiskFacts | None, dest_write: DiskFacts | None, tcp_buffer: int
+) -> tuple[int, list[str]]:
     ends = [(label, d) for label, d in (("source read", source_read), ("destination write", dest_write)) if d]
     if not ends:
         if not tcp_buffer:
             return 0, ["no disk profile and no TCP buffer: block size left to the backend (0)"]
-        return tcp_buffer, [f"no disk profile: block size = TCP buffer {_fmt_bytes(tcp_buffer)} "
-                            "(paper 003 section 4.3: at least the TCP buffer)"]
+        return tcp_buffer, [
+            f"no disk profile: block size = TCP buffer {_fmt_bytes(tcp_buffer)} "
+            "(paper 003 section 4.3: at least the TCP buffer)"
+        ]
     if len(ends) == 1:
         label, disk = ends[0]
         return _one_end(label, disk, tcp_buffer)
     common = _common_block(source_read, dest_write, tcp_buffer)
     if common is not None:
-        return common, [f"block {_fmt_bytes(common)}: the smallest size >= the TCP buffer "
-                        f"({_fmt_bytes(tcp_buffer)}) that both the source read profile "
-                        f"({_fmt_bytes(source_read.best_block)} + k x {_fmt_bytes(source_read.increment)}) and the "
-                        f"destination write profile ({_fmt_bytes(dest_write.best_block)} + k x "
-                        f"{_fmt_bytes(dest_write.increment)}) rate as optimal (paper 003 sections 3.2, 4.3)"]
+        return common, [
+            f"block {_fmt_bytes(common)}: the smallest size >= the TCP buffer "
+            f"({_fmt_bytes(tcp_buffer)}) that both the source read profile "
+            f"({_fmt_bytes(source_read.best_block)} + k x {_fmt_bytes(source_read.increment)}) and the "
+            f"destination write profile ({_fmt_bytes(dest_write.best_block)} + k x "
+            f"{_fmt_bytes(dest_write.increment)}) rate as optimal (paper 003 sections 3.2, 4.3)"
+        ]
     picks = [_one_end(label, disk, tcp_buffer) for label, disk in ends]
     block = max(pick[0] for pick in picks)
-    return block, [f"no block size >= {_fmt_bytes(tcp_buffer)} is optimal at both ends; using "
-                   f"{_fmt_bytes(block)}, the larger of the two ends' choices"] + [r for pick in picks for r in pick[1]]
+    return block, [
+        f"no block size >= {_fmt_bytes(tcp_buffer)} is optimal at both ends; using "
+        f"{_fmt_bytes(block)}, the larger of the two ends' choices"
+    ] + [r for pick in picks for r in pick[1]]
 
 
 def _one_end(label: str, disk: DiskFacts, tcp_buffer: int) -> tuple[int, list[str]]:
     if disk.best_block >= tcp_buffer:
-        return disk.best_block, [f"block {_fmt_bytes(disk.best_block)}: the {label} profile's best, "
-                                 "already >= the TCP buffer"]
+        return disk.best_block, [
+            f"block {_fmt_bytes(disk.best_block)}: the {label} profile's best, already >= the TCP buffer"
+        ]
     stepped = _smallest_at_least(disk, tcp_buffer)
     if stepped is None:
-        return tcp_buffer, [f"block raised to the TCP buffer {_fmt_bytes(tcp_buffer)}: the {label} profile's "
-                            f"best {_fmt_bytes(disk.best_block)} is smaller and no increment was measured"]
-    return stepped, [f"block {_fmt_bytes(stepped)}: {label} best {_fmt_bytes(disk.best_block)} + increments of "
-                     f"{_fmt_bytes(disk.increment)} until >= the TCP buffer {_fmt_bytes(tcp_buffer)} "
-                     "(paper 003 section 4.3)"]
+        return tcp_buffer, [
+            f"block raised to the TCP buffer {_fmt_bytes(tcp_buffer)}: the {label} profile's "
+            f"best {_fmt_bytes(disk.best_block)} is smaller and no increment was measured"
+        ]
+    return stepped, [
+        f"block {_fmt_bytes(stepped)}: {label} best {_fmt_bytes(disk.best_block)} + increments of "
+        f"{_fmt_bytes(disk.increment)} until >= the TCP buffer {_fmt_bytes(tcp_buffer)} "
+        "(paper 003 section 4.3)"
+    ]
 
 
 def starting_pp_level(bdp: int, mean_file_size: float | None, max_pp: int = DEFAULT_MAX_PP) -> tuple[int, str]:
@@ -404,16 +458,26 @@ def starting_pp_level(bdp: int, mean_file_size: float | None, max_pp: int = DEFA
     raw = math.ceil(bdp / mean_file_size) - 1
     level = int(min(max(raw, 1), max_pp))
     clamp = "" if level == raw else f", clamped to [1, {max_pp}]"
-    return level, (f"pipelining level ceil(BDP / mean file size {_fmt_bytes(int(mean_file_size))}) - 1 = {raw}{clamp} "
-                   "(paper 000 eq. 4)")
+    return level, (
+        f"pipelining level ceil(BDP / mean file size {_fmt_bytes(int(mean_file_size))}) - 1 = {raw}{clamp} "
+        "(paper 000 eq. 4)"
+    )
 
 
 # -- composition ------------------------------------------------------------------
 
-def tune_direction(source: HostFacts, destination: HostFacts, path: PathFacts, protocol: str = "sftp",
-                   mean_file_size: float | None = None, client: str | None = None,
-                   max_streams: int = DEFAULT_MAX_STREAMS, max_pp: int = DEFAULT_MAX_PP,
-                   min_tcp_buffer: int = MIN_TCP_BUFFER) -> TunedParameters:
+
+def tune_direction(
+    source: HostFacts,
+    destination: HostFacts,
+    path: PathFacts,
+    protocol: str = "sftp",
+    mean_file_size: float | None = None,
+    client: str | None = None,
+    max_streams: int = DEFAULT_MAX_STREAMS,
+    max_pp: int = DEFAULT_MAX_PP,
+    min_tcp_buffer: int = MIN_TCP_BUFFER,
+) -> TunedParameters:
     """Tune one direction (source -> destination) of one protocol.
 
     client: the host that runs the transfer client (the Airflow worker); the
@@ -422,8 +486,10 @@ def tune_direction(source: HostFacts, destination: HostFacts, path: PathFacts, p
     traits = protocol_traits(protocol)
     reasons: list[str] = []
     if traits.name not in PROTOCOLS:
-        reasons.append(f"no protocol-specific rules for {traits.name!r}: the paper's model (both ends set "
-                       "the TCP buffer, no block cap)")
+        reasons.append(
+            f"no protocol-specific rules for {traits.name!r}: the paper's model (both ends set "
+            "the TCP buffer, no block cap)"
+        )
 
     streams, why = streams_from_hops(path)
     reasons.append(why)
@@ -447,16 +513,34 @@ def tune_direction(source: HostFacts, destination: HostFacts, path: PathFacts, p
     reasons.append(why)
     reasons.append(f"p = {streams} (the stream count), cc = 1: the starting point the tuning algorithms adapt")
     return TunedParameters(
-        source=source.name, destination=destination.name, protocol=traits.name, streams=streams,
-        tcp_buffer=tcp_buffer, block_size=block, bdp_bytes=bdp, rtt_ms=path.rtt_ms,
-        bandwidth_mbit=path.bandwidth_mbit, pp_level=pp_level, p=streams, cc=1, reasons=tuple(reasons),
+        source=source.name,
+        destination=destination.name,
+        protocol=traits.name,
+        streams=streams,
+        tcp_buffer=tcp_buffer,
+        block_size=block,
+        bdp_bytes=bdp,
+        rtt_ms=path.rtt_ms,
+        bandwidth_mbit=path.bandwidth_mbit,
+        pp_level=pp_level,
+        p=streams,
+        cc=1,
+        reasons=tuple(reasons),
     )
 
 
-def tune_link(x: HostFacts, y: HostFacts, x_to_y: PathFacts, y_to_x: PathFacts | None = None,
-              protocols: Sequence[str] = ("sftp",), mean_file_size: float | None = None,
-              client: str | None = None, max_streams: int = DEFAULT_MAX_STREAMS,
-              max_pp: int = DEFAULT_MAX_PP, min_tcp_buffer: int = MIN_TCP_BUFFER) -> list[TunedParameters]:
+def tune_link(
+    x: HostFacts,
+    y: HostFacts,
+    x_to_y: PathFacts,
+    y_to_x: PathFacts | None = None,
+    protocols: Sequence[str] = ("sftp",),
+    mean_file_size: float | None = None,
+    client: str | None = None,
+    max_streams: int = DEFAULT_MAX_STREAMS,
+    max_pp: int = DEFAULT_MAX_PP,
+    min_tcp_buffer: int = MIN_TCP_BUFFER,
+) -> list[TunedParameters]:
     """Both directions of a link for each protocol (paper 003 section 4.4: 'one
     for transfer from node X to node Y and another for ... Y to node X').
     y_to_x defaults to x_to_y (same RTT and hops; pass the reverse bandwidth
@@ -465,15 +549,16 @@ def tune_link(x: HostFacts, y: HostFacts, x_to_y: PathFacts, y_to_x: PathFacts |
     out = []
     for protocol in protocols:
         for src, dst, path in ((x, y, x_to_y), (y, x, reverse)):
-            out.append(tune_direction(src, dst, path, protocol, mean_file_size, client, max_streams, max_pp,
-                                      min_tcp_buffer))
+            out.append(
+                tune_direction(src, dst, path, protocol, mean_file_size, client, max_streams, max_pp, min_tcp_buffer)
+            )
     return out
 
 
 # -- from profiler JSON --------------------------------------------------------------
 
-def host_facts(name: str, disk: Mapping[str, Any] | None = None,
-               network: Mapping[str, Any] | None = None) -> HostFacts:
+
+def host_facts(name: str, disk: Mapping[str, Any] | None = None, network: Mapping[str, Any] | None = None) -> HostFacts:
     """HostFacts from the JSON of profilers/disk.py and profilers/network.py run
     on that host (failed or missing profiles leave fields None)."""
     read = write = None
@@ -484,9 +569,13 @@ def host_facts(name: str, disk: Mapping[str, Any] | None = None,
     if not kernel.get("available"):
         kernel = {}
     return HostFacts(
-        name=name, disk_read=read, disk_write=write,
-        tcp_rmem_max=_third(kernel.get("tcp_rmem")), tcp_wmem_max=_third(kernel.get("tcp_wmem")),
-        rmem_max=kernel.get("rmem_max"), wmem_max=kernel.get("wmem_max"),
+        name=name,
+        disk_read=read,
+        disk_write=write,
+        tcp_rmem_max=_third(kernel.get("tcp_rmem")),
+        tcp_wmem_max=_third(kernel.get("tcp_wmem")),
+        rmem_max=kernel.get("rmem_max"),
+        wmem_max=kernel.get("wmem_max"),
     )
 
 
@@ -507,7 +596,8 @@ def path_facts(network: Mapping[str, Any], direction: str = "send") -> PathFacts
     return PathFacts(
         rtt_ms=rtt.get("median_ms") if rtt.get("available") else None,
         bandwidth_mbit=bandwidth.get("mbit") if bandwidth.get("available") else None,
-        hop_latencies_ms=latencies, hops_reason=reason,
+        hop_latencies_ms=latencies,
+        hops_reason=reason,
     )
 
 

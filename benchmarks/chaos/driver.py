@@ -71,8 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     victim = os.environ.get("AT_CHAOS_FLIP")
     hook = None
     if victim:
-        hook = _flipper(victim, float(os.environ.get("AT_CHAOS_FLIP_AT", "0.5")),
-                        int(os.environ.get("AT_CHAOS_FLIP_LIMIT", "0")) or None)
+        hook = _flipper(
+            victim,
+            float(os.environ.get("AT_CHAOS_FLIP_AT", "0.5")),
+            int(os.environ.get("AT_CHAOS_FLIP_LIMIT", "0")) or None,
+        )
     real = job.run_copy
 
     def run_copy(req):

@@ -40,8 +40,18 @@ from dataclasses import dataclass, field
 KINDS = ("sshd_restart", "blackhole", "sigkill", "disk_full", "byte_flip", "permission", "rate_cut")
 
 _PROGRESS = re.compile(r"^chaos-progress (\d+\.\d+) (\d+)$")
-_CONNECTION_WORDS = ("connection", "unreachable", "refused", "timed out", "closed", "eof", "reset", "lost",
-                     "ssh", "socket")
+_CONNECTION_WORDS = (
+    "connection",
+    "unreachable",
+    "refused",
+    "timed out",
+    "closed",
+    "eof",
+    "reset",
+    "lost",
+    "ssh",
+    "socket",
+)
 
 
 @dataclass
@@ -65,11 +75,18 @@ class Attempt:
     def to_dict(self) -> dict:
         s = self.summary or {}
         v = s.get("verify") or {}
-        return {"code": self.code, "seconds": round(self.seconds, 2), "copy_seconds": s.get("seconds"),
-                "failed": len(s.get("failed") or []),
-                "files_retried": s.get("files_retried"), "files_skipped": s.get("files_skipped"),
-                "files_resumed": s.get("files_resumed"), "mismatched": v.get("mismatched"),
-                "repaired": v.get("repaired"), "error_tail": self.stderr.strip().splitlines()[-3:]}
+        return {
+            "code": self.code,
+            "seconds": round(self.seconds, 2),
+            "copy_seconds": s.get("seconds"),
+            "failed": len(s.get("failed") or []),
+            "files_retried": s.get("files_retried"),
+            "files_skipped": s.get("files_skipped"),
+            "files_resumed": s.get("files_resumed"),
+            "mismatched": v.get("mismatched"),
+            "repaired": v.get("repaired"),
+            "error_tail": self.stderr.strip().splitlines()[-3:],
+        }
 
 
 def parse_progress(line: str) -> tuple[float, int] | None:
@@ -154,7 +171,9 @@ def reported(kind: str, attempts: list[Attempt], info: dict) -> tuple[bool, str]
         if slowest is None:
             return False, "too few progress lines during the cut to see it"
         limit = 1.2 * info["cut_mbit"] * 1e6 / 8 + 64 * 1024
-        how = (f"slowest second of the cut: {slowest * 8 / 1e6:.1f} Mbit/s acknowledged "
-               f"(cut to {info['cut_mbit']:.1f} Mbit/s)")
+        how = (
+            f"slowest second of the cut: {slowest * 8 / 1e6:.1f} Mbit/s acknowledged "
+            f"(cut to {info['cut_mbit']:.1f} Mbit/s)"
+        )
         return slowest <= limit, how
     raise ValueError(f"unknown fault kind {kind!r}")

@@ -80,16 +80,21 @@ def check_destination(source: dict[str, tuple[int, str]], dst: Path) -> tuple[li
             good.add(rel)
         else:
             size = (dst / rel).stat().st_size
-            bad.append(Violation("corrupted", rel, f"differs from the source under its final name "
-                                                   f"({size} bytes, source {want[0]})"))
+            bad.append(
+                Violation(
+                    "corrupted", rel, f"differs from the source under its final name ({size} bytes, source {want[0]})"
+                )
+            )
     return bad, good
 
 
 def check_complete(source: dict[str, tuple[int, str]], dst: Path, good: set[str]) -> list[Violation]:
     """After the final successful run: nothing missing, no temporary file left."""
     _, temps = _walk(dst)
-    out = [Violation("lost", rel, "missing (or not identical) after the final successful run")
-           for rel in sorted(set(source) - good)]
+    out = [
+        Violation("lost", rel, "missing (or not identical) after the final successful run")
+        for rel in sorted(set(source) - good)
+    ]
     out += [Violation("leftover", rel, "temporary file left after the final successful run") for rel in temps]
     return out
 
@@ -112,5 +117,7 @@ def journal_done(store_url: str, key: str) -> tuple[str | None, set[str]]:
 
 def check_journal(done: set[str], good: set[str]) -> list[Violation]:
     """Every file journaled done is at the destination, identical."""
-    return [Violation("journal", rel, "journaled done but absent or not identical at the destination")
-            for rel in sorted(done - good)]
+    return [
+        Violation("journal", rel, "journaled done but absent or not identical at the destination")
+        for rel in sorted(done - good)
+    ]

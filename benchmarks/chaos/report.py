@@ -16,9 +16,13 @@ def totals(records: list[dict]) -> dict:
     for k in KINDS:
         mine = [r for r in records if r["kind"] == k]
         inj = [r for r in mine if r["injected"]]
-        by_kind[k] = {"runs": len(mine), "injected": len(inj), "reported": sum(r["reported"] for r in inj),
-                      "attempts": sum(len(r["attempts"]) for r in mine),
-                      "violations": sum(len(r["violations"]) for r in mine)}
+        by_kind[k] = {
+            "runs": len(mine),
+            "injected": len(inj),
+            "reported": sum(r["reported"] for r in inj),
+            "attempts": sum(len(r["attempts"]) for r in mine),
+            "violations": sum(len(r["violations"]) for r in mine),
+        }
     return {
         "runs": len(records),
         "faults_injected": len(injected),
@@ -66,9 +70,12 @@ def write(out_dir: Path, meta: dict, records: list[dict]) -> dict:
     ]
     for k, b in t["by_kind"].items():
         lines.append(f"| {k} | {b['runs']} | {b['injected']} | {b['reported']} | {b['attempts']} | {b['violations']} |")
-    lines += ["", f"Runs where the copy ended before the fault's moment (not counted as injected): "
-                  f"{t['not_injected']}. Attempts include the Airflow-style re-runs after a failed or killed attempt.",
-              ""]
+    lines += [
+        "",
+        f"Runs where the copy ended before the fault's moment (not counted as injected): "
+        f"{t['not_injected']}. Attempts include the Airflow-style re-runs after a failed or killed attempt.",
+        "",
+    ]
     bad = [r for r in records if r["violations"] or (r["injected"] and not r["reported"])]
     if bad:
         lines += ["## Violations", ""]

@@ -25,9 +25,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from benchmarks.chaos import invariants as inv
 from benchmarks.chaos.faults import KINDS, Attempt, parse_progress, reported
@@ -64,9 +64,13 @@ def schedule(seed: int, faults: int, kinds: tuple[str, ...] = KINDS) -> list[str
     return kinds
 
 
-def run_session(chaos: Chaos, faults: int, on_record: Callable[[dict, int, int], None] | None = None,
-                max_extra: int | None = None,
-                kinds: tuple[str, ...] = KINDS) -> list[dict]:
+def run_session(
+    chaos: Chaos,
+    faults: int,
+    on_record: Callable[[dict, int, int], None] | None = None,
+    max_extra: int | None = None,
+    kinds: tuple[str, ...] = KINDS,
+) -> list[dict]:
     """Runs until `faults` faults were injected: a run whose copy ended before its fault's
     moment is repeated with the same kind (at most `max_extra` such repeats in all)."""
     todo = schedule(chaos.cfg.seed, faults, kinds)
@@ -148,8 +152,9 @@ class _Running:
                 summary = json.loads(text.strip().splitlines()[-1])
             except json.JSONDecodeError:
                 summary = None
-        return Attempt(None if killed else self.proc.returncode, seconds, summary, "".join(self.lines),
-                       list(self.progress))
+        return Attempt(
+            None if killed else self.proc.returncode, seconds, summary, "".join(self.lines), list(self.progress)
+        )
 
 
 class Chaos:
@@ -178,8 +183,9 @@ class Chaos:
             # (mounts here being private) sees no later mount: the tmpfs must exist first.
             self.fs = self.work / "fs"
             self.fs.mkdir()
-            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self._fs_big()},mode=0755", "tmpfs",
-                            str(self.fs)], check=True)
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={self._fs_big()},mode=0755", "tmpfs", str(self.fs)], check=True
+            )
             self.tb = WanTestbed.start(rtt_ms=self.cfg.rtt_ms, rate_mbit=self.cfg.rate_mbit)
             chown_to_user(self.fs, self.tb.sshd.user)
         except BaseException:
@@ -204,8 +210,11 @@ class Chaos:
         rng = random.Random(self.cfg.seed)
         cfg = self.cfg
         for i in range(cfg.small_files):
-            size = 0 if i == 0 else int(rng.choice([rng.uniform(1, 8192), rng.uniform(8192, 262144),
-                                                    rng.uniform(262144, 640 * 1024)]))
+            size = (
+                0
+                if i == 0
+                else int(rng.choice([rng.uniform(1, 8192), rng.uniform(8192, 262144), rng.uniform(262144, 640 * 1024)]))
+            )
             write_random(self.src / f"d{i % 4}" / f"s{i:03d}.dat", size, seed=cfg.seed * 1000 + i)
         for i in range(cfg.mid_files):
             write_random(self.src / "mid" / f"m{i}.bin", int(rng.uniform(1.5, 3.5) * MiB), seed=cfg.seed + 7 + i)
@@ -217,18 +226,50 @@ class Chaos:
     def _start(self, dst: Path, store: str, key: str, mode: str, env: dict | None = None) -> _Running:
         sshd = self.tb.sshd
         out = self.work / f"out-{time.monotonic_ns()}.json"
-        argv = [sys.executable, "-m", "benchmarks.chaos.driver", "copy", str(self.src), sshd.url(str(dst)),
-                "--identity", str(sshd.client_key), "--known-hosts", str(sshd.known_hosts),
-                "--pp", str(self.cfg.pp), "-p", str(self.cfg.p), "-c", str(self.cfg.cc),
-                "--verify-mode", mode, "--store", store, "--transfer-key", key, "--json",
-                "--progress-interval", "0.5", "--deadline", "120"]
+        argv = [
+            sys.executable,
+            "-m",
+            "benchmarks.chaos.driver",
+            "copy",
+            str(self.src),
+            sshd.url(str(dst)),
+            "--identity",
+            str(sshd.client_key),
+            "--known-hosts",
+            str(sshd.known_hosts),
+            "--pp",
+            str(self.cfg.pp),
+            "-p",
+            str(self.cfg.p),
+            "-c",
+            str(self.cfg.cc),
+            "--verify-mode",
+            mode,
+            "--store",
+            store,
+            "--transfer-key",
+            key,
+            "--json",
+            "--progress-interval",
+            "0.5",
+            "--deadline",
+            "120",
+        ]
         if mode == "block":
             argv += ["--verify-block-size", str(BLOCK)]
         full_env = {**os.environ, **(env or {})}
         full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
         with open(out, "w") as stdout:
-            proc = self.tb.link.run_in("src", argv, stdout=stdout, stderr=subprocess.PIPE, text=True,
-                                       env=full_env, cwd=REPO_ROOT, start_new_session=True)
+            proc = self.tb.link.run_in(
+                "src",
+                argv,
+                stdout=stdout,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=full_env,
+                cwd=REPO_ROOT,
+                start_new_session=True,
+            )
         return _Running(proc, out)
 
     def _wait_moment(self, run: _Running, dst: Path, frac: float, need_final: bool = False) -> bool:
@@ -364,14 +405,33 @@ class Chaos:
             violations += inv.check_complete(self.source, dst, good)
             _, done = inv.journal_done(store, key)
             if state != "succeeded" or done != set(self.source):
-                violations.append(inv.Violation("journal", "", f"after the final run the journal says {state!r} "
-                                                               f"with {len(done)}/{len(self.source)} files done"))
+                violations.append(
+                    inv.Violation(
+                        "journal",
+                        "",
+                        f"after the final run the journal says {state!r} "
+                        f"with {len(done)}/{len(self.source)} files done",
+                    )
+                )
         else:
-            violations.append(inv.Violation("incomplete", "", f"no success after {len(attempts)} attempts: "
-                                                              f"{attempts[-1].stderr.strip()[-300:]}"))
+            violations.append(
+                inv.Violation(
+                    "incomplete", "", f"no success after {len(attempts)} attempts: {attempts[-1].stderr.strip()[-300:]}"
+                )
+            )
         ok, how = reported(kind, attempts, detail) if injected else (True, _not_injected(detail))
         detail.pop("t_fault", None)
-        record = RunRecord(index, kind, injected, detail, [a.to_dict() for a in attempts], ok, how, completed,
-                           [v.to_dict() for v in violations], round(time.monotonic() - t_run, 2))
+        record = RunRecord(
+            index,
+            kind,
+            injected,
+            detail,
+            [a.to_dict() for a in attempts],
+            ok,
+            how,
+            completed,
+            [v.to_dict() for v in violations],
+            round(time.monotonic() - t_run, 2),
+        )
         shutil.rmtree(parent, ignore_errors=True)
         return record

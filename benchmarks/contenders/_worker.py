@@ -41,8 +41,9 @@ def sshfs_upload(a: dict) -> Callable[[], None]:
     def copy() -> None:
         files = sorted(str(p.relative_to(local)) for p in local.rglob("*") if p.is_file())
         pool = {"max_sessions": a["max_sessions"]} if a.get("max_sessions") else {}
-        fs = SSHFileSystem(a["host"], port=a["port"], username=a["user"], client_keys=[a["key"]],
-                           known_hosts=a["known_hosts"], **pool)
+        fs = SSHFileSystem(
+            a["host"], port=a["port"], username=a["user"], client_keys=[a["key"]], known_hosts=a["known_hosts"], **pool
+        )
         for d in sorted({os.path.dirname(f) for f in files} - {""}):
             fs.makedirs(f"{a['remote']}/{d}", exist_ok=True)
         # One put of the whole file list: fsspec runs the copies concurrently on its event loop.

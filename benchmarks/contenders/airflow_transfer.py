@@ -53,8 +53,9 @@ def algorithms() -> list[str]:
 
 
 class AirflowTransfer(Contender):
-    def __init__(self, name: str, description: str, flags: list[str], direction: str = "upload",
-                 diagnostic: bool = False) -> None:
+    def __init__(
+        self, name: str, description: str, flags: list[str], direction: str = "upload", diagnostic: bool = False
+    ) -> None:
         super().__init__()
         self.name = name
         self.description = description
@@ -78,17 +79,33 @@ class AirflowTransfer(Contender):
     def _profile_link(self, bed) -> str:
         """Fills the tuning library for this link once (the profiling DAG's job); the copies
         then read it from the same default store (the testbed's HOME)."""
-        argv = [*cli_argv(), "profile", self._url(bed.fresh_remote_dir("profile")), "--quick", "--json",
-                "--identity", str(bed.key), "--known-hosts", str(bed.known_hosts), "--ssh-config", str(bed.ssh_config)]
+        argv = [
+            *cli_argv(),
+            "profile",
+            self._url(bed.fresh_remote_dir("profile")),
+            "--quick",
+            "--json",
+            "--identity",
+            str(bed.key),
+            "--known-hosts",
+            str(bed.known_hosts),
+            "--ssh-config",
+            str(bed.ssh_config),
+        ]
         done = bed.run(argv, timeout=600)
         if done.returncode != 0:
             # The rows still run (their summaries then say tuning.source "unknown"): a benchmark
             # of the no-library path beats no benchmark.
-            print(f"benchmarks: `airflow-transfer profile` failed; algorithm rows run without the tuning "
-                  f"library: {done.tail()}", file=sys.stderr)
+            print(
+                f"benchmarks: `airflow-transfer profile` failed; algorithm rows run without the tuning "
+                f"library: {done.tail()}",
+                file=sys.stderr,
+            )
             return "failed"
-        print(f"benchmarks: tuning library filled by `airflow-transfer profile --quick` in {done.seconds:.0f} s",
-              file=sys.stderr)
+        print(
+            f"benchmarks: tuning library filled by `airflow-transfer profile --quick` in {done.seconds:.0f} s",
+            file=sys.stderr,
+        )
         return done.stdout
 
     def _flags(self) -> list[str]:
@@ -105,10 +122,26 @@ class AirflowTransfer(Contender):
         else:
             src, dst = self._url(remote_dir), str(dataset_dir)
         # A fresh journal key per run: each run is a first attempt, never a resume of the last one.
-        return [*cli_argv(), "copy", src, dst, *self._flags(), "--json", "--no-skip", "--restart",
-                "--transfer-key", f"bench-{uuid.uuid4().hex}", "--progress-interval", "3600",
-                "--identity", str(bed.key), "--known-hosts", str(bed.known_hosts),
-                "--ssh-config", str(bed.ssh_config)]
+        return [
+            *cli_argv(),
+            "copy",
+            src,
+            dst,
+            *self._flags(),
+            "--json",
+            "--no-skip",
+            "--restart",
+            "--transfer-key",
+            f"bench-{uuid.uuid4().hex}",
+            "--progress-interval",
+            "3600",
+            "--identity",
+            str(bed.key),
+            "--known-hosts",
+            str(bed.known_hosts),
+            "--ssh-config",
+            str(bed.ssh_config),
+        ]
 
     def run(self, dataset_dir: Path, remote_dir: Path) -> float:
         self.last_summary: dict | None = None
@@ -128,31 +161,55 @@ def contenders() -> list[Contender]:
     knobs = ["--pp", str(hp["pp"]), "-p", str(hp["p"]), "-c", str(hp["cc"])]
     setting = f"pp={hp['pp']} p={hp['p']} cc={hp['cc']}"
     out: list[Contender] = [
-        AirflowTransfer("airflow-transfer untuned (pp=1 p=1 cc=1)",
-                        "one SSH connection, one file operation at a time, no range splitting",
-                        ["--algorithm", "fixed", "--pp", "1", "-p", "1", "-c", "1"]),
-        AirflowTransfer(f"airflow-transfer fixed ({setting})",
-                        f"a hand-picked fixed setting: {setting}", ["--algorithm", "fixed", *knobs],
-                        diagnostic=True),
+        AirflowTransfer(
+            "airflow-transfer untuned (pp=1 p=1 cc=1)",
+            "one SSH connection, one file operation at a time, no range splitting",
+            ["--algorithm", "fixed", "--pp", "1", "-p", "1", "-c", "1"],
+        ),
+        AirflowTransfer(
+            f"airflow-transfer fixed ({setting})",
+            f"a hand-picked fixed setting: {setting}",
+            ["--algorithm", "fixed", *knobs],
+            diagnostic=True,
+        ),
     ]
     for algo in algorithms():
-        out.append(AirflowTransfer(f"airflow-transfer --algorithm {algo}",
-                                   f"`--algorithm {algo}` with the CLI's defaults for everything else",
-                                   ["--algorithm", algo]))
+        out.append(
+            AirflowTransfer(
+                f"airflow-transfer --algorithm {algo}",
+                f"`--algorithm {algo}` with the CLI's defaults for everything else",
+                ["--algorithm", algo],
+            )
+        )
     # The same CLI with OpenSSH's client carrying the SSH connections instead of paramiko
     # (--ssh-client, docs/transfers.md), to compare the two on the same run.
     for algo in ("auto", "mc"):
         if algo in algorithms():
-            out.append(AirflowTransfer(f"airflow-transfer (openssh) --algorithm {algo}",
-                                       f"`--algorithm {algo} --ssh-client openssh`",
-                                       ["--algorithm", algo, "--ssh-client", "openssh"], diagnostic=True))
+            out.append(
+                AirflowTransfer(
+                    f"airflow-transfer (openssh) --algorithm {algo}",
+                    f"`--algorithm {algo} --ssh-client openssh`",
+                    ["--algorithm", algo, "--ssh-client", "openssh"],
+                    diagnostic=True,
+                )
+            )
     # The verification mode auto replaced as the default (file-level) for uploads: what the
     # whole-file fsync and read-back of the last files cost (docs/integrity.md, "Why `auto` picks block mode").
     if "auto" in algorithms():
-        out.append(AirflowTransfer("airflow-transfer --algorithm auto --verify-mode file",
-                                   "`--algorithm auto` with file-level verification, the default before block",
-                                   ["--algorithm", "auto", "--verify-mode", "file"], diagnostic=True))
-    out.append(AirflowTransfer(f"airflow-transfer download ({setting})",
-                               f"download (dst -> src) with the hand-picked setting {setting}",
-                               ["--algorithm", "fixed", *knobs], direction="download"))
+        out.append(
+            AirflowTransfer(
+                "airflow-transfer --algorithm auto --verify-mode file",
+                "`--algorithm auto` with file-level verification, the default before block",
+                ["--algorithm", "auto", "--verify-mode", "file"],
+                diagnostic=True,
+            )
+        )
+    out.append(
+        AirflowTransfer(
+            f"airflow-transfer download ({setting})",
+            f"download (dst -> src) with the hand-picked setting {setting}",
+            ["--algorithm", "fixed", *knobs],
+            direction="download",
+        )
+    )
     return out

@@ -44,8 +44,9 @@ class _Library(Contender):
 
     def env(self) -> dict[str, str]:
         bed = self._bed()
-        return bed.env(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-                       **self.extra_env())
+        return bed.env(
+            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), **self.extra_env()
+        )
 
     def extra_env(self) -> dict[str, str]:
         return {}
@@ -61,27 +62,46 @@ class AirflowSFTPHook(_Library):
         self.workers = workers
         self.diagnostic = diagnostic
         self.name = f"Airflow SFTPHook.store_directory_concurrently ({workers} workers, compression off)"
-        self.description = (f"`SFTPHook.store_directory_concurrently(workers={workers})` from "
-                            "apache-airflow-providers-sftp: a thread and a paramiko connection per worker, "
-                            "files dealt round-robin; connection extra `compress: false` (the hook compresses by "
-                            "default), host key pinned")
+        self.description = (
+            f"`SFTPHook.store_directory_concurrently(workers={workers})` from "
+            "apache-airflow-providers-sftp: a thread and a paramiko connection per worker, "
+            "files dealt round-robin; connection extra `compress: false` (the hook compresses by "
+            "default), host key pinned"
+        )
 
     def landing(self, dataset_dir: Path, remote_dir: Path) -> Path:
         return remote_dir / "data"  # the hook refuses an existing target and creates it itself
 
     def args(self, dataset_dir: Path, remote_dir: Path) -> dict:
-        return {"conn_id": CONN_ID, "local": str(dataset_dir), "remote": str(remote_dir / "data"),
-                "workers": self.workers}
+        return {
+            "conn_id": CONN_ID,
+            "local": str(dataset_dir),
+            "remote": str(remote_dir / "data"),
+            "workers": self.workers,
+        }
 
     def extra_env(self) -> dict[str, str]:
         bed = self._bed()
-        conn = {"conn_type": "sftp", "host": bed.host, "port": bed.port, "login": bed.user,
-                "extra": {"key_file": str(bed.key), "compress": "false", "host_key": bed.host_key_pub,
-                          "no_host_key_check": "false", "look_for_keys": "false"}}
+        conn = {
+            "conn_type": "sftp",
+            "host": bed.host,
+            "port": bed.port,
+            "login": bed.user,
+            "extra": {
+                "key_file": str(bed.key),
+                "compress": "false",
+                "host_key": bed.host_key_pub,
+                "no_host_key_check": "false",
+                "look_for_keys": "false",
+            },
+        }
         home = bed.home / "airflow"
         home.mkdir(exist_ok=True)
-        return {f"AIRFLOW_CONN_{CONN_ID.upper()}": json.dumps(conn), "AIRFLOW_HOME": str(home),
-                "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+        return {
+            f"AIRFLOW_CONN_{CONN_ID.upper()}": json.dumps(conn),
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        }
 
 
 class Sshfs(_Library):
@@ -89,16 +109,25 @@ class Sshfs(_Library):
     module = "sshfs"
     install_hint = "`uv pip install -p .venv/bin/python sshfs` (benchmarks/bench.sh does)"
     name = "fsspec sshfs put (file list)"
-    description = ("`SSHFileSystem.put(local_files, remote_paths)` from the `sshfs` package (asyncssh): one "
-                   "connection, fsspec's default batch of concurrent file copies, directories made first")
+    description = (
+        "`SSHFileSystem.put(local_files, remote_paths)` from the `sshfs` package (asyncssh): one "
+        "connection, fsspec's default batch of concurrent file copies, directories made first"
+    )
 
     max_sessions: int | None = None
 
     def args(self, dataset_dir: Path, remote_dir: Path) -> dict:
         bed = self._bed()
-        return {"local": str(dataset_dir), "remote": str(remote_dir), "host": bed.host, "port": bed.port,
-                "user": bed.user, "key": str(bed.key), "known_hosts": str(bed.known_hosts),
-                "max_sessions": self.max_sessions}
+        return {
+            "local": str(dataset_dir),
+            "remote": str(remote_dir),
+            "host": bed.host,
+            "port": bed.port,
+            "user": bed.user,
+            "key": str(bed.key),
+            "known_hosts": str(bed.known_hosts),
+            "max_sessions": self.max_sessions,
+        }
 
 
 class SshfsOneChannel(Sshfs):
@@ -108,11 +137,17 @@ class SshfsOneChannel(Sshfs):
     max_sessions = 3
     diagnostic = True
     name = "sshfs one SFTP channel (fsspec, max_sessions 3)"
-    description = ("as `fsspec sshfs put (file list)`, with `max_sessions=3`: one SFTP channel on the one "
-                   "connection instead of 8, each channel under the server's own window")
+    description = (
+        "as `fsspec sshfs put (file list)`, with `max_sessions=3`: one SFTP channel on the one "
+        "connection instead of 8, each channel under the server's own window"
+    )
 
 
 def contenders() -> list[Contender]:
     # 8 workers is the matrix row; one per core shows what the hook gives with its threads not oversubscribed.
-    return [AirflowSFTPHook(workers=os.cpu_count() or 2, diagnostic=True), AirflowSFTPHook(workers=8), Sshfs(),
-            SshfsOneChannel()]
+    return [
+        AirflowSFTPHook(workers=os.cpu_count() or 2, diagnostic=True),
+        AirflowSFTPHook(workers=8),
+        Sshfs(),
+        SshfsOneChannel(),
+    ]

@@ -18,8 +18,9 @@ from benchmarks.contenders.base import AVAILABLE, Availability, Contender, missi
 def _need(*tools: str) -> Availability:
     absent = [t for t in tools if shutil.which(t) is None]
     if absent:
-        return missing(f"{', '.join(absent)} not installed: `apt-get install openssh-client rsync` "
-                       "(benchmarks/bench.sh does)")
+        return missing(
+            f"{', '.join(absent)} not installed: `apt-get install openssh-client rsync` (benchmarks/bench.sh does)"
+        )
     return AVAILABLE
 
 
@@ -29,8 +30,10 @@ def _top_level(dataset_dir: Path) -> list[str]:
 
 class Sftp(Contender):
     name = "OpenSSH sftp -b (put -r)"
-    description = ("`sftp -b batch` with `put -r` of each top-level entry: one connection, "
-                   "64 requests of 32 KiB in flight per file (its defaults), one file at a time")
+    description = (
+        "`sftp -b batch` with `put -r` of each top-level entry: one connection, "
+        "64 requests of 32 KiB in flight per file (its defaults), one file at a time"
+    )
 
     def available(self) -> Availability:
         return _need("sftp", "ssh")
@@ -52,8 +55,16 @@ class Scp(Contender):
 
     def command(self, dataset_dir: Path, remote_dir: Path) -> list[str]:
         bed = self._bed()
-        return ["scp", "-q", "-r", "-P", str(bed.port), *bed.ssh_options(), *_top_level(dataset_dir),
-                f"{bed.user}@{bed.host}:{remote_dir}/"]
+        return [
+            "scp",
+            "-q",
+            "-r",
+            "-P",
+            str(bed.port),
+            *bed.ssh_options(),
+            *_top_level(dataset_dir),
+            f"{bed.user}@{bed.host}:{remote_dir}/",
+        ]
 
 
 class Rsync(Contender):

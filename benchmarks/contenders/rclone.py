@@ -58,21 +58,42 @@ class Rclone(Contender):
 def contenders() -> list[Contender]:
     tuned = ["--sftp-chunk-size", "255k", "--sftp-concurrency", "64"]
     out: list[Contender] = [
-        Rclone("rclone defaults (4 transfers, hash check on)",
-               "`rclone copy` with its defaults: 4 transfers, 32 KiB SFTP chunks, 64 requests in flight per file, "
-               "md5sum on the server after each file", []),
+        Rclone(
+            "rclone defaults (4 transfers, hash check on)",
+            "`rclone copy` with its defaults: 4 transfers, 32 KiB SFTP chunks, 64 requests in flight per file, "
+            "md5sum on the server after each file",
+            [],
+        ),
     ]
     for transfers in (4, 16, 32):
-        out.append(Rclone(f"rclone --transfers {transfers} chunk 255k (hash check off)",
-                          f"{transfers} transfers, 255 KiB SFTP chunks, 64 requests in flight per file, "
-                          "`--sftp-disable-hashcheck`",
-                          ["--transfers", str(transfers), "--checkers", str(max(8, transfers)), *tuned,
-                           "--sftp-disable-hashcheck"]))
-    out.append(Rclone("rclone --transfers 16 chunk 255k (hash check on)",
-                      "16 transfers, 255 KiB SFTP chunks, 64 requests in flight per file, md5sum on the server",
-                      ["--transfers", "16", "--checkers", "16", *tuned]))
-    out.append(Rclone("rclone download --transfers 16 chunk 255k (hash check off)",
-                      "download (dst -> src): 16 transfers, 255 KiB SFTP chunks, `--sftp-disable-hashcheck`",
-                      ["--transfers", "16", "--checkers", "16", *tuned, "--sftp-disable-hashcheck"],
-                      direction="download"))
+        out.append(
+            Rclone(
+                f"rclone --transfers {transfers} chunk 255k (hash check off)",
+                f"{transfers} transfers, 255 KiB SFTP chunks, 64 requests in flight per file, "
+                "`--sftp-disable-hashcheck`",
+                [
+                    "--transfers",
+                    str(transfers),
+                    "--checkers",
+                    str(max(8, transfers)),
+                    *tuned,
+                    "--sftp-disable-hashcheck",
+                ],
+            )
+        )
+    out.append(
+        Rclone(
+            "rclone --transfers 16 chunk 255k (hash check on)",
+            "16 transfers, 255 KiB SFTP chunks, 64 requests in flight per file, md5sum on the server",
+            ["--transfers", "16", "--checkers", "16", *tuned],
+        )
+    )
+    out.append(
+        Rclone(
+            "rclone download --transfers 16 chunk 255k (hash check off)",
+            "download (dst -> src): 16 transfers, 255 KiB SFTP chunks, `--sftp-disable-hashcheck`",
+            ["--transfers", "16", "--checkers", "16", *tuned, "--sftp-disable-hashcheck"],
+            direction="download",
+        )
+    )
     return out

@@ -32,8 +32,10 @@ WORK_ROOT = Path(os.environ.get("AIRFLOW_TRANSFER_BENCH_WORK", "/var/tmp/airflow
 
 PR_SET_CHILD_SUBREAPER = 36
 # Sets the flag, then becomes `ip netns exec ... sshd` (the flag survives execve, see prctl(2)).
-_SUBREAPER_EXEC = ("import ctypes, os, sys; ctypes.CDLL(None, use_errno=True).prctl(%d, 1, 0, 0, 0); "
-                   "os.execvp(sys.argv[1], sys.argv[1:])" % PR_SET_CHILD_SUBREAPER)
+_SUBREAPER_EXEC = (
+    "import ctypes, os, sys; ctypes.CDLL(None, use_errno=True).prctl(%d, 1, 0, 0, 0); "
+    "os.execvp(sys.argv[1], sys.argv[1:])" % PR_SET_CHILD_SUBREAPER
+)
 
 
 class BenchSSHServer(SSHServer):
@@ -54,8 +56,15 @@ class BenchSSHServer(SSHServer):
 
     def _sftp_subsystem(self) -> str:
         return next(
-            (p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",
-                         "/usr/libexec/sftp-server") if os.path.exists(p)),
+            (
+                p
+                for p in (
+                    "/usr/lib/openssh/sftp-server",
+                    "/usr/libexec/openssh/sftp-server",
+                    "/usr/libexec/sftp-server",
+                )
+                if os.path.exists(p)
+            ),
             "internal-sftp",
         )
 
@@ -183,8 +192,20 @@ class Testbed:
 
     def ssh_options(self) -> list[str]:
         """OpenSSH client options shared by sftp, scp and rsync's ssh: key, pinned host key, no prompts."""
-        return ["-F", str(self.ssh_config), "-i", str(self.key), "-o", f"UserKnownHostsFile={self.known_hosts}",
-                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"]
+        return [
+            "-F",
+            str(self.ssh_config),
+            "-i",
+            str(self.key),
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+        ]
 
     # -- directories ------------------------------------------------------------
     def fresh_remote_dir(self, name: str) -> Path:
@@ -211,8 +232,9 @@ class Testbed:
         env.update(HOME=str(self.home), LC_ALL="C.UTF-8", **extra)
         return env
 
-    def run(self, argv: list[str], timeout: float, env: dict[str, str] | None = None,
-            cwd: Path | None = None) -> Measured:
+    def run(
+        self, argv: list[str], timeout: float, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> Measured:
         """Runs `argv` in `src` under a small launcher; kills its whole process group at `timeout` seconds."""
         usage_file = Path(tempfile.mkstemp(prefix="usage-", dir=self.work)[1])
         out = tempfile.TemporaryFile(dir=self.work)
@@ -220,10 +242,25 @@ class Testbed:
         with out, err:
             t0 = time.monotonic()
             proc = subprocess.Popen(
-                ["ip", "netns", "exec", self.link.src_ns, sys.executable, "-S", "-c", _LAUNCHER, str(usage_file),
-                 *argv],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env or self.env(), cwd=cwd,
-                start_new_session=True)
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    self.link.src_ns,
+                    sys.executable,
+                    "-S",
+                    "-c",
+                    _LAUNCHER,
+                    str(usage_file),
+                    *argv,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env or self.env(),
+                cwd=cwd,
+                start_new_session=True,
+            )
             killed = threading.Event()
 
             def kill() -> None:
@@ -252,8 +289,15 @@ class Testbed:
             usage_file.unlink(missing_ok=True)
             out.seek(0)
             err.seek(0)
-            return Measured(proc.returncode, seconds, cpu_s, rss_kib / 1024, out.read().decode(errors="replace"),
-                            err.read().decode(errors="replace"), killed.is_set())
+            return Measured(
+                proc.returncode,
+                seconds,
+                cpu_s,
+                rss_kib / 1024,
+                out.read().decode(errors="replace"),
+                err.read().decode(errors="replace"),
+                killed.is_set(),
+            )
 
     def server_cpu(self) -> float:
         """CPU seconds the sshd listener and all its reaped descendants have used so far."""

@@ -29,11 +29,19 @@ def measure(profile: str, seconds: int, offload: bool = True) -> dict:
     rtt_ms, rate_mbit = PROFILES[profile]
     with EmulatedLink(rtt_ms=rtt_ms, rate_mbit=rate_mbit, offload=offload) as link:
         lo, med, hi = ping_ms(link, count=20)
-        row = {"profile": profile, "offload": offload, "rtt_ms": rtt_ms, "rate_mbit": rate_mbit,
-               "ping_min_ms": lo, "ping_median_ms": med, "ping_max_ms": hi}
+        row = {
+            "profile": profile,
+            "offload": offload,
+            "rtt_ms": rtt_ms,
+            "rate_mbit": rate_mbit,
+            "ping_min_ms": lo,
+            "ping_median_ms": med,
+            "ping_max_ms": hi,
+        }
         for streams in (1, 4, 8):
             row[f"w256k_p{streams}_mbit"] = round(
-                iperf_mbit(link, "-w", "256K", "-P", str(streams), seconds=seconds, omit=1), 1)
+                iperf_mbit(link, "-w", "256K", "-P", str(streams), seconds=seconds, omit=1), 1
+            )
         cpu0 = _cpu_seconds(link._emulator_pid)
         row["big_p1_mbit"] = round(iperf_mbit(link, seconds=seconds, omit=2), 1)
         row["emulator_core_share"] = round((_cpu_seconds(link._emulator_pid) - cpu0) / (seconds + 2), 2)

@@ -236,8 +236,10 @@ class EmulatedLink(AbstractContextManager):
         try:
             cleanup(everything=False)  # leftovers of crashed runs, never another live run's links
         except (RuntimeError, OSError) as exc:  # our own names are unique: a stuck leftover need not stop us
-            print(f"benchmarks.wan: could not remove a stale link ({exc}); "
-                  "try `python -m benchmarks.wan.link cleanup`", file=sys.stderr)
+            print(
+                f"benchmarks.wan: could not remove a stale link ({exc}); try `python -m benchmarks.wan.link cleanup`",
+                file=sys.stderr,
+            )
         if self._state_path.exists() or netns.exists(self.src_ns) or netns.exists(self.dst_ns):
             raise RuntimeError(
                 f"link {self.name} already exists: bring it down first "
@@ -288,16 +290,26 @@ class EmulatedLink(AbstractContextManager):
         delay_us = int(self.rtt_ms * 1000 / 2)
         argv = [
             str(binary),
-            "--tag", self.name,
-            "--src-ns", str(netns.NETNS_DIR / self.src_ns),
-            "--dst-ns", str(netns.NETNS_DIR / self.dst_ns),
-            "--dev", DEVICE,
-            "--ctl", str(self.control_path),
-            "--delay-us", str(delay_us),
-            "--rate-bps", str(int(self.rate_mbit * 1e6)),
-            "--rate-bps-rev", str(int(self.reverse_rate_mbit * 1e6)),
-            "--queue-bytes", str(self._queue_for(self.rate_mbit)),
-            "--ring-bytes", str(self.ring_bytes),
+            "--tag",
+            self.name,
+            "--src-ns",
+            str(netns.NETNS_DIR / self.src_ns),
+            "--dst-ns",
+            str(netns.NETNS_DIR / self.dst_ns),
+            "--dev",
+            DEVICE,
+            "--ctl",
+            str(self.control_path),
+            "--delay-us",
+            str(delay_us),
+            "--rate-bps",
+            str(int(self.rate_mbit * 1e6)),
+            "--rate-bps-rev",
+            str(int(self.reverse_rate_mbit * 1e6)),
+            "--queue-bytes",
+            str(self._queue_for(self.rate_mbit)),
+            "--ring-bytes",
+            str(self.ring_bytes),
         ]
         if not self._detached:
             argv.append("--watch-stdin")
@@ -400,9 +412,7 @@ class EmulatedLink(AbstractContextManager):
             )
         delay = f"delay_us={int(self.rtt_ms * 1000 / 2)}"
         for direction, rate in (("fwd", self.rate_mbit), ("rev", self.reverse_rate_mbit)):
-            self._control(
-                f"set dir={direction} {delay} rate_bps={int(rate * 1e6)} queue_bytes={self._queue_for(rate)}"
-            )
+            self._control(f"set dir={direction} {delay} rate_bps={int(rate * 1e6)} queue_bytes={self._queue_for(rate)}")
         self._write_state()
 
     def blackhole(self, seconds: float) -> None:
@@ -441,8 +451,9 @@ class EmulatedLink(AbstractContextManager):
         """Starts `argv` inside namespace 'src' or 'dst'; it is killed by `down()` if still running."""
         return subprocess.Popen(["ip", "netns", "exec", self.ns(ns), *argv], **popen_kwargs)
 
-    def run(self, ns: str, argv: list[str], *, timeout: float = 60, check: bool = True, **kwargs: Any
-            ) -> subprocess.CompletedProcess:
+    def run(
+        self, ns: str, argv: list[str], *, timeout: float = 60, check: bool = True, **kwargs: Any
+    ) -> subprocess.CompletedProcess:
         """Runs `argv` to completion inside 'src' or 'dst', capturing text output."""
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
@@ -476,10 +487,19 @@ class EmulatedLink(AbstractContextManager):
 
     def _write_state(self) -> None:
         state = _State(
-            name=self.name, src_ns=self.src_ns, dst_ns=self.dst_ns, owner_pid=self._owner[0],
-            owner_start=self._owner[1], detached=self._detached, emulator_pid=self._emulator_pid,
-            rtt_ms=self.rtt_ms, rate_mbit=self.rate_mbit, reverse_rate_mbit=self.reverse_rate_mbit,
-            queue_bytes=self.queue_bytes, cc=self.cc, ring_bytes=self.ring_bytes,
+            name=self.name,
+            src_ns=self.src_ns,
+            dst_ns=self.dst_ns,
+            owner_pid=self._owner[0],
+            owner_start=self._owner[1],
+            detached=self._detached,
+            emulator_pid=self._emulator_pid,
+            rtt_ms=self.rtt_ms,
+            rate_mbit=self.rate_mbit,
+            reverse_rate_mbit=self.reverse_rate_mbit,
+            queue_bytes=self.queue_bytes,
+            cc=self.cc,
+            ring_bytes=self.ring_bytes,
         )
         tmp = self._state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(state)))
@@ -498,8 +518,15 @@ class EmulatedLink(AbstractContextManager):
 
     @classmethod
     def _from_state(cls, state: _State) -> EmulatedLink:
-        link = cls(state.rtt_ms, state.rate_mbit, state.queue_bytes, state.name,
-                   reverse_rate_mbit=state.reverse_rate_mbit, cc=state.cc, ring_bytes=state.ring_bytes)
+        link = cls(
+            state.rtt_ms,
+            state.rate_mbit,
+            state.queue_bytes,
+            state.name,
+            reverse_rate_mbit=state.reverse_rate_mbit,
+            cc=state.cc,
+            ring_bytes=state.ring_bytes,
+        )
         link._emulator_pid = state.emulator_pid
         link._detached = state.detached
         link._owner = (state.owner_pid, state.owner_start)
@@ -614,6 +641,7 @@ def cleanup(everything: bool = True) -> list[str]:
         if everything or _is_stale(state):
             EmulatedLink._from_state(state).down()
             removed.add(state.name)
+
     # Orphans: namespaces or emulators without a state file (it is written
     # before either exists, so these are remains of an interrupted teardown).
     # Checked at the moment of deciding, not against the list read above: a
@@ -680,10 +708,21 @@ def _main(argv: list[str] | None = None) -> int:
                 args.name or (args.profile if as_profile else "manual"),
                 cc=args.cc,
             ).up(detached=True)
-            print(json.dumps({"name": link.name, "src_ns": link.src_ns, "dst_ns": link.dst_ns,
-                              "src_addr": link.src_addr, "dst_addr": link.dst_addr, "rtt_ms": link.rtt_ms,
-                              "rate_mbit": link.rate_mbit, "queue_bytes": link._queue_for(link.rate_mbit),
-                              "cc": link.cc}))
+            print(
+                json.dumps(
+                    {
+                        "name": link.name,
+                        "src_ns": link.src_ns,
+                        "dst_ns": link.dst_ns,
+                        "src_addr": link.src_addr,
+                        "dst_addr": link.dst_addr,
+                        "rtt_ms": link.rtt_ms,
+                        "rate_mbit": link.rate_mbit,
+                        "queue_bytes": link._queue_for(link.rate_mbit),
+                        "cc": link.cc,
+                    }
+                )
+            )
             print(f"try: ip netns exec {link.src_ns} ping -c 3 {link.dst_addr}", file=sys.stderr)
         elif args.cmd == "down":
             wanted = (args.name, PREFIX + args.name) if args.name else None

@@ -23,13 +23,19 @@ def discover() -> dict[str, list[type]]:
     found: dict[str, list[type]] = {}
     for kind, package_name in PACKAGES.items():
         package = importlib.import_module(package_name)
-        modules = [package] + [importlib.import_module(m.name) for m in
-                               pkgutil.walk_packages(package.__path__, package_name + ".")]
+        modules = [package] + [
+            importlib.import_module(m.name) for m in pkgutil.walk_packages(package.__path__, package_name + ".")
+        ]
         classes = {}
         for module in modules:
             for name, obj in vars(module).items():
-                if (inspect.isclass(obj) and not name.startswith("_") and obj.__module__ == module.__name__
-                        and issubclass(obj, BaseOperator) and not inspect.isabstract(obj)):
+                if (
+                    inspect.isclass(obj)
+                    and not name.startswith("_")
+                    and obj.__module__ == module.__name__
+                    and issubclass(obj, BaseOperator)
+                    and not inspect.isabstract(obj)
+                ):
                     classes[obj.__qualname__] = obj
         found[kind] = sorted(classes.values(), key=lambda c: c.__name__)
     return found
@@ -61,9 +67,13 @@ def _first_line(cls: type) -> str:
 
 
 def index_page() -> str:
-    lines = ["# Operators and sensors", "",
-             "Generated from the docstrings: every public operator and sensor of the provider has a page.",
-             "Import paths are on each page; arguments are keyword-only.", ""]
+    lines = [
+        "# Operators and sensors",
+        "",
+        "Generated from the docstrings: every public operator and sensor of the provider has a page.",
+        "Import paths are on each page; arguments are keyword-only.",
+        "",
+    ]
     for kind, classes in _FOUND.items():
         lines += [f"## {kind.capitalize()}", ""]
         if not classes:
@@ -79,8 +89,10 @@ def on_files(files, config):
     files.append(File.generated(config, "reference/index.md", content=index_page()))
     for kind, classes in _FOUND.items():
         for cls in classes:
-            body = (f"# {cls.__name__}\n\n"
-                    f"`from {cls.__module__} import {cls.__name__}`\n\n"
-                    f"::: {cls.__module__}.{cls.__name__}\n")
+            body = (
+                f"# {cls.__name__}\n\n"
+                f"`from {cls.__module__} import {cls.__name__}`\n\n"
+                f"::: {cls.__module__}.{cls.__name__}\n"
+            )
             files.append(File.generated(config, page_path(kind, cls), content=body))
     return files

@@ -14,7 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-_RUNNER = r'''
+_RUNNER = r"""
 import importlib.util, json, sys
 path, dag_id, conf = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 spec = importlib.util.spec_from_file_location("dagmod", path)
@@ -32,7 +32,7 @@ with create_session() as s:
     states = {f"{ti.task_id}{mi(ti.map_index)}": str(ti.state) for ti in
               s.query(TaskInstance).filter(TaskInstance.dag_id == dr.dag_id, TaskInstance.run_id == dr.run_id)}
 print("@@RESULT@@" + json.dumps({"state": str(dr.state), "xcom": xcoms, "tasks": states}, default=str))
-'''
+"""
 
 
 def airflow_env(home: Path) -> dict:
@@ -49,21 +49,28 @@ def airflow_env(home: Path) -> dict:
 def migrate(home: Path) -> dict:
     env = airflow_env(home)
     home.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"airflow db migrate failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return env
 
 
-def run_dag(env: dict, dag_file: Path, dag_id: str, conf: dict, extra_env: dict | None = None,
-            timeout: float = 600) -> tuple[dict, str]:
-    proc = subprocess.run([sys.executable, "-c", _RUNNER, str(dag_file), dag_id, json.dumps(conf)],
-                          env={**env, **(extra_env or {})}, capture_output=True, text=True, timeout=timeout)
+def run_dag(
+    env: dict, dag_file: Path, dag_id: str, conf: dict, extra_env: dict | None = None, timeout: float = 600
+) -> tuple[dict, str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUNNER, str(dag_file), dag_id, json.dumps(conf)],
+        env={**env, **(extra_env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     log = proc.stdout + proc.stderr
     for line in proc.stdout.splitlines():
         if line.startswith("@@RESULT@@"):
-            return json.loads(line[len("@@RESULT@@"):]), log
+            return json.loads(line[len("@@RESULT@@") :]), log
     raise AssertionError(f"dag.test() gave no result (exit {proc.returncode}):\n{log[-6000:]}")
 
 
@@ -86,8 +93,9 @@ class RunningDag:
 
     def wait_for(self, text: str, timeout: float) -> bool:
         with self._cond:
-            return self._cond.wait_for(lambda: any(text in line for line in self.lines) or self.proc.poll() is not None,
-                                       timeout) and any(text in line for line in self.lines)
+            return self._cond.wait_for(
+                lambda: any(text in line for line in self.lines) or self.proc.poll() is not None, timeout
+            ) and any(text in line for line in self.lines)
 
     def result(self, timeout: float = 600) -> tuple[dict, str]:
         self.proc.wait(timeout)
@@ -95,18 +103,27 @@ class RunningDag:
         log = "".join(self.lines)
         for line in self.lines:
             if line.startswith("@@RESULT@@"):
-                return json.loads(line[len("@@RESULT@@"):]), log
+                return json.loads(line[len("@@RESULT@@") :]), log
         raise AssertionError(f"dag.test() gave no result (exit {self.proc.returncode}):\n{log[-6000:]}")
 
 
 def start_dag(env: dict, dag_file: Path, dag_id: str, conf: dict, extra_env: dict | None = None) -> RunningDag:
-    proc = subprocess.Popen([sys.executable, "-c", _RUNNER, str(dag_file), dag_id, json.dumps(conf)],
-                            env={**env, **(extra_env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _RUNNER, str(dag_file), dag_id, json.dumps(conf)],
+        env={**env, **(extra_env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     return RunningDag(proc)
 
 
 def sftp_conn_env(name: str, sshd) -> dict:
-    conn = {"conn_type": "sftp", "host": sshd.host, "port": sshd.port, "login": sshd.user,
-            "extra": {"key_file": str(sshd.client_key), "known_hosts": str(sshd.known_hosts)}}
+    conn = {
+        "conn_type": "sftp",
+        "host": sshd.host,
+        "port": sshd.port,
+        "login": sshd.user,
+        "extra": {"key_file": str(sshd.client_key), "known_hosts": str(sshd.known_hosts)},
+    }
     return {f"AIRFLOW_CONN_{name.upper()}": json.dumps(conn)}

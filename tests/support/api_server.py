@@ -31,13 +31,26 @@ class ApiServer:
 
     def start(self, timeout: float = 180) -> ApiServer:
         bin_dir = str(Path(sys.executable).parent)  # the api-server execs tools from the venv
-        env = {**self.env, "PATH": f"{bin_dir}:{self.env.get('PATH', '')}",
-               "AIRFLOW__API__BASE_URL": self.url}
+        env = {**self.env, "PATH": f"{bin_dir}:{self.env.get('PATH', '')}", "AIRFLOW__API__BASE_URL": self.url}
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "airflow", "api-server", "--host", "127.0.0.1", "--port", str(self.port),
-             "--workers", "1"],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "airflow",
+                "api-server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+            ],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -59,8 +72,9 @@ class ApiServer:
         return json.loads(path.read_text())[user]
 
     def token(self, user: str = "admin") -> str:
-        resp = httpx.post(f"{self.url}/auth/token", json={"username": user, "password": self.password(user)},
-                          timeout=30)
+        resp = httpx.post(
+            f"{self.url}/auth/token", json={"username": user, "password": self.password(user)}, timeout=30
+        )
         resp.raise_for_status()
         return resp.json()["access_token"]
 

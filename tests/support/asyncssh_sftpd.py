@@ -55,8 +55,12 @@ async def _serve(args: argparse.Namespace) -> None:
             super().__init__(chan, chroot=root)
 
     await asyncssh.listen(
-        args.host, args.port, server_factory=Server, server_host_keys=[host_key],
-        sftp_factory=ChrootSFTP, allow_scp=False,
+        args.host,
+        args.port,
+        server_factory=Server,
+        server_host_keys=[host_key],
+        sftp_factory=ChrootSFTP,
+        allow_scp=False,
         # No process_factory / session_factory: a session may only start the sftp
         # subsystem; exec and shell requests get a failure reply.
     )
@@ -76,8 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--user", required=True)
     ap.add_argument("--log-level", default="INFO", help="asyncssh's log level (to stderr)")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         asyncio.run(_serve(args))
     except KeyboardInterrupt:

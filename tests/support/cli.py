@@ -27,6 +27,9 @@ def ssh_args(sshd) -> list[str]:
 def run_cli(*args: str, timeout: float = 300, env: dict | None = None) -> Run:
     proc = subprocess.run(
         [sys.executable, "-m", "airflow_transfer.cli", *args],
-        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
     return Run(proc.returncode, proc.stdout, proc.stderr)

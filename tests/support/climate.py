@@ -26,7 +26,9 @@ def climate_table(rows: int, seed: int = 0, nulls: bool = False, start: int = 0,
         "longitude": pa.array(np.round(rng.uniform(-180.0, 180.0, rows), 1)),
         "time": pa.array(times) if compact else pa.array(times, type=pa.timestamp("s")),
         "temperature": pa.array(temperature, mask=(rng.random(rows) < 0.05) if nulls else None),
-        "humidity": pa.array(humidity.astype(np.int16) if compact else humidity, mask=(rng.random(rows) < 0.05) if nulls else None),
+        "humidity": pa.array(
+            humidity.astype(np.int16) if compact else humidity, mask=(rng.random(rows) < 0.05) if nulls else None
+        ),
         "pressure": pa.array(np.round(rng.normal(1013.0, 8.0, rows)).astype(np.int32)),
     }
     return pa.table(cols)

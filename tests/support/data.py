@@ -40,7 +40,7 @@ def make_tree(root: Path, small: int = 500, big_mib: int = 0, seed: int = 1) -> 
 def tree_digest(root: Path) -> dict[str, str]:
     """relative path -> sha256 for files, 'dir' for directories (empty ones included)."""
     out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
         if rel_dir != ".":
             out[rel_dir] = "dir"

@@ -16,32 +16,82 @@ from hypothesis import strategies as st
 
 # Reproducible in CI: the same examples every run, no per-example deadline (the first
 # call imports pyarrow/paramiko), bounded so each suite stays within a few seconds.
-_BASE = settings(derandomize=True, deadline=None, database=None, print_blob=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                       HealthCheck.filter_too_much])
+_BASE = settings(
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much],
+)
 
 
 def fuzz(max_examples: int) -> settings:
     return settings(_BASE, max_examples=max_examples)
 
+
 ODD_TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=24)
 ANY_TEXT = st.text(max_size=24)  # NUL, surrogates, control characters included
 
-SCHEMES = st.sampled_from(["sftp", "SFTP", "file", "ftp", "http", "https", "any", "memory", "gopher",
-                           "sftp+x", "", "s f", "1sftp"])
-USERINFO = st.one_of(st.just(""), st.sampled_from(["user@", "u%40x@", "@", "user:@", "user:secret@", ":pw@",
-                                                   "us er@", "%ff@", "a@b@"]),
-                     ODD_TEXT.map(lambda t: t + "@"))
-HOSTS = st.one_of(st.sampled_from(["127.0.0.1", "[::1]", "localhost", "host.invalid", "", "[::1", "::1",
-                                   "[fe80::1%25lo]", "[zz]", "%41.invalid", "h_st.invalid", "xn--.invalid",
-                                   "999.999.999.999", "[::ffff:127.0.0.1]", "localhost."]),
-                  ODD_TEXT.map(lambda t: t.replace("/", "") + ".invalid"))
-PORTS = st.one_of(st.just(""), st.sampled_from([":1", ":0", ":65536", ":-1", ":abc", ":", ":99999999999",
-                                                ":1:2", ": 1", ":+1", ":1.5"]))
-PATHS = st.one_of(st.sampled_from(["", "/", "/tmp/x", "/~/", "/~", "/%00x", "/%2e%2e/etc", "/a%2Fb",
-                                   "/a b", "/../../etc", "//double", "/%", "/%zz", "/\n", "?q=1", "#frag",
-                                   "/x?prefer=ftp,nope", "/x?sftp=abc", "/x?sftp=70000"]),
-                  ODD_TEXT.map(lambda t: "/" + t))
+SCHEMES = st.sampled_from(
+    ["sftp", "SFTP", "file", "ftp", "http", "https", "any", "memory", "gopher", "sftp+x", "", "s f", "1sftp"]
+)
+USERINFO = st.one_of(
+    st.just(""),
+    st.sampled_from(["user@", "u%40x@", "@", "user:@", "user:secret@", ":pw@", "us er@", "%ff@", "a@b@"]),
+    ODD_TEXT.map(lambda t: t + "@"),
+)
+HOSTS = st.one_of(
+    st.sampled_from(
+        [
+            "127.0.0.1",
+            "[::1]",
+            "localhost",
+            "host.invalid",
+            "",
+            "[::1",
+            "::1",
+            "[fe80::1%25lo]",
+            "[zz]",
+            "%41.invalid",
+            "h_st.invalid",
+            "xn--.invalid",
+            "999.999.999.999",
+            "[::ffff:127.0.0.1]",
+            "localhost.",
+        ]
+    ),
+    ODD_TEXT.map(lambda t: t.replace("/", "") + ".invalid"),
+)
+PORTS = st.one_of(
+    st.just(""),
+    st.sampled_from([":1", ":0", ":65536", ":-1", ":abc", ":", ":99999999999", ":1:2", ": 1", ":+1", ":1.5"]),
+)
+PATHS = st.one_of(
+    st.sampled_from(
+        [
+            "",
+            "/",
+            "/tmp/x",
+            "/~/",
+            "/~",
+            "/%00x",
+            "/%2e%2e/etc",
+            "/a%2Fb",
+            "/a b",
+            "/../../etc",
+            "//double",
+            "/%",
+            "/%zz",
+            "/\n",
+            "?q=1",
+            "#frag",
+            "/x?prefer=ftp,nope",
+            "/x?sftp=abc",
+            "/x?sftp=70000",
+        ]
+    ),
+    ODD_TEXT.map(lambda t: "/" + t),
+)
 
 
 @st.composite
@@ -51,9 +101,28 @@ def urls(draw) -> str:
     if kind == 0:
         return draw(ANY_TEXT)
     if kind == 1:
-        return draw(st.sampled_from(["", "://", "sftp://", "sftp:///x", "file://host/x", "any://", "~",
-                                     "-", "--", "sftp://[::1]:1/x", "sftp://user@[::1]/x", ".", "..",
-                                     "s3", "memory://", "any://host.invalid/x?prefer="]))
+        return draw(
+            st.sampled_from(
+                [
+                    "",
+                    "://",
+                    "sftp://",
+                    "sftp:///x",
+                    "file://host/x",
+                    "any://",
+                    "~",
+                    "-",
+                    "--",
+                    "sftp://[::1]:1/x",
+                    "sftp://user@[::1]/x",
+                    ".",
+                    "..",
+                    "s3",
+                    "memory://",
+                    "any://host.invalid/x?prefer=",
+                ]
+            )
+        )
     scheme, user, host, port, path = (draw(SCHEMES), draw(USERINFO), draw(HOSTS), draw(PORTS), draw(PATHS))
     if host in ("127.0.0.1", "[::1]", "localhost") and not port:
         port = ":1"  # never a real server's default port on this machine

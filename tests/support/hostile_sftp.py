@@ -88,7 +88,7 @@ def _real_size(attr: SFTPAttributes, lie: int | None) -> SFTPAttributes:
 class _Status(int):
     """An SFTP status code with its own message (paramiko sends only the code's stock text)."""
 
-    def __new__(cls, code: int, desc: str) -> "_Status":
+    def __new__(cls, code: int, desc: str) -> _Status:
         obj = super().__new__(cls, code)
         obj.desc = desc
         return obj
@@ -101,8 +101,9 @@ def attr_endless(name: str) -> SFTPAttributes:
 
 
 class _Handle(SFTPHandle):
-    def __init__(self, server: "HostileSFTPServer", spath: str, fd: int, flags: int, channel,
-                 existed: bool = False) -> None:
+    def __init__(
+        self, server: HostileSFTPServer, spath: str, fd: int, flags: int, channel, existed: bool = False
+    ) -> None:
         super().__init__(flags)
         self.srv, self.spath, self.fd, self.channel = server, spath, fd, channel
         # refuse_offset_writes: the next offset this handle accepts, and whether it may write at
@@ -174,7 +175,7 @@ class _Handle(SFTPHandle):
 
 
 class _Interface(SFTPServerInterface):
-    def __init__(self, server, hostile: "HostileSFTPServer", *args, **kwargs) -> None:
+    def __init__(self, server, hostile: HostileSFTPServer, *args, **kwargs) -> None:
         super().__init__(server, *args, **kwargs)
         self.h = hostile
         self.channel = None  # set by _Subsystem: raw writes for replies cut off mid-packet
@@ -375,7 +376,8 @@ class HostileSFTPServer:
         self.port = self.sock.getsockname()[1]
         self.known_hosts = self.base / "known_hosts"
         self.known_hosts.write_text(
-            f"[127.0.0.1]:{self.port} {self.host_key.get_name()} {self.host_key.get_base64()}\n")
+            f"[127.0.0.1]:{self.port} {self.host_key.get_name()} {self.host_key.get_base64()}\n"
+        )
         self._thread = threading.Thread(target=self._serve, name="hostile-sftp", daemon=True)
 
     # -- behaviour helpers -------------------------------------------------
@@ -388,7 +390,7 @@ class HostileSFTPServer:
         self._stopping.wait()
         raise EOFError("server stopped")
 
-    def refused(self, status: "_Status") -> "_Status":
+    def refused(self, status: _Status) -> _Status:
         with self.lock:
             self.refused_writes.append(status.desc)
         return status
@@ -402,7 +404,7 @@ class HostileSFTPServer:
             return [r for r in self.requests if needle in r[1]]
 
     # -- lifecycle ---------------------------------------------------------
-    def start(self) -> "HostileSFTPServer":
+    def start(self) -> HostileSFTPServer:
         self._thread.start()
         return self
 
@@ -410,7 +412,7 @@ class HostileSFTPServer:
         while not self._stopping.is_set():
             try:
                 conn, _ = self.sock.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return
@@ -445,7 +447,7 @@ class HostileSFTPServer:
     def cli_args(self) -> list[str]:
         return ["--identity", str(self.client_key_file), "--known-hosts", str(self.known_hosts)]
 
-    def __enter__(self) -> "HostileSFTPServer":
+    def __enter__(self) -> HostileSFTPServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -46,7 +46,13 @@ import uuid
 from pathlib import Path
 
 from tests.support.sshd import (
-    SSHServer, _keygen, _pids_holding, _server_socket_inodes, chown_to_user, free_port, login_user,
+    SSHServer,
+    _keygen,
+    _pids_holding,
+    _server_socket_inodes,
+    chown_to_user,
+    free_port,
+    login_user,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -54,8 +60,14 @@ SERVERS = ("rclone", "asyncssh", "proftpd", "dropbear", "forcecommand", "openssh
 # sshd refuses a ChrootDirectory with any path component writable by others than root
 # (/tmp is), so chroots live under this root-owned directory instead.
 CHROOT_PARENT = Path("/srv/airflow-transfer-interop")
-SFTP_SERVER = next((p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",
-                                "/usr/libexec/sftp-server") if os.path.exists(p)), "/usr/lib/openssh/sftp-server")
+SFTP_SERVER = next(
+    (
+        p
+        for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/libexec/sftp-server")
+        if os.path.exists(p)
+    ),
+    "/usr/lib/openssh/sftp-server",
+)
 
 
 class ServerUnavailable(RuntimeError):
@@ -153,7 +165,7 @@ class InteropServer:
         chown_to_user(d, self.user)
         return d
 
-    def start(self, timeout: float = 20.0) -> "InteropServer":
+    def start(self, timeout: float = 20.0) -> InteropServer:
         self.data.mkdir(parents=True, exist_ok=True)
         chown_to_user(self.data, self.user)
         if not self.client_key.exists():
@@ -169,8 +181,9 @@ class InteropServer:
                 return self
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"{self.name} did not answer on {self.host}:{self.port} within {timeout}s: "
-                           f"{self.log_text()[-1500:]}")
+        raise RuntimeError(
+            f"{self.name} did not answer on {self.host}:{self.port} within {timeout}s: {self.log_text()[-1500:]}"
+        )
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -185,7 +198,7 @@ class InteropServer:
     def cleanup(self) -> None:
         shutil.rmtree(self.base, ignore_errors=True)
 
-    def __enter__(self) -> "InteropServer":
+    def __enter__(self) -> InteropServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -202,8 +215,15 @@ class InteropServer:
     def _spawn(self, argv: list[str], env: dict | None = None, stdout=None) -> subprocess.Popen:
         log = open(self.log_file, "ab")
         try:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout or log,
-                                         stderr=log, env=env, start_new_session=True, cwd=str(self.base))
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout or log,
+                stderr=log,
+                env=env,
+                start_new_session=True,
+                cwd=str(self.base),
+            )
         finally:
             log.close()
         return self.proc
@@ -251,9 +271,24 @@ class RcloneServer(InteropServer):
         for p in (host_key, authorized, conf):
             _chown_file(p, self.user)
         self.version = subprocess.run([exe, "version"], capture_output=True, text=True).stdout.split("\n")[0]
-        argv = [exe, "serve", "sftp", str(self.data), "--addr", f"{self.host}:{self.port}",
-                "--key", str(host_key), "--authorized-keys", str(authorized), "--user", self.user,
-                "--config", str(conf), "--log-level", "INFO"]
+        argv = [
+            exe,
+            "serve",
+            "sftp",
+            str(self.data),
+            "--addr",
+            f"{self.host}:{self.port}",
+            "--key",
+            str(host_key),
+            "--authorized-keys",
+            str(authorized),
+            "--user",
+            self.user,
+            "--config",
+            str(conf),
+            "--log-level",
+            "INFO",
+        ]
         home = pwd.getpwnam(self.user).pw_dir
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "RCLONE_CONFIG": str(conf)}
         if os.geteuid() == 0 and self.user != "root":
@@ -275,18 +310,41 @@ class AsyncsshServer(InteropServer):
         try:
             import asyncssh
         except ImportError as exc:
-            raise ServerUnavailable("asyncssh is not installed in .venv (bash scripts/install-interop-deps.sh)") \
-                from exc
+            raise ServerUnavailable(
+                "asyncssh is not installed in .venv (bash scripts/install-interop-deps.sh)"
+            ) from exc
         self.version = f"asyncssh {asyncssh.__version__}"
         host_key = self._host_key()
         authorized = self._authorized_keys()
-        argv = [sys.executable, "-m", "tests.support.asyncssh_sftpd", "--host", self.host, "--port", str(self.port),
-                "--host-key", str(host_key), "--authorized-keys", str(authorized), "--root", str(self.data),
-                "--user", self.user]
+        argv = [
+            sys.executable,
+            "-m",
+            "tests.support.asyncssh_sftpd",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--host-key",
+            str(host_key),
+            "--authorized-keys",
+            str(authorized),
+            "--root",
+            str(self.data),
+            "--user",
+            self.user,
+        ]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
         with open(self.log_file, "ab") as log:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env,
-                                    start_new_session=True, cwd=str(REPO_ROOT), text=True)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=env,
+                start_new_session=True,
+                cwd=str(REPO_ROOT),
+                text=True,
+            )
         self.proc = proc
         line = proc.stdout.readline()
         if "READY" not in line:
@@ -309,48 +367,55 @@ class ProftpdServer(InteropServer):
         host_key = self._host_key()
         # mod_sftp reads authorized keys in RFC 4716 form.
         authorized = self.base / "authorized_keys.rfc4716"
-        authorized.write_text(subprocess.run(["ssh-keygen", "-e", "-f", f"{self.client_key}.pub"],
-                                             capture_output=True, text=True, check=True).stdout)
+        authorized.write_text(
+            subprocess.run(
+                ["ssh-keygen", "-e", "-f", f"{self.client_key}.pub"], capture_output=True, text=True, check=True
+            ).stdout
+        )
         os.chmod(authorized, 0o644)
         conf = self.base / "proftpd.conf"
-        conf.write_text("\n".join([
-            'ServerName "airflow-transfer interop"',
-            "ServerType standalone",
-            "DefaultServer on",
-            "UseIPv6 off",
-            f"DefaultAddress {self.host}",
-            "SocketBindTight on",
-            f"Port {self.port}",
-            "User nobody",
-            "Group nogroup",
-            "Umask 022",
-            f"PidFile {self.base / 'proftpd.pid'}",
-            f"ScoreboardFile {self.base / 'proftpd.scoreboard'}",
-            f"SystemLog {self.base / 'proftpd-system.log'}",
-            "WtmpLog off",
-            "UseReverseDNS off",
-            "MaxInstances 200",
-            "RequireValidShell off",
-            "AuthOrder mod_auth_unix.c",
-            "AllowOverwrite on",
-            "AllowStoreRestart on",
-            "<IfModule mod_delay.c>",
-            "  DelayEngine off",
-            "</IfModule>",
-            "ModulePath /usr/lib/proftpd",
-            "LoadModule mod_sftp.c",
-            "SFTPEngine on",
-            f"SFTPLog {self.base / 'sftp.log'}",
-            f"SFTPHostKey {host_key}",
-            f"SFTPAuthorizedUserKeys file:{authorized}",
-            "SFTPAuthMethods publickey",
-            "SFTPCompression off",
-            "<Limit LOGIN>",
-            f"  AllowUser {self.user}",
-            "  DenyAll",
-            "</Limit>",
-            "",
-        ]))
+        conf.write_text(
+            "\n".join(
+                [
+                    'ServerName "airflow-transfer interop"',
+                    "ServerType standalone",
+                    "DefaultServer on",
+                    "UseIPv6 off",
+                    f"DefaultAddress {self.host}",
+                    "SocketBindTight on",
+                    f"Port {self.port}",
+                    "User nobody",
+                    "Group nogroup",
+                    "Umask 022",
+                    f"PidFile {self.base / 'proftpd.pid'}",
+                    f"ScoreboardFile {self.base / 'proftpd.scoreboard'}",
+                    f"SystemLog {self.base / 'proftpd-system.log'}",
+                    "WtmpLog off",
+                    "UseReverseDNS off",
+                    "MaxInstances 200",
+                    "RequireValidShell off",
+                    "AuthOrder mod_auth_unix.c",
+                    "AllowOverwrite on",
+                    "AllowStoreRestart on",
+                    "<IfModule mod_delay.c>",
+                    "  DelayEngine off",
+                    "</IfModule>",
+                    "ModulePath /usr/lib/proftpd",
+                    "LoadModule mod_sftp.c",
+                    "SFTPEngine on",
+                    f"SFTPLog {self.base / 'sftp.log'}",
+                    f"SFTPHostKey {host_key}",
+                    f"SFTPAuthorizedUserKeys file:{authorized}",
+                    "SFTPAuthMethods publickey",
+                    "SFTPCompression off",
+                    "<Limit LOGIN>",
+                    f"  AllowUser {self.user}",
+                    "  DenyAll",
+                    "</Limit>",
+                    "",
+                ]
+            )
+        )
         check = subprocess.run([exe, "-t", "-c", str(conf)], capture_output=True, text=True)
         if check.returncode != 0:
             raise RuntimeError(f"proftpd rejects its config: {(check.stdout + check.stderr)[-1500:]}")
@@ -380,7 +445,7 @@ class DropbearServer(InteropServer):
         if i < 0:
             return ""
         start = data.rfind(b"\0", 0, i) + 1
-        return data[start:i + len("sftp-server")].decode(errors="replace")
+        return data[start : i + len("sftp-server")].decode(errors="replace")
 
     def _authorized_keys_file(self) -> Path:
         return Path(pwd.getpwnam(self.user).pw_dir) / ".ssh" / "authorized_keys"
@@ -411,19 +476,36 @@ class DropbearServer(InteropServer):
         exe = _need_exe("dropbear", "dropbear-bin")
         sftp = self.sftp_server_path()
         if sftp and not os.path.exists(sftp):
-            raise ServerUnavailable(f"dropbear runs {sftp} for SFTP and it is missing (bash scripts/"
-                                    "install-interop-deps.sh links it to OpenSSH's sftp-server)")
+            raise ServerUnavailable(
+                f"dropbear runs {sftp} for SFTP and it is missing (bash scripts/"
+                "install-interop-deps.sh links it to OpenSSH's sftp-server)"
+            )
         self.version = subprocess.run([exe, "-V"], capture_output=True, text=True).stderr.strip()
         host_key = self.base / "dropbear_ed25519_host_key"
         if not host_key.exists():
             subprocess.run(["dropbearkey", "-t", "ed25519", "-f", str(host_key)], capture_output=True, check=True)
-        out = subprocess.run(["dropbearkey", "-y", "-f", str(host_key)], capture_output=True, text=True,
-                             check=True).stdout
+        out = subprocess.run(
+            ["dropbearkey", "-y", "-f", str(host_key)], capture_output=True, text=True, check=True
+        ).stdout
         self._write_known_hosts(next(ln for ln in out.splitlines() if ln.startswith("ssh-")))
         self._edit_authorized_keys(add=True)
         # -F foreground, -E log to stderr, -s no passwords, -w no root logins, -m no motd
-        self._spawn([exe, "-F", "-E", "-s", "-w", "-m", "-p", f"{self.host}:{self.port}", "-r", str(host_key),
-                     "-P", str(self.base / "dropbear.pid")])
+        self._spawn(
+            [
+                exe,
+                "-F",
+                "-E",
+                "-s",
+                "-w",
+                "-m",
+                "-p",
+                f"{self.host}:{self.port}",
+                "-r",
+                str(host_key),
+                "-P",
+                str(self.base / "dropbear.pid"),
+            ]
+        )
 
     def stop(self) -> None:
         super().stop()
@@ -449,7 +531,7 @@ class OpenSSHServer(InteropServer):
     def _extra_config(self) -> str:
         return ""
 
-    def start(self, timeout: float = 20.0) -> "OpenSSHServer":
+    def start(self, timeout: float = 20.0) -> OpenSSHServer:
         self.data.mkdir(parents=True, exist_ok=True)
         chown_to_user(self.data, self.user)
         self.sshd.extra_config = self._extra_config()
@@ -480,13 +562,15 @@ class ForceCommandServer(OpenSSHServer):
         self.root = "/data"
 
     def _extra_config(self) -> str:
-        return "\n".join([
-            f"Match User {self.user}",
-            f"    ChrootDirectory {self.chroot}",
-            "    ForceCommand internal-sftp",
-            "    AllowTcpForwarding no",
-            "    X11Forwarding no",
-        ])
+        return "\n".join(
+            [
+                f"Match User {self.user}",
+                f"    ChrootDirectory {self.chroot}",
+                "    ForceCommand internal-sftp",
+                "    AllowTcpForwarding no",
+                "    X11Forwarding no",
+            ]
+        )
 
     def cleanup(self) -> None:
         super().cleanup()
@@ -494,8 +578,12 @@ class ForceCommandServer(OpenSSHServer):
 
 
 CLASSES: dict[str, type[InteropServer]] = {
-    "rclone": RcloneServer, "asyncssh": AsyncsshServer, "proftpd": ProftpdServer,
-    "dropbear": DropbearServer, "forcecommand": ForceCommandServer, "openssh": OpenSSHServer,
+    "rclone": RcloneServer,
+    "asyncssh": AsyncsshServer,
+    "proftpd": ProftpdServer,
+    "dropbear": DropbearServer,
+    "forcecommand": ForceCommandServer,
+    "openssh": OpenSSHServer,
 }
 
 
@@ -528,7 +616,7 @@ class _MiniSFTP:
     @staticmethod
     def _str(buf: bytes, pos: int) -> tuple[bytes, int]:
         (n,) = struct.unpack_from(">I", buf, pos)
-        return buf[pos + 4:pos + 4 + n], pos + 4 + n
+        return buf[pos + 4 : pos + 4 + n], pos + 4 + n
 
     def _send(self, t: int, payload: bytes) -> None:
         self.chan.sendall(struct.pack(">IB", len(payload) + 1, t) + payload)
@@ -597,7 +685,7 @@ def _exec(client, command: str, timeout: float = 8.0) -> str:
             if not chunk:
                 break
             out += chunk
-    except socket.timeout:
+    except TimeoutError:
         chan.close()
         return f"no answer in {timeout:.0f} s (output so far {out[:60]!r})"
     deadline = time.monotonic() + 3
@@ -633,15 +721,23 @@ def probe(server: InteropServer) -> dict:
     client.load_host_keys(str(server.known_hosts))
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     try:
-        client.connect(server.host, server.port, username=server.user, key_filename=str(server.client_key),
-                       look_for_keys=False, allow_agent=False, timeout=15)
+        client.connect(
+            server.host,
+            server.port,
+            username=server.user,
+            key_filename=str(server.client_key),
+            look_for_keys=False,
+            allow_agent=False,
+            timeout=15,
+        )
         chan = client.get_transport().open_session()
         chan.settimeout(15)
         chan.invoke_subsystem("sftp")
         sftp = _MiniSFTP(chan)
         out["sftp_version"] = sftp.version
-        out["extensions"] = sorted(f"{k}={v}" if v and len(v) < 8 else k for k in sftp.extensions
-                                   for v in [sftp.extensions[k]])
+        out["extensions"] = sorted(
+            f"{k}={v}" if v and len(v) < 8 else k for k in sftp.extensions for v in [sftp.extensions[k]]
+        )
         h = sftp.open(big, 1)  # READ
         out["read_256k_returns"] = sftp.read(h, 0, 256 * 1024)
         out["read_1m_returns"] = sftp.read(h, 0, 1024 * 1024)
@@ -656,8 +752,13 @@ def probe(server: InteropServer) -> dict:
         gap = sftp.write(h, 0, payload[:65536])
         closed = sftp.close(h)
         got = (sub / "offsets.bin").read_bytes() if (sub / "offsets.bin").exists() else b""
-        out["offset_write"] = {"ahead": ahead, "ahead_seconds": round(ahead_s, 2), "gap": gap, "close": closed,
-                               "bytes_right": got == payload[:131072]}
+        out["offset_write"] = {
+            "ahead": ahead,
+            "ahead_seconds": round(ahead_s, 2),
+            "gap": gap,
+            "close": closed,
+            "bytes_right": got == payload[:131072],
+        }
         chan.close()
         out["exec_md5sum_b"] = _exec(client, f"md5sum -b -- {big}")
         out["exec_md5sum_bare"] = _exec(client, f"md5sum {big}")

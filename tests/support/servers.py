@@ -26,8 +26,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 FTP_PASSWORD = "ftp-test-pw"
 
 
-def _wait_port(host: str, port: int, proc: subprocess.Popen | None, timeout: float = 20.0,
-               netns: str | None = None) -> None:
+def _wait_port(
+    host: str, port: int, proc: subprocess.Popen | None, timeout: float = 20.0, netns: str | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -66,12 +67,25 @@ class FTPServer:
     proc: subprocess.Popen | None = None
     netrc_path: Path | None = None
 
-    def start(self, netrc_dir: Path | None = None) -> "FTPServer":
+    def start(self, netrc_dir: Path | None = None) -> FTPServer:
         if not self.port:
             self.port = free_port(self.host) if self.netns is None else 2121
         self.user = self.user or self.run_as or "ftptest"
-        argv = [sys.executable, "-m", "tests.support.ftpserver", "--host", self.host, "--port", str(self.port),
-                "--root", self.root, "--user", self.user, "--password", FTP_PASSWORD]
+        argv = [
+            sys.executable,
+            "-m",
+            "tests.support.ftpserver",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--root",
+            self.root,
+            "--user",
+            self.user,
+            "--password",
+            FTP_PASSWORD,
+        ]
         if self.ro_user:
             argv += ["--ro-user", self.ro_user]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -79,8 +93,9 @@ class FTPServer:
             # The venv's interpreter lives under root's home: the unprivileged user runs the
             # system python3 with the (pure-Python) server library's directory on its path.
             # Only that library: -S keeps the system's site-packages (other versions) out.
-            import pyftpdlib
             import tempfile
+
+            import pyftpdlib
 
             libdir = Path(tempfile.mkdtemp(prefix="at-ftplib-"))
             os.chmod(libdir, 0o755)
@@ -93,13 +108,24 @@ class FTPServer:
             shutil.copy(Path(__file__).with_name("ftpserver.py"), libdir / "at_test_ftpserver.py")
             os.chmod(libdir / "at_test_ftpserver.py", 0o644)
             env["PYTHONPATH"] = str(libdir)
-            argv = [shutil.which("runuser") or "runuser", "-u", self.run_as, "--", "/usr/bin/env",
-                    f"PYTHONPATH={env['PYTHONPATH']}", "/usr/bin/python3", "-S", "-m", "at_test_ftpserver",
-                    *argv[3:]]
+            argv = [
+                shutil.which("runuser") or "runuser",
+                "-u",
+                self.run_as,
+                "--",
+                "/usr/bin/env",
+                f"PYTHONPATH={env['PYTHONPATH']}",
+                "/usr/bin/python3",
+                "-S",
+                "-m",
+                "at_test_ftpserver",
+                *argv[3:],
+            ]
         if self.netns:
             argv = ["ip", "netns", "exec", self.netns, *argv]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env,
-                                     cwd="/", start_new_session=True, text=True)
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, cwd="/", start_new_session=True, text=True
+        )
         line = self.proc.stdout.readline()
         if "READY" not in line:
             self.stop()
@@ -187,7 +213,7 @@ class HTTPServer:
     port: int = 0
     _server: http.server.ThreadingHTTPServer | None = field(default=None, repr=False)
 
-    def start(self) -> "HTTPServer":
+    def start(self) -> HTTPServer:
         root = str(self.root)
 
         class Handler(_RangeHandler):
@@ -216,12 +242,17 @@ class MotoServer:
     port: int = 0
     proc: subprocess.Popen | None = None
 
-    def start(self) -> "MotoServer":
+    def start(self) -> MotoServer:
         self.port = self.port or free_port(self.host)
         exe = Path(sys.executable).with_name("moto_server")
         argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "moto.server"]
-        self.proc = subprocess.Popen([*argv, "-H", self.host, "-p", str(self.port)], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [*argv, "-H", self.host, "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         _wait_port(self.host, self.port, self.proc, timeout=60)
         return self
 
@@ -230,8 +261,13 @@ class MotoServer:
         return f"http://{self.host}:{self.port}"
 
     def env(self) -> dict[str, str]:
-        return {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                "AWS_ENDPOINT_URL": self.endpoint_url, "AWS_ENDPOINT_URL_S3": self.endpoint_url}
+        return {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ENDPOINT_URL_S3": self.endpoint_url,
+        }
 
     def stop(self) -> None:
         self.proc = _kill_group(self.proc)

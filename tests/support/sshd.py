@@ -202,15 +202,22 @@ class SSHServer:
         # the server's pid and appends it to one file, so the order across
         # sessions is kept. (sshd_config strips quotes, hence a script file.)
         server = next(
-            (p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",
-                         "/usr/libexec/sftp-server") if os.path.exists(p)),
+            (
+                p
+                for p in (
+                    "/usr/lib/openssh/sftp-server",
+                    "/usr/libexec/openssh/sftp-server",
+                    "/usr/libexec/sftp-server",
+                )
+                if os.path.exists(p)
+            ),
             "sftp-server",
         )
         wrapper = self.base / "sftp-wrapper.sh"
         wrapper.write_text(
             "#!/bin/bash\n"
-            f"exec {server} -e -l INFO \"$@\" 2> >(while IFS= read -r l; do "
-            f"printf '%s %s\\n' \"$$\" \"$l\"; done >> {self.sftp_log})\n"
+            f'exec {server} -e -l INFO "$@" 2> >(while IFS= read -r l; do '
+            f'printf \'%s %s\\n\' "$$" "$l"; done >> {self.sftp_log})\n'
         )
         os.chmod(wrapper, 0o755)
         return str(wrapper)
@@ -221,7 +228,7 @@ class SSHServer:
             cmd = ["ip", "netns", "exec", self.netns, *cmd]
         return cmd
 
-    def start(self, timeout: float = 10.0) -> "SSHServer":
+    def start(self, timeout: float = 10.0) -> SSHServer:
         self._write_files()
         Path("/run/sshd").mkdir(exist_ok=True) if os.geteuid() == 0 else None
         self.proc = subprocess.Popen(self._command(), stdin=subprocess.DEVNULL, start_new_session=True)
@@ -349,8 +356,9 @@ class SSHServer:
         }
 
 
-def max_concurrent(events: list[tuple[int, str, str]], start_op: str, end_op: str,
-                   key: Callable[[int, str], Hashable | None]) -> int:
+def max_concurrent(
+    events: list[tuple[int, str, str]], start_op: str, end_op: str, key: Callable[[int, str], Hashable | None]
+) -> int:
     """Most keys open at once in SSHServer.sftp_events output; key(pid, path) names what is counted (None: skipped)."""
     open_, best = set(), 0
     for pid, op, path in events:

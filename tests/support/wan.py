@@ -79,8 +79,14 @@ class WanTestbed:
     _closed: bool = field(default=False, repr=False)
 
     @classmethod
-    def start(cls, rtt_ms: float = 50, rate_mbit: float = 500, queue_bytes: int | None = None,
-              sshd: bool = True, **link_kwargs: Any) -> WanTestbed:
+    def start(
+        cls,
+        rtt_ms: float = 50,
+        rate_mbit: float = 500,
+        queue_bytes: int | None = None,
+        sshd: bool = True,
+        **link_kwargs: Any,
+    ) -> WanTestbed:
         require_wan()
         base = Path(tempfile.mkdtemp(prefix="at-wan-"))
         os.chmod(base, 0o755)  # the sshd's unprivileged login user must traverse it
@@ -149,8 +155,13 @@ def wan_testbed() -> Iterator[Callable[..., WanTestbed]]:
     """
     made: list[WanTestbed] = []
 
-    def make(rtt_ms: float = 50, rate_mbit: float = 500, queue_bytes: int | None = None,
-             sshd: bool = True, **link_kwargs: Any) -> WanTestbed:
+    def make(
+        rtt_ms: float = 50,
+        rate_mbit: float = 500,
+        queue_bytes: int | None = None,
+        sshd: bool = True,
+        **link_kwargs: Any,
+    ) -> WanTestbed:
         tb = WanTestbed.start(rtt_ms, rate_mbit, queue_bytes, sshd, **link_kwargs)
         made.append(tb)
         return tb

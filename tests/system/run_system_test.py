@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import os
 import secrets
@@ -77,8 +76,13 @@ class Deployment:
         meta = self.create_db(self.tag + "_airflow")
         store = self.create_db(self.tag + "_store")
         self.api_port = free_port()
-        conn = {"conn_type": "sftp", "host": self.sshd.host, "port": self.sshd.port, "login": self.sshd.user,
-                "extra": {"key_file": str(self.sshd.client_key), "known_hosts": str(self.sshd.known_hosts)}}
+        conn = {
+            "conn_type": "sftp",
+            "host": self.sshd.host,
+            "port": self.sshd.port,
+            "login": self.sshd.user,
+            "extra": {"key_file": str(self.sshd.client_key), "known_hosts": str(self.sshd.known_hosts)},
+        }
         venv_bin = str(Path(sys.executable).parent)
         self.env = {
             **os.environ,
@@ -127,16 +131,22 @@ class Deployment:
         self.meta_db = self.tag + "_airflow"
 
     def airflow(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run([sys.executable, "-m", "airflow", *args], env=self.env, capture_output=True,
-                              text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-m", "airflow", *args], env=self.env, capture_output=True, text=True, timeout=timeout
+        )
         if check and proc.returncode != 0:
             raise RuntimeError(f"airflow {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
         return proc
 
     def start(self, name: str, *args: str, env: dict | None = None) -> None:
         out = open(self.logs / f"{name}.log", "wb")
-        proc = subprocess.Popen([sys.executable, "-m", "airflow", *args], env={**self.env, **(env or {})},
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "airflow", *args],
+            env={**self.env, **(env or {})},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.procs.append((name, proc))
         log(f"started {name} (pid {proc.pid})")
 
@@ -148,14 +158,14 @@ class Deployment:
 
     # -- teardown -----------------------------------------------------------------------
     def stop(self) -> None:
-        for name, proc in reversed(self.procs):
+        for _name, proc in reversed(self.procs):
             if proc.poll() is None:
                 try:
                     os.killpg(proc.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
         deadline = time.monotonic() + 30
-        for name, proc in reversed(self.procs):
+        for _name, proc in reversed(self.procs):
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -226,17 +236,38 @@ def run(base: Path) -> dict:
         dep.start("dag-processor", "dag-processor")
         dep.start("triggerer", "triggerer", "--skip-serve-logs")
         for n in (1, 2):
-            dep.start(f"worker-{n}", "celery", "worker", "--concurrency", "1", "--queues", dep.tag,
-                      "--celery-hostname", f"at-worker-{n}@%h", "--skip-serve-logs", "--without-gossip",
-                      env={"AT_WORKER_NAME": f"at-worker-{n}"})
+            dep.start(
+                f"worker-{n}",
+                "celery",
+                "worker",
+                "--concurrency",
+                "1",
+                "--queues",
+                dep.tag,
+                "--celery-hostname",
+                f"at-worker-{n}@%h",
+                "--skip-serve-logs",
+                "--without-gossip",
+                env={"AT_WORKER_NAME": f"at-worker-{n}"},
+            )
 
-        wait_for("the DAGs to be parsed", lambda: len(dep.meta(
-            "select dag_id from dag where dag_id in (%s, %s)", DAG_ID, PIPELINE_ID)) == 2, 240, dep)
+        wait_for(
+            "the DAGs to be parsed",
+            lambda: len(dep.meta("select dag_id from dag where dag_id in (%s, %s)", DAG_ID, PIPELINE_ID)) == 2,
+            240,
+            dep,
+        )
         wait_for("the api-server", lambda: _http_ok(dep.api_port), 120, dep)
         dep.airflow("dags", "unpause", PIPELINE_ID)
         dep.airflow("dags", "unpause", DAG_ID)
-        conf = {"src": str(data), "conn_id": "instrument_sftp", "dst": str(archive), "stable_for": 2,
-                "algorithm": "fixed", "min_chunks": CHUNKS}
+        conf = {
+            "src": str(data),
+            "conn_id": "instrument_sftp",
+            "dst": str(archive),
+            "stable_for": 2,
+            "algorithm": "fixed",
+            "min_chunks": CHUNKS,
+        }
         run_id = "system_test_" + dep.tag
         dep.airflow("dags", "trigger", DAG_ID, "--run-id", run_id, "--conf", json.dumps(conf))
         log(f"triggered {DAG_ID} run {run_id}")
@@ -246,24 +277,57 @@ def run(base: Path) -> dict:
             return rows and rows[0][0] in ("success", "failed") and rows[0][0]
 
         state = wait_for("the replication run", finished, 900, dep, interval=3)
-        tis = dep.meta("select task_id, map_index, state, hostname, pid, start_date, end_date, try_number "
-                       "from task_instance where dag_id=%s and run_id=%s order by task_id, map_index", DAG_ID, run_id)
-        ti_rows = [{"task": t, "map_index": m, "state": s, "hostname": h, "pid": p,
-                    "seconds": round((e - b).total_seconds(), 2) if b and e else None, "try": tr}
-                   for t, m, s, h, p, b, e, tr in tis]
+        tis = dep.meta(
+            "select task_id, map_index, state, hostname, pid, start_date, end_date, try_number "
+            "from task_instance where dag_id=%s and run_id=%s order by task_id, map_index",
+            DAG_ID,
+            run_id,
+        )
+        ti_rows = [
+            {
+                "task": t,
+                "map_index": m,
+                "state": s,
+                "hostname": h,
+                "pid": p,
+                "seconds": round((e - b).total_seconds(), 2) if b and e else None,
+                "try": tr,
+            }
+            for t, m, s, h, p, b, e, tr in tis
+        ]
         chunks = [r for r in tis if r[0] == "transfer_chunk"]
         hosts = sorted({r[3] for r in chunks})
         overlap = max_overlap([(r[5], r[6]) for r in chunks if r[5] and r[6]])
         checks.append(("replication run succeeded", state == "success", state))
-        checks.append((f"{CHUNKS} mapped chunks, all succeeded", len(chunks) == CHUNKS and
-                       all(r[2] == "success" for r in chunks), f"{len(chunks)} chunks: {[r[2] for r in chunks]}"))
-        checks.append(("chunks ran on both Celery workers", hosts == ["at-worker-1", "at-worker-2"],
-                       f"hostnames {hosts}, pids {sorted({r[4] for r in chunks})}"))
-        checks.append((f"pool {POOL} ({POOL_SLOTS} slots, {CHUNK_CC} per chunk) capped chunks at once",
-                       overlap <= POOL_SLOTS // CHUNK_CC, f"at most {overlap} chunks ran at the same time"))
+        checks.append(
+            (
+                f"{CHUNKS} mapped chunks, all succeeded",
+                len(chunks) == CHUNKS and all(r[2] == "success" for r in chunks),
+                f"{len(chunks)} chunks: {[r[2] for r in chunks]}",
+            )
+        )
+        checks.append(
+            (
+                "chunks ran on both Celery workers",
+                hosts == ["at-worker-1", "at-worker-2"],
+                f"hostnames {hosts}, pids {sorted({r[4] for r in chunks})}",
+            )
+        )
+        checks.append(
+            (
+                f"pool {POOL} ({POOL_SLOTS} slots, {CHUNK_CC} per chunk) capped chunks at once",
+                overlap <= POOL_SLOTS // CHUNK_CC,
+                f"at most {overlap} chunks ran at the same time",
+            )
+        )
         same = archive.exists() and tree_digest(archive) == tree_digest(data)
-        checks.append(("archive equals the source byte for byte", same,
-                       f"{sum(1 for v in tree_digest(data).values() if v != 'dir')} files"))
+        checks.append(
+            (
+                "archive equals the source byte for byte",
+                same,
+                f"{sum(1 for v in tree_digest(data).values() if v != 'dir')} files",
+            )
+        )
         from airflow_transfer.store import Store
 
         with Store.open(dep.env["AIRFLOW__AIRFLOW_TRANSFER__STORE_URL"]) as store:
@@ -272,10 +336,14 @@ def run(base: Path) -> dict:
             n_chunks = len(store.chunks(rec.id)) if rec else 0
         store_ok = rec is not None and rec.state == "succeeded"
         verify = ((rec.summary if rec else None) or {}).get("verify", {})
-        checks.append(("store transfer succeeded, verified, with every chunk",
-                       store_ok and verify.get("ok") is True and n_chunks == CHUNKS,
-                       f"state {rec.state if rec else None}, verified {verify.get('verified')}, "
-                       f"mismatched {verify.get('mismatched')}, digests at {verify.get('where')}, {n_chunks} chunks"))
+        checks.append(
+            (
+                "store transfer succeeded, verified, with every chunk",
+                store_ok and verify.get("ok") is True and n_chunks == CHUNKS,
+                f"state {rec.state if rec else None}, verified {verify.get('verified')}, "
+                f"mismatched {verify.get('mismatched')}, digests at {verify.get('where')}, {n_chunks} chunks",
+            )
+        )
 
         def pipeline_done():
             rows = dep.meta("select state, run_type from dag_run where dag_id=%s", PIPELINE_ID)
@@ -286,9 +354,13 @@ def run(base: Path) -> dict:
         except RuntimeError as exc:
             p_state, p_type = str(exc), None
         published = (results / "pipeline" / "index.json").exists()
-        checks.append(("archive Asset scheduled the science pipeline, which succeeded",
-                       p_state == "success" and p_type == "asset_triggered" and published,
-                       f"state {p_state}, run type {p_type}, products published: {published}"))
+        checks.append(
+            (
+                "archive Asset scheduled the science pipeline, which succeeded",
+                p_state == "success" and p_type == "asset_triggered" and published,
+                f"state {p_state}, run type {p_type}, products published: {published}",
+            )
+        )
     except Exception as exc:  # noqa: BLE001 - reported as a failed check, then everything is stopped
         checks.append(("deployment ran", False, f"{type(exc).__name__}: {str(exc)[-1500:]}"))
         ti_rows = locals().get("ti_rows", [])
@@ -312,7 +384,7 @@ def report(res: dict, commit: str) -> str:
     lines = [
         "# `make system-test`: last result",
         "",
-        f"- date: {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- commit: {commit}",
         f"- machine: {socket.gethostname()}, {os.cpu_count()} cores (shared)",
         "- deployment: Airflow 3 CeleryExecutor, Redis broker (127.0.0.1:6379), PostgreSQL metadata + store "
@@ -324,10 +396,18 @@ def report(res: dict, commit: str) -> str:
     ]
     lines += [f"| {name} | {'yes' if good else 'NO'} | {detail} |" for name, good, detail in res["checks"]]
     if res["tasks"]:
-        lines += ["", "Task instances of the replication run:", "",
-                  "| task | map index | state | worker (hostname) | pid | seconds | try |", "|---|---|---|---|---|---|---|"]
-        lines += [f"| {t['task']} | {t['map_index']} | {t['state']} | {t['hostname']} | {t['pid']} | {t['seconds']} "
-                  f"| {t['try']} |" for t in res["tasks"]]
+        lines += [
+            "",
+            "Task instances of the replication run:",
+            "",
+            "| task | map index | state | worker (hostname) | pid | seconds | try |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {t['task']} | {t['map_index']} | {t['state']} | {t['hostname']} | {t['pid']} | {t['seconds']} "
+            f"| {t['try']} |"
+            for t in res["tasks"]
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -339,10 +419,12 @@ def main() -> int:
     base = Path(tempfile.mkdtemp(prefix="at-system-"))
     os.chmod(base, 0o755)
     res = run(base)
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    if subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                      capture_output=True, text=True).stdout.strip():
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    if subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    ).stdout.strip():
         commit += " (with uncommitted changes)"
     text = report(res, commit)
     Path(args.result).write_text(text)

@@ -1,10 +1,10 @@
 """Storage backends behind one interface (base.Backend); `connect(endpoint)` opens one.
 
-    file   local filesystem                      LocalBackend
-    sftp   paramiko over our verified transport  SFTPBackend
-    ftp    ftplib                                FTPBackend
-    http(s) source only, Range reads             HTTPBackend
-    other  any fsspec protocol (s3, memory, ...) FsspecBackend
+file   local filesystem                      LocalBackend
+sftp   paramiko over our verified transport  SFTPBackend
+ftp    ftplib                                FTPBackend
+http(s) source only, Range reads             HTTPBackend
+other  any fsspec protocol (s3, memory, ...) FsspecBackend
 """
 
 from __future__ import annotations
@@ -14,8 +14,16 @@ from collections.abc import Callable
 from ..endpoint import FSSPEC_SCHEMES
 from .base import Backend, Capabilities, FileInfo, Listing
 
-__all__ = ["Backend", "Capabilities", "FileInfo", "Listing", "connect", "capabilities", "register_wrapper",
-           "FSSPEC_SCHEMES"]
+__all__ = [
+    "Backend",
+    "Capabilities",
+    "FileInfo",
+    "Listing",
+    "connect",
+    "capabilities",
+    "register_wrapper",
+    "FSSPEC_SCHEMES",
+]
 
 # Fault injection and instrumentation: scheme -> wrapper(backend) -> backend (tests, benchmarks).
 _wrappers: dict[str, Callable[[Backend], Backend]] = {}

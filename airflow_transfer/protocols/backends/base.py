@@ -13,7 +13,6 @@ import errno
 import hashlib
 import posixpath
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -155,7 +154,7 @@ class Backend(ABC):
     def rmdir(self, path: str) -> None:
         raise OSError(errno.ENOTSUP, f"{self.scheme}: rmdir not supported", path)
 
-    def set_mtime(self, path: str, mtime: float) -> None:
+    def set_mtime(self, path: str, mtime: float) -> None:  # noqa: B027 - optional: a no-op by default
         """Best effort; backends without it do nothing (caps.set_mtime says which)."""
 
     def checksum(self, path: str, algorithm: str) -> str | None:
@@ -178,7 +177,7 @@ class Backend(ABC):
                 h.update(block)
         return h.hexdigest(), "read-back"
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: stateless backends hold nothing
         """Release the connection."""
 
     def __enter__(self):

@@ -49,8 +49,9 @@ class FsspecBackend(Backend):
         self.scheme = protocol
         self.fs = fsspec.filesystem(protocol, skip_instance_cache=True, **(storage_options or {}))
         obj = protocol in _OBJECT_STORES
-        self.caps = Capabilities(ranged_write=False, append_write=False, rename=not obj, atomic_put=obj,
-                                 set_mtime=False, parallel=True)
+        self.caps = Capabilities(
+            ranged_write=False, append_write=False, rename=not obj, atomic_put=obj, set_mtime=False, parallel=True
+        )
 
     def _info(self, info: dict) -> FileInfo:
         name = info["name"]
@@ -80,8 +81,11 @@ class FsspecBackend(Backend):
                 if self.fs.exists(self._norm(path)):
                     raise NotADirectoryError(errno.ENOTDIR, "not a directory", path)
                 raise FileNotFoundError(errno.ENOENT, "no such file or directory", path)
-            entries = self.fs.ls(self._norm(path), detail=True, refresh=True) \
-                if self.scheme in _OBJECT_STORES else self.fs.ls(self._norm(path), detail=True)
+            entries = (
+                self.fs.ls(self._norm(path), detail=True, refresh=True)
+                if self.scheme in _OBJECT_STORES
+                else self.fs.ls(self._norm(path), detail=True)
+            )
         except OSError:
             raise
         except Exception as exc:  # noqa: BLE001

@@ -16,7 +16,7 @@ import netrc
 import os
 import socket
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import BinaryIO
 
 from ...paths import check_entry_name
@@ -125,8 +125,14 @@ class FTPBackend(Backend):
     scheme = "ftp"
     caps = Capabilities(ranged_write=False, append_write=True, set_mtime=True, parallel=True)
 
-    def __init__(self, host: str, port: int | None = None, user: str | None = None,
-                 password: str | None = None, timeout: float = TIMEOUT) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int | None = None,
+        user: str | None = None,
+        password: str | None = None,
+        timeout: float = TIMEOUT,
+    ) -> None:
         self.host, self.port = host, port or DEFAULT_PORT
         if password is None:
             user, password = netrc_login(host, user)
@@ -160,7 +166,7 @@ class FTPBackend(Backend):
         mtime = 0.0
         if "modify" in facts:
             m = facts["modify"]
-            dt = datetime.strptime(m[:14], "%Y%m%d%H%M%S").replace(tzinfo=timezone.utc)
+            dt = datetime.strptime(m[:14], "%Y%m%d%H%M%S").replace(tzinfo=UTC)
             mtime = dt.timestamp() + (float("0" + m[14:]) if len(m) > 14 and m[14] == "." else 0.0)
         mode = int(facts["unix.mode"], 8) if "unix.mode" in facts else None
         return FileInfo(path, 0 if is_dir else int(facts.get("size", 0)), mtime, is_dir, mode)
@@ -217,8 +223,7 @@ class FTPBackend(Backend):
         if offset:
             size = self.stat(path).size
             if size != offset:
-                raise OSError(errno.EINVAL, f"FTP can only continue a file at its end ({size}), not at {offset}",
-                              path)
+                raise OSError(errno.EINVAL, f"FTP can only continue a file at its end ({size}), not at {offset}", path)
             cmd = f"APPE {path}"
         else:
             cmd = f"STOR {path}"

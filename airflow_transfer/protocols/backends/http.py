@@ -6,12 +6,11 @@ from __future__ import annotations
 import errno
 import http.client
 import io
-
 import ssl
 from email.utils import parsedate_to_datetime
 from html.parser import HTMLParser
 from typing import BinaryIO
-from urllib.parse import quote, unquote, urljoin, urlsplit
+from urllib.parse import quote, unquote, urljoin
 
 from .base import Backend, Capabilities, FileInfo
 
@@ -41,7 +40,7 @@ def _status_error(status: int, reason: str, path: str) -> OSError:
 
 
 class _Body(io.RawIOBase):
-    def __init__(self, resp: http.client.HTTPResponse, owner: "HTTPBackend") -> None:
+    def __init__(self, resp: http.client.HTTPResponse, owner: HTTPBackend) -> None:
         self.resp, self.owner = resp, owner
 
     def readable(self) -> bool:
@@ -67,8 +66,9 @@ class HTTPBackend(Backend):
     scheme = "http"
     caps = Capabilities(write=False, ranged_write=False, rename=False, parallel=True)
 
-    def __init__(self, scheme: str, host: str, port: int | None = None, timeout: float = TIMEOUT,
-                 verify_tls: bool = True) -> None:
+    def __init__(
+        self, scheme: str, host: str, port: int | None = None, timeout: float = TIMEOUT, verify_tls: bool = True
+    ) -> None:
         self.scheme = scheme
         self.host, self.port, self.timeout = host, port, timeout
         self.verify_tls = verify_tls
@@ -119,8 +119,11 @@ class HTTPBackend(Backend):
             return FileInfo(path, 0, 0.0, True)
         if resp.status >= 400:
             raise _status_error(resp.status, resp.reason, path)
-        is_dir = path.endswith("/") or "text/html" in (resp.getheader("Content-Type") or "") and \
-            resp.getheader("Last-Modified") is None
+        is_dir = (
+            path.endswith("/")
+            or "text/html" in (resp.getheader("Content-Type") or "")
+            and resp.getheader("Last-Modified") is None
+        )
         mtime = 0.0
         lm = resp.getheader("Last-Modified")
         if lm:
@@ -185,7 +188,7 @@ class HTTPBackend(Backend):
         if resp.status >= 400:
             raise _status_error(resp.status, resp.reason, path)
         if resp.status == 200:  # the server sent everything: cut out the range
-            return body[offset:offset + length]
+            return body[offset : offset + length]
         return body
 
     def _read_only(self, path: str):
@@ -205,5 +208,3 @@ class HTTPBackend(Backend):
 
     def close(self) -> None:
         self._drop()
-
-

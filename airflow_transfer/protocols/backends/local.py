@@ -11,13 +11,17 @@ from .base import Backend, Capabilities, FileInfo
 
 class LocalBackend(Backend):
     scheme = "file"
-    caps = Capabilities(ranged_write=True, append_write=True, set_mtime=True, exec=True,
-                        server_checksum=())
+    caps = Capabilities(ranged_write=True, append_write=True, set_mtime=True, exec=True, server_checksum=())
 
     def stat(self, path: str) -> FileInfo:
         s = os.stat(path)
-        return FileInfo(path, s.st_size if not st.S_ISDIR(s.st_mode) else 0, s.st_mtime,
-                        st.S_ISDIR(s.st_mode), st.S_IMODE(s.st_mode))
+        return FileInfo(
+            path,
+            s.st_size if not st.S_ISDIR(s.st_mode) else 0,
+            s.st_mtime,
+            st.S_ISDIR(s.st_mode),
+            st.S_IMODE(s.st_mode),
+        )
 
     def listdir(self, path: str) -> list[FileInfo]:
         out = []

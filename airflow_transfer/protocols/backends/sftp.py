@@ -20,8 +20,7 @@ _SUMS = {"sha256": "sha256sum", "md5": "md5sum", "sha1": "sha1sum"}
 
 class SFTPBackend(Backend):
     scheme = "sftp"
-    caps = Capabilities(ranged_write=True, append_write=True, set_mtime=True, exec=True,
-                        server_checksum=tuple(_SUMS))
+    caps = Capabilities(ranged_write=True, append_write=True, set_mtime=True, exec=True, server_checksum=tuple(_SUMS))
 
     def __init__(self, target: SSHTarget) -> None:
         import paramiko
@@ -39,8 +38,9 @@ class SFTPBackend(Backend):
 
     def _info(self, path: str, a) -> FileInfo:
         is_dir = st.S_ISDIR(a.st_mode or 0)
-        return FileInfo(path, 0 if is_dir else int(a.st_size or 0), float(a.st_mtime or 0), is_dir,
-                        st.S_IMODE(a.st_mode or 0))
+        return FileInfo(
+            path, 0 if is_dir else int(a.st_size or 0), float(a.st_mtime or 0), is_dir, st.S_IMODE(a.st_mode or 0)
+        )
 
     def stat(self, path: str) -> FileInfo:
         return self._info(path, _call(self.sftp.stat, path))

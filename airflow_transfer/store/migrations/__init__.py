@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
-from sqlalchemy import Column, Integer, MetaData, String, Table, func, inspect, insert, select
+from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, inspect, select
 from sqlalchemy.engine import Connection, Engine
 
 from ..coltypes import UTCDateTime, utcnow
