@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import socket
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -35,10 +36,18 @@ from .engine.accounting import Reporter, Stats
 from .engine.params import TransferParams
 from .engine.retry import RetryPolicy
 from .engine.transfer import TransferSession
+from .engine.verify import DestinationDigests, Piece, VerifyItem
 from .errors import TransferError, UsageError
+from .integrity.algorithms import algorithm_info
+from .job import _resume_map, sftp_link
 from .manifest import Manifest
 from .protocols.endpoint import Endpoint
+from .store import Store, StoreError
 from .summary import TransferSummary
+from .tuning import LinkInfo, get_algorithm
+from .tuning.chunks import ChunkSpec, make_spec
+from .tuning.dataset import SortedSizes
+from .tuning.library import GIVEN, StartingPoint, choose
 
 SPEC_VERSION = 1
 # Size classes of the manifest histogram: small files are dominated by per-file
@@ -88,10 +97,8 @@ def size_histogram(sizes: np.ndarray) -> list[dict]:
 
 def list_tree(src: Endpoint) -> Manifest:
     """List a source tree (the fast remote lister over SSH exec for sftp)."""
-    from .job import list_source
-
     with TransferSession(src, Endpoint("file", os.getcwd()), verify=None) as session:
-        return list_source(session, src)
+        return session.list_source()
 
 
 def stage_manifest(src: Endpoint, staging_dir: str, name: str) -> dict:
@@ -134,8 +141,6 @@ def starting_point(
 ):
     """(link for the planners, StartingPoint): given figures, else the tuning library's row for
     src host -> dst host (docs/profilers.md), else unknown. Without endpoints: given or unknown."""
-    from .job import sftp_link
-    from .tuning.library import GIVEN, StartingPoint, choose
 
     if src is None or dst is None:
         start = StartingPoint(
@@ -174,9 +179,6 @@ def plan_chunks(
     there are at least that many (at most one per file), so mapped tasks can spread
     over that many workers. `start` (a tuning-library StartingPoint) fills the block size
     and TCP buffer a chunk leaves to the backend with the tuned values."""
-    from .tuning import LinkInfo, get_algorithm
-    from .tuning.chunks import make_spec
-    from .tuning.dataset import SortedSizes
 
     if isinstance(min_chunks, bool) or not isinstance(min_chunks, int) or min_chunks < 1:
         raise UsageError(f"min_chunks must be a whole number >= 1 (got {min_chunks!r})")
@@ -242,7 +244,6 @@ def plan_chunks(
 
 
 def spec_params(spec: dict) -> TransferParams:
-    from .tuning.chunks import ChunkSpec
 
     try:
         return ChunkSpec.from_dict(spec).params
@@ -259,7 +260,6 @@ def _src_root(src: Endpoint, root_is_file: bool) -> str:
 
 
 def _open_store(store_url: str | None):
-    from .store import Store, StoreError
 
     try:
         return Store.open(store_url)
@@ -280,7 +280,6 @@ def run_chunk(
     use_store: bool = True,
 ) -> dict:
     """Move rows [start, stop) of the spec's manifest; return a summary shaped like run_copy's."""
-    from .job import _resume_map
 
     params = spec_params(spec)
     m = read_manifest(spec["manifest"])
@@ -358,7 +357,6 @@ def run_chunk(
 
 
 def _hostname() -> str:
-    import socket
 
     return socket.gethostname()
 
@@ -382,8 +380,6 @@ def verify_tree(
     remote side, then coreutils, then read-back; fsync and page cache dropped on a
     local side), by the same code the engine verifies with. With `repair`, files
     that are missing or differ are sent again, verified end to end on the way."""
-    from .engine.verify import DestinationDigests, Piece, VerifyItem
-    from .integrity.algorithms import algorithm_info
 
     try:
         algorithm_info(algorithm)

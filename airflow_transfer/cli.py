@@ -310,7 +310,7 @@ def _copy(args, params, src, dst, pool) -> int:
 def cmd_plan(args) -> int:
     # heavy: job, manifest, engine load pyarrow, tuning and the store (~0.5 s); --help needs none
     from .engine.transfer import TransferSession
-    from .job import link_from_args, list_source, sftp_link
+    from .job import link_from_args, sftp_link
     from .manifest import Manifest
     from .tuning import LinkInfo, get_algorithm
 
@@ -321,7 +321,7 @@ def cmd_plan(args) -> int:
     else:
         src = endpoint(args.src, args)
         with TransferSession(src, Endpoint("file", os.getcwd())) as session:
-            manifest = list_source(session, src)
+            manifest = session.list_source()
     manifest.validate()
     ordered = manifest.sorted_by_size()
     link = link_from_args(args.rtt_ms, args.bandwidth_mbit, args.bdp) or LinkInfo.unknown()
@@ -359,11 +359,10 @@ def cmd_plan(args) -> int:
 def cmd_list(args) -> int:
     # heavy: job, manifest, engine load pyarrow, tuning and the store (~0.5 s); --help needs none
     from .engine.transfer import TransferSession
-    from .job import list_source
 
     src = endpoint(args.src, args)
     with TransferSession(src, Endpoint("file", os.getcwd())) as session:
-        manifest = list_source(session, src)
+        manifest = session.list_source()
     manifest.write(args.out)
     info = {
         "manifest": os.path.abspath(args.out),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
@@ -12,19 +13,26 @@ from dataclasses import dataclass, field
 
 from .engine.accounting import Reporter, Stats
 from .engine.backend_copy import BackendSession
+from .engine.chunk_session import EngineChunkSession
 from .engine.fallback import FallbackSession
 from .engine.params import TransferParams
 from .engine.retry import RetryPolicy
+from .engine.session import Session
 from .engine.transfer import TransferSession
 from .errors import TransferError, UsageError
-from .manifest import Manifest, list_local, list_remote
+from .integrity.algorithms import algorithm_info
+from .manifest import Manifest
 from .protocols.endpoint import Endpoint
 from .protocols.fallback import alternate_endpoints
 from .protocols.pool import SFTPPool, warm_count
 from .protocols.replicas import ReplicaSet
 from .protocols.resolve import resolve_endpoint
 from .protocols.sessions import uses_engine
+from .store import Store, StoreError, decode, decode_blocks
 from .summary import TransferSummary
+from .tuning import LinkInfo, get_algorithm
+from .tuning.library import choose
+from .tuning.models import OPENSSH_CHANNEL_WINDOW, SFTP_FILE_RTTS
 
 
 @dataclass
@@ -58,16 +66,6 @@ class CopyRequest:
     pool: SFTPPool | None = None  # to the remote end, already warming (the CLI's); unused ones are closed
 
 
-def list_source(session: TransferSession, src: Endpoint) -> Manifest:
-    if src.scheme == "sftp" and isinstance(session, TransferSession):
-        return list_remote(session.pool, src.path, src.display)
-    if src.scheme != "file" or hasattr(session, "switches"):
-        return session.list_source()  # the backend path or the fall-back controller lists on its protocol
-    if not os.path.exists(src.path):
-        raise TransferError("source does not exist", src.path, "check the source path")
-    return list_local(src.path)
-
-
 def engine_options(req: CopyRequest) -> dict:
     """The pipelined engine's verification options a CopyRequest carries (those it has)."""
     out = {}
@@ -81,7 +79,7 @@ def engine_options(req: CopyRequest) -> dict:
     return out
 
 
-def open_session(req: CopyRequest, stats: Stats | None):
+def open_session(req: CopyRequest, stats: Stats | None) -> Session:
     """The session that moves `req` (opens nothing yet): the pipelined engine (TransferSession)
     for local <-> SFTP, the generic path (BackendSession) for other pairs and for replicas, or
     the fall-back over several protocols (FallbackSession), whose first phase is that same
@@ -93,7 +91,6 @@ def open_session(req: CopyRequest, stats: Stats | None):
         session = BackendSession(
             src, req.dst, stats=stats, skip_existing=req.skip_existing, retry=req.retry, verify=req.verify
         )
-        session.summary_extra = lambda: {"replicas": rs.summary()}
         return session
     if req.alt_protocols:
         side = "dst" if req.dst.scheme != "file" else "src"
@@ -139,7 +136,6 @@ VERIFY_MODES = ("auto", "sequential", "file", "block")
 
 def _resume_blocks(store, transfer_id: int, resume: dict[str, list]) -> dict[str, list]:
     """Journaled source block digests of the files that resume (block mode verifies them)."""
-    from .store import decode_blocks
 
     old = store.file_states(transfer_id)
     return {
@@ -151,7 +147,6 @@ def _resume_map(store, transfer_id: int, manifest: Manifest) -> dict[str, list]:
     """Files whose size and mtime match the journal's earlier listing, with their committed ranges.
 
     Only for those can bytes already at the destination belong to this very source version."""
-    from .store import decode
 
     old = store.file_states(transfer_id)
     if old.num_rows == 0:
@@ -182,12 +177,9 @@ def run_copy(req: CopyRequest) -> dict:
         req.pool.close()  # warmed for a session this request did not get
     store = None
     with session:
-        if hasattr(session, "warm"):  # the engine's, or the fall-back's first phase on the engine
-            # The first SSH handshakes run while the store opens and the source is listed.
-            session.warm(warm_count(req.algorithm, req.params.p * req.params.cc, req.verify is not None))
+        # The first SSH handshakes run while the store opens and the source is listed.
+        session.warm(warm_count(req.algorithm, req.params.p * req.params.cc, req.verify is not None))
         if req.use_store:
-            from .store import Store, StoreError
-
             try:
                 store = Store.open(req.store_url)
             except StoreError as exc:
@@ -203,8 +195,6 @@ def run_copy(req: CopyRequest) -> dict:
 
 def _check_request(req: CopyRequest) -> None:
     if req.verify is not None:
-        from .integrity.algorithms import algorithm_info
-
         try:
             algorithm_info(req.verify)
         except ValueError as exc:
@@ -232,20 +222,19 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
     session.before_verify = req.before_verify
     if req.link is not None and getattr(req.link, "measured", False):
         session.bandwidth_bps = req.link.bandwidth_bps
-    manifest = req.manifest or list_source(session, req.src)
+    manifest = req.manifest or session.list_source()
     manifest.validate(req.src.display)
     if store is not None:
         record = store.begin_transfer(
             key, req.src.display, req.dst.display, algorithm=req.algorithm, resume=not req.restart
         )
         resume = _resume_map(store, record.id, manifest) if record.resumed else {}
-        if resume and req.verify is not None and getattr(session, "verify_mode", req.verify_mode) == "block":
+        if resume and req.verify is not None and session.verify_mode == "block":
             session.resume_blocks = _resume_blocks(store, record.id, resume)
         store.record_listing(record.id, manifest.table)
         journal = store.journal_writer(record.id, max_delay_ms=200)
         session.journal = journal
-        if hasattr(session, "switches"):
-            session.on_switch = lambda rec, tid=record.id: store.record_protocol_switch(tid, rec)
+        session.on_switch = lambda rec, tid=record.id: store.record_protocol_switch(tid, rec)
     src_root = req.src.path
     if manifest.root_is_file:
         src_root = (os.path if req.src.scheme == "file" else posixpath).dirname(req.src.path.rstrip("/")) or "/"
@@ -254,7 +243,6 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
     session.ensure_dirs(req.dst.path, ordered.empty_dirs)
     modes = ordered.modes.to_pylist() if ordered.modes is not None else None
     emit = req.progress or (lambda s: None)
-    from .tuning.library import choose
 
     start = choose(
         req.src,
@@ -284,44 +272,33 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
                     )
                 ]
             else:
-                from .tuning import get_algorithm
-
                 # The pipelined engine also runs chunks at once (Multi-Chunk); other sessions one by one.
                 # A fall-back whose preferred pair the engine moves runs the algorithm on that engine,
                 # exactly as a plain copy would, and then carries what it left (complete()).
-                engine = (
-                    session
-                    if isinstance(session, TransferSession)
-                    else session.drive_engine()
-                    if hasattr(session, "drive_engine")
-                    else None
-                )
+                engine = session.drive_engine()
                 make = EngineSessionExecutor if engine is not None else EngineExecutor
                 executor = make(engine or session, src_root, req.dst.path, modes, resume)
                 executor.adjust = start.params  # tuned block size / TCP buffer where a plan leaves 0
                 algorithm = get_algorithm(req.algorithm)
                 chunks = algorithm.run(ordered.table, link, executor)
-                if hasattr(session, "complete"):
-                    chunks = session.complete(
-                        chunks,
-                        ordered.table,
-                        start.params(req.params),
-                        src_root=src_root,
-                        dst_root=req.dst.path,
-                        modes=modes,
-                        resume=resume,
-                    )
+                chunks = session.complete(
+                    chunks,
+                    ordered.table,
+                    start.params(req.params),
+                    src_root=src_root,
+                    dst_root=req.dst.path,
+                    modes=modes,
+                    resume=resume,
+                )
     finally:
         if journal is not None:
             journal.close()
     verify_summary = session.verify_summary()
     seconds = time.monotonic() - t0
     tuning = start.summary()
-    server = None
-    if hasattr(session, "server_summary"):
-        server, notes = session.server_summary()
-        if notes:
-            tuning["notes"] = tuning.get("notes", []) + notes
+    server, notes = session.server_summary()
+    if notes:
+        tuning["notes"] = tuning.get("notes", []) + notes
     summary = TransferSummary.from_results(
         "copy",
         chunks,
@@ -335,14 +312,14 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
         direction=session.direction,
         skipped_entries=dict(manifest.skipped),
         verify=verify_summary,
-        protocol_switches=list(getattr(session, "switches", [])),
-        ssh_client=getattr(getattr(session, "pool", None), "client", None),
+        protocol_switches=list(session.switches),
+        ssh_client=getattr(session.pool, "client", None),
         tuning=tuning,
         transfer_key=key,
         transfer_id=record.id if record else None,
         store=store.masked_url if store is not None else None,
         server=server,
-        extra=session.summary_extra() if hasattr(session, "summary_extra") else {},  # fall-back: per-protocol totals
+        extra=session.summary_extra(),  # fall-back: per-protocol totals; replicas: per-host
     ).as_dict()
     if store is not None:
         for c in chunks:
@@ -379,13 +356,11 @@ class EngineSessionExecutor(EngineExecutor):
     """EngineExecutor that also runs several chunks at once, for Multi-Chunk (engine/chunk_session.py)."""
 
     def open_session(self, manifest_sorted):
-        from .engine.chunk_session import EngineChunkSession
 
         return EngineChunkSession(self, manifest_sorted)
 
 
 def _unknown_link():
-    from .tuning import LinkInfo
 
     return LinkInfo.unknown()
 
@@ -394,9 +369,6 @@ def sftp_link(link):
     """The link as the SFTP engine sees it: two control round trips per file to pipeline, and
     the SSH channel window on every connection (the receiving sshd's: OpenSSH's 2 MiB for
     uploads; for downloads our own window is larger, so 2 MiB is the conservative figure)."""
-    import dataclasses
-
-    from .tuning.models import OPENSSH_CHANNEL_WINDOW, SFTP_FILE_RTTS
 
     return dataclasses.replace(
         link, file_rtts=SFTP_FILE_RTTS, channel_window_bytes=link.channel_window_bytes or OPENSSH_CHANNEL_WINDOW
@@ -405,7 +377,6 @@ def sftp_link(link):
 
 def link_from_args(rtt_ms: float | None, bandwidth_mbit: float | None, bdp: int | None):
     """LinkInfo from --rtt-ms/--bandwidth-mbit or --bdp; None when neither was given."""
-    from .tuning import LinkInfo
 
     if bdp is not None:
         if rtt_ms is not None or bandwidth_mbit is not None:

@@ -69,13 +69,13 @@ def _group_params(base_req, members, algorithm: str, given: TransferParams) -> t
     """Parameters for a whole group: the given ones, or the algorithm's plan of the group's files."""
     if algorithm == "fixed":
         return given, "given"
-    from .job import list_source, open_session
+    from .job import open_session
     from .tuning import LinkInfo, get_algorithm
 
     tables = []
     for src, dst in members:
         with open_session(replace(base_req, src=src, dst=dst, alt_protocols=[]), None) as session:
-            tables.append(list_source(session, src).table.select(["path", "size", "mtime"]))
+            tables.append(session.list_source().table.select(["path", "size", "mtime"]))
     table = pa.concat_tables(tables).sort_by([("size", "ascending")])
     link = base_req.link or LinkInfo.unknown()
     specs = get_algorithm(algorithm).plan(table, link)

@@ -1,14 +1,14 @@
-"""The generic transfer path: any pair of backends (protocols/backends), cc worker threads.
+"""The generic session: any pair of backends (protocols/backends) beneath the one runner.
 
 Used when an end is neither a local path nor an SFTP host served by the
 pipelined engine (ftp, http(s) sources, s3 and other fsspec stores), and by
-the fall-back controller. Same contract as TransferSession.perform: files land
-under a temporary name (where the protocol can rename; object stores publish
-an object only when its upload completes, so they are written in place), the
-source digest is computed while reading, the destination is checked by size
-(a "successful" copy of the wrong length is a failure) and by digest (the
-server's own, else read back), journal marks make resume and skip work, and a
-partial temporary file is continued where the protocol can append.
+the fall-back controller for its alternates. Same contract as the engine:
+files land under a temporary name (where the protocol can rename; object
+stores publish an object only when its upload completes, so they are written
+in place), the source digest is computed while reading, the destination is
+checked by size (a "successful" copy of the wrong length is a failure) and by
+digest (the server's own, else read back), journal marks make resume and skip
+work, and a partial temporary file is continued where the protocol can append.
 
 pp and p are not used here: these protocols have no request pipelining of
 their own, and cc already gives separate connections per file.
@@ -17,57 +17,34 @@ their own, and cc already gives separate connections per file.
 from __future__ import annotations
 
 import errno
-import heapq
 import os
 import posixpath
 import threading
-import time
-from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
 from .. import manifest_schema as ms
 from ..errors import ConnectError, TransferError, describe_oserror
 from ..integrity.algorithms import new_hasher
+from ..manifest import Manifest, _build, _is_temp
 from ..paths import check_relative, temp_name
 from ..protocols import backends
 from ..protocols.endpoint import Endpoint
 from .accounting import Stats
 from .control import Control
+from .failures import ChecksumMismatch, SizeMismatch
 from .params import TransferParams
-from .result import ChunkResult, FileOutcome
+from .result import ChunkResult
 from .retry import RetryPolicy, classify
-from .sftp_jobs import SourceChanged  # the source changed while it was read: both paths send it again
-from .transfer import MAX_REPAIRS
+from .runner import Runner, run_chunk
+from .session import SessionBase
+from .sftp_jobs import FileTask, SourceChanged, count_progress
 
 BLOCK = 1 << 20
 
-
-class SizeMismatch(OSError):
-    """The protocol reported success but the destination has another size (paper 003's silent failure)."""
-
-
-class DigestMismatch(OSError):
-    """Source and destination digests differ."""
-
-
-@dataclass
-class _Task:
-    rel: str
-    size: int
-    mtime: float
-    mode: int
-    src: str
-    dst: str
-    tmp: str
-    resumable: bool = False
-    attempts: int = 0
-    mismatches: int = 0
-    moved: int = 0
-    last_error: str | None = None
-    resumed: bool = False
+Pair = tuple[backends.Backend, backends.Backend]
 
 
 def _join(root: str, rel: str) -> str:
@@ -82,7 +59,7 @@ class _VerifyStats:
     where: set = field(default_factory=set)
 
 
-def _connect(endpoint) -> backends.Backend:
+def _connect(endpoint: Endpoint) -> backends.Backend:
     try:
         return backends.connect(endpoint)
     except (FileNotFoundError, PermissionError):
@@ -94,8 +71,8 @@ def _connect(endpoint) -> backends.Backend:
         ) from exc
 
 
-class BackendSession:
-    """Source and destination backends; the same surface as engine.transfer.TransferSession."""
+class BackendSession(SessionBase):
+    """Source and destination backends, with idle connection pairs kept for the next file."""
 
     def __init__(
         self,
@@ -105,10 +82,11 @@ class BackendSession:
         stats: Stats | None = None,
         skip_existing: bool = True,
         retry: RetryPolicy | None = None,
-        journal=None,
+        journal: Any = None,
         verify: str | None = None,
         control: Control | None = None,
     ) -> None:
+        super().__init__()
         self.src, self.dst = src, dst
         self.stats = stats or Stats()
         self.skip_existing = skip_existing
@@ -116,20 +94,19 @@ class BackendSession:
         self.journal = journal
         self.verify = verify
         self.control = control or Control()
-        self.before_verify: Callable[[str], None] | None = None
         self.src_caps = backends.capabilities(src.scheme)
         self.dst_caps = backends.capabilities(dst.scheme)
         if not self.dst_caps.write:
             raise TransferError(f"{dst.scheme} cannot be a destination", dst.display, "copy from it instead")
         self.direction = f"{src.scheme}->{dst.scheme}"
         self.pool = None  # no SFTP pool: listings go through the backend
-        self.remote = None  # not the SFTP engine: no SFTP link adjustments
+        self.remote: Endpoint | None = None  # not the SFTP engine: no SFTP link adjustments
         self.vstats = _VerifyStats()
-        self._idle: list[tuple[backends.Backend, backends.Backend]] = []
+        self._idle: list[Pair] = []
         self._lock = threading.Lock()
 
     # -- connections ---------------------------------------------------------
-    def connect_pair(self) -> tuple[backends.Backend, backends.Backend]:
+    def connect_pair(self) -> Pair:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
@@ -141,7 +118,7 @@ class BackendSession:
             raise
         return s, d
 
-    def release_pair(self, pair, broken: bool = False) -> None:
+    def release_pair(self, pair: Pair, broken: bool = False) -> None:
         if broken:
             for b in pair:
                 _close_quiet(b)
@@ -156,16 +133,10 @@ class BackendSession:
             for b in pair:
                 _close_quiet(b)
 
-    def __enter__(self) -> BackendSession:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     # -- listing and directories ---------------------------------------------------
-    def list_source(self):
-        from ..manifest import _build, _is_temp
-
+    def list_source(self) -> Manifest:
+        if self.src.scheme == "file":
+            return super().list_source()
         pair = self.connect_pair()
         try:
             try:
@@ -208,6 +179,37 @@ class BackendSession:
             raise
         self.release_pair(pair)
 
+    def _already_there(self, tasks: list[FileTask]) -> set[int]:
+        """Files whose destination has the same size and mtime: one listing per directory
+        (a round trip each), not one stat per file."""
+        done: set[int] = set()
+        if not self.dst_caps.set_mtime:
+            return done  # without our mtime on the destination, size alone proves nothing
+        try:
+            pair = self.connect_pair()
+        except Exception:  # noqa: BLE001 - workers report the connection problem per file
+            return done
+        by_dir: dict[str, list[int]] = {}
+        for i, t in enumerate(tasks):
+            by_dir.setdefault(posixpath.dirname(t.dst), []).append(i)
+        ok = True
+        try:
+            for d, idxs in by_dir.items():
+                try:
+                    entries = {e.path.rstrip("/").rsplit("/", 1)[-1]: e for e in pair[1].listdir(d)}
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                for i in idxs:
+                    t = tasks[i]
+                    e = entries.get(posixpath.basename(t.dst))
+                    if e is not None and not e.is_dir and e.size == t.size and int(e.mtime) == int(t.mtime):
+                        done.add(i)
+        except Exception:  # noqa: BLE001 - a broken connection: copy everything, workers will tell
+            ok = False
+        finally:
+            self.release_pair(pair, broken=not ok)
+        return done
+
     def verify_summary(self) -> dict:
         if self.verify is None:
             return {"algorithm": "none", "mode": "none", "where": "none", "verified": 0, "repaired": 0, "mismatched": 0}
@@ -221,6 +223,11 @@ class BackendSession:
             "mismatched": self.vstats.mismatched,
         }
 
+    def summary_extra(self) -> dict:
+        if self.src.scheme == "replicas":
+            return {"replicas": self.src.options["set"].summary()}  # per host: bytes read, failures
+        return {}
+
     # -- the primitive ---------------------------------------------------------------
     def perform(
         self,
@@ -233,7 +240,6 @@ class BackendSession:
         modes: list[int] | None = None,
         resume: dict[str, list] | None = None,
     ) -> ChunkResult:
-        t0 = time.monotonic()
         paths = files[ms.PATH].to_pylist()
         sizes = files[ms.SIZE].to_pylist()
         mtimes = files[ms.MTIME].to_pylist()
@@ -242,254 +248,78 @@ class BackendSession:
             check_relative(rel, self.src.display)
             dst = _join(dst_root, rel)
             tmp = dst if self.dst_caps.atomic_put or not self.dst_caps.rename else temp_name(dst)
-            tasks.append(
-                _Task(
-                    rel,
-                    int(sizes[i]),
-                    float(mtimes[i]),
-                    modes[i] if modes else 0o644,
-                    _join(src_root, rel),
-                    dst,
-                    tmp,
-                    resumable=resume is not None and rel in resume,
-                )
-            )
+            t = FileTask(rel, int(sizes[i]), float(mtimes[i]), _join(src_root, rel), dst, tmp)
+            t.mode = modes[i] if modes else 0o644
+            t.resumable = resume is not None and rel in resume
+            tasks.append(t)
         used = TransferParams(pp=1, p=1, cc=params.cc)
-        result = ChunkResult(chunk_id, used, files=len(tasks), bytes=sum(t.size for t in tasks), started=t0)
-        self.stats.params = {"pp": 1, "p": 1, "cc": params.cc}
-        dirs = sorted({posixpath.dirname(t.rel) for t in tasks} - {""})
-        if tasks:
-            self.ensure_dirs(dst_root, dirs)
-        runner = _Runner(self, tasks, params.cc)
-        runner.run()
-        result.outcomes = [runner.outcomes[i] for i in range(len(tasks))]
-        result.bytes_moved = sum(o.bytes_moved for o in result.outcomes)
-        result.resumed = sum(1 for t in tasks if t.resumed)
-        result.retried = sum(1 for t in tasks if t.attempts > 1)
-        result.bytes_resent = sum(max(0, t.moved - t.size) for t in tasks)
-        result.seconds = time.monotonic() - t0
-        return result
+        return run_chunk(self, tasks, used, chunk_id=chunk_id, dst_root=dst_root, already_there=self._already_there)
+
+    def mover(self, runner: Runner) -> BackendMover:
+        return BackendMover(self, runner)
 
 
-class _Runner:
-    def __init__(self, s: BackendSession, tasks: list[_Task], cc: int) -> None:
-        self.s, self.tasks, self.cc = s, tasks, cc
-        self.policy = s.retry
-        self.outcomes: dict[int, FileOutcome] = {}
-        self.queue: deque[int] = deque()
-        self.delayed: list[tuple[float, int]] = []
-        self.lock = threading.Lock()
-        self.wake = threading.Condition(self.lock)
-        self.running = 0
-        self.fatal: BaseException | None = None
+class BackendMover:
+    """One file at a time per connection pair: read the source, write the destination."""
 
-    def run(self) -> None:
-        skip = self._already_there() if self.s.skip_existing and self.tasks else set()
-        for i in skip:
-            t = self.tasks[i]
-            self.outcomes[i] = FileOutcome(t.rel, t.size, ok=True, skipped=True)
-            self.s.stats.file_finished(True, skipped=True)
-            self.s.stats.add_bytes(t.size)
-            if self.s.journal is not None:
-                self.s.journal.mark_done(t.rel, t.size, t.mtime)
-        self.queue.extend(i for i in range(len(self.tasks)) if i not in skip)
-        if self.queue:
-            threads = [
-                threading.Thread(target=self._worker, name=f"copy-cc{k}", daemon=True)
-                for k in range(min(self.cc, len(self.queue)))
-            ]
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
-        left = [i for i in range(len(self.tasks)) if i not in self.outcomes]
-        for i in left:
-            t = self.tasks[i]
-            if self.fatal is not None:
-                msg = _text(self.fatal, self.s.dst.host_label, t.dst)
-            elif self.s.control.stopping() or self.s.control.aborted():
-                msg = (
-                    f"not finished on {self.s.dst.scheme if self.s.dst.scheme != 'file' else self.s.src.scheme}"
-                    f" (protocol switch){': ' + t.last_error if t.last_error else ''}"
-                )
-            elif t.last_error and self.policy.time_left() <= 0:
-                msg = f"deadline reached after {t.attempts} attempts; last error: {t.last_error}"
-            else:
-                msg = t.last_error or "not attempted"
-            self._finish(i, False, msg, journal=True)
+    def __init__(self, session: BackendSession, runner: Runner) -> None:
+        self.s, self.r = session, runner
+        self.where = session.dst.display
 
-    def _already_there(self) -> set[int]:
-        """Files whose destination has the same size and mtime: one listing per directory
-        (a round trip each), not one stat per file."""
-        done: set[int] = set()
-        if not self.s.dst_caps.set_mtime:
-            return done  # without our mtime on the destination, size alone proves nothing
+    def connect(self) -> Pair:
+        return self.s.connect_pair()
+
+    def release(self, conn: Pair, broken: bool) -> None:
+        self.s.release_pair(conn, broken=broken)
+
+    def stat_source(self, task: FileTask) -> tuple[int, float]:
+        pair = self.s.connect_pair()
         try:
-            pair = self.s.connect_pair()
-        except Exception:  # noqa: BLE001 - workers report the connection problem per file
-            return done
-        by_dir: dict[str, list[int]] = {}
-        for i, t in enumerate(self.tasks):
-            by_dir.setdefault(posixpath.dirname(t.dst), []).append(i)
-        ok = True
-        try:
-            for d, idxs in by_dir.items():
-                try:
-                    entries = {e.path.rstrip("/").rsplit("/", 1)[-1]: e for e in pair[1].listdir(d)}
-                except (FileNotFoundError, NotADirectoryError):
-                    continue
-                for i in idxs:
-                    t = self.tasks[i]
-                    e = entries.get(posixpath.basename(t.dst))
-                    if e is not None and not e.is_dir and e.size == t.size and int(e.mtime) == int(t.mtime):
-                        done.add(i)
-        except Exception:  # noqa: BLE001 - a broken connection: copy everything, workers will tell
-            ok = False
-        finally:
-            self.s.release_pair(pair, broken=not ok)
-        return done
+            st = pair[0].stat(task.src)
+        except BaseException:
+            self.s.release_pair(pair, broken=True)
+            raise
+        self.s.release_pair(pair)
+        return int(st.size), float(st.mtime)
 
-    # -- queue ---------------------------------------------------------------
-    def _next(self) -> int | None:
-        with self.lock:
-            while True:
-                if self.fatal is not None or self.s.control.stopping() or self.s.control.aborted():
-                    return None
-                now = time.monotonic()
-                while self.delayed and self.delayed[0][0] <= now:
-                    self.queue.append(heapq.heappop(self.delayed)[1])
-                if self.queue:
-                    self.running += 1
-                    return self.queue.popleft()
-                if not self.delayed and self.running == 0:
-                    return None
-                timeout = (self.delayed[0][0] - now) if self.delayed else 0.5
-                self.wake.wait(max(0.01, min(timeout, 0.5)))
-
-    def _finish(self, i: int, ok: bool, error: str | None, journal: bool = True, running: bool = False) -> None:
-        t = self.tasks[i]
-        with self.lock:
-            self.outcomes[i] = FileOutcome(t.rel, t.size, t.moved, 0.0, ok, error)
-            if running:
-                self.running -= 1
-            self.wake.notify_all()
-        self.s.stats.file_finished(ok)
-        j = self.s.journal
-        if j is not None and journal:
-            if ok:
-                j.mark_done(t.rel, t.size, t.mtime, attempts=t.attempts)
-            else:
-                j.mark_failed(t.rel, error or "failed", attempts=t.attempts)
-
-    def _retry_later(self, i: int, delay: float) -> None:
-        with self.lock:
-            heapq.heappush(self.delayed, (time.monotonic() + delay, i))
-            self.running -= 1
-            self.wake.notify_all()
-
-    # -- workers -----------------------------------------------------------------
-    def _worker(self) -> None:
-        pair = None
-        fails = 0
-        while True:
-            i = self._next()
+    def drain(self, conn: Pair, gone: list[bool]) -> None:
+        r = self.r
+        while not r.schedule.surplus():
+            i = r.schedule.pop()
             if i is None:
-                break
-            t = self.tasks[i]
-            if pair is None:
-                try:
-                    pair = self.s.connect_pair()
-                    fails = 0
-                except BaseException as exc:  # noqa: BLE001 - classified
-                    retry, _ = classify(exc)
-                    t.last_error = _text(exc, self.s.dst.host_label, t.dst)
-                    self.s.control.event(False, "connect", t.last_error)
-                    if not retry:
-                        with self.lock:
-                            self.fatal = exc
-                        self._finish(i, False, t.last_error, running=True)
-                        continue
-                    fails += 1
-                    self._retry_later(i, 0.0)
-                    wait = min(self.policy.delay(fails), max(0.0, self.policy.time_left()))
-                    if wait <= 0 or self.s.control.aborted():
-                        break
-                    time.sleep(wait)
-                    continue
+                return
+            t = r.tasks[i]
             try:
-                self._copy(pair, t)
-            except BaseException as exc:  # noqa: BLE001 - classified
-                broken = self._failed(i, exc)
-                if broken:
-                    self.s.release_pair(pair, broken=True)
-                    pair = None
+                self._copy(conn, t)
+            except BaseException as exc:  # noqa: BLE001 - judged by the runner
+                # Not a statement about the data: continue from what reached the destination.
+                data = isinstance(exc, (SizeMismatch, ChecksumMismatch, SourceChanged))
+                t.resumable = not data
+                r.failed(i, exc, 0.0, t.dst)
+                if not data and classify(exc)[0]:
+                    raise ConnectionError(f"connection dropped after: {exc}") from exc
                 continue
-            self.s.control.event(True)
-            with self.lock:
-                self.running -= 1
-            self._finish(i, True, None)
-        if pair is not None:
-            self.s.release_pair(pair)
+            r.finish(i, True, 0.0, None)
 
-    def _failed(self, i: int, exc: BaseException) -> bool:
-        """Requeue or fail file i; True when the connection should be dropped."""
-        t = self.tasks[i]
-        t.last_error = _text(exc, self.s.dst.host_label, t.dst)
-        retry, _ = classify(exc)
-        kind = "error"
-        broken = retry
-        if isinstance(exc, SizeMismatch):
-            kind, retry, broken = "size", True, False
-        elif isinstance(exc, DigestMismatch):
-            kind, broken = "checksum", False
-            t.mismatches += 1
-            self.s.vstats.mismatched += 1
-            retry = t.mismatches <= MAX_REPAIRS
-            if not retry:
-                t.last_error += f"; still wrong after {MAX_REPAIRS} re-sends"
-        elif isinstance(exc, SourceChanged):
-            kind, retry, broken = "source", True, False
-        self.s.control.event(False, kind, t.last_error)
-        if kind in ("size", "checksum", "source"):
-            t.resumable = False  # send the whole file again
-        elif retry:
-            t.resumable = True  # same source version: continue from what reached the destination
-        if (
-            retry
-            and not self.s.control.aborted()
-            and t.attempts < self.policy.max_attempts
-            and self.policy.time_left() > 0
-        ):
-            self._retry_later(i, 0.0 if kind != "error" else self.policy.delay(t.attempts))
-            return broken
-        if retry and self.s.control.aborted():
-            # Left for the next protocol: no outcome here (run() records why it stopped).
-            with self.lock:
-                self.running -= 1
-                self.wake.notify_all()
-            return broken
-        if retry:
-            t.last_error = f"gave up after {t.attempts} attempts; last error: {t.last_error}"
-        self._finish(i, False, t.last_error, running=True)
-        return broken
+    def _resume_at(self, dst_b: backends.Backend, t: FileTask) -> int:
+        """Where a resumable temporary file continues: its size, for a sequential stream (no
+        holes below it), where the protocol can append or write at an offset."""
+        caps = self.s.dst_caps
+        if not (t.resumable and t.tmp != t.dst and (caps.append_write or caps.ranged_write)):
+            return 0
+        if not self.s.src_caps.ranged_read:
+            return 0
+        try:
+            have = dst_b.stat(t.tmp).size
+        except FileNotFoundError:
+            return 0
+        return have if 0 < have <= t.size else 0
 
-    def _copy(self, pair, t: _Task) -> None:
+    def _copy(self, pair: Pair, t: FileTask) -> None:
         src_b, dst_b = pair
         t.attempts += 1
         alg = self.s.verify
-        start = 0
-        if (
-            t.resumable
-            and t.tmp != t.dst
-            and (self.s.dst_caps.append_write or self.s.dst_caps.ranged_write)
-            and self.s.src_caps.ranged_read
-        ):
-            try:
-                have = dst_b.stat(t.tmp).size
-            except FileNotFoundError:
-                have = 0
-            if 0 < have <= t.size:
-                start = have
+        start = self._resume_at(dst_b, t)
         hasher = new_hasher(alg) if alg else None
         if start and hasher is not None:
             # The digest covers the whole file: the part already there is read from the source.
@@ -503,7 +333,26 @@ class _Runner:
                     left -= len(block)
         if start:
             t.resumed = True
-            self.s.stats.add_bytes(start)
+            count_progress(t, self.s.stats, start)
+        off = self._stream(src_b, dst_b, t, start, hasher)
+        if off != t.size:
+            raise SourceChanged(errno.EIO, f"source has {off} bytes, listed with {t.size}", t.src)
+        got = dst_b.stat(t.tmp).size
+        if got != t.size:
+            raise SizeMismatch(
+                errno.EIO, f"size mismatch after a reported success: destination has {got} of {t.size} bytes", t.dst
+            )
+        if self.s.dst_caps.set_mtime:
+            dst_b.set_mtime(t.tmp, t.mtime)
+        if self.s.dst.scheme == "file":
+            os.chmod(t.tmp, t.mode & 0o7777 or 0o644)
+        if hasher is not None and alg is not None:
+            self._check_digest(dst_b, t, alg, hasher.hexdigest())
+        if t.tmp != t.dst:
+            dst_b.rename(t.tmp, t.dst)
+
+    def _stream(self, src_b: Any, dst_b: backends.Backend, t: FileTask, start: int, hasher: Any) -> int:
+        """Source bytes from `start` to the temporary file; the offset reached."""
         off = start
         if hasattr(src_b, "size_hint"):
             src_b.size_hint = t.size - start  # replicas choose a host by expected finish time
@@ -520,60 +369,36 @@ class _Runner:
                     if hasher is not None:
                         hasher.update(block)
                     wr.write(block)
-                    if self.s.journal is not None:
-                        self.s.journal.mark_range(t.rel, off, len(block))
+                    self.r.journal_range(t.rel, off, len(block))
                     off += len(block)
-                    t.moved += len(block)
-                    self.s.stats.add_bytes(len(block))
+                    t.moved_total += len(block)
+                    count_progress(t, self.s.stats, len(block))
             finally:
                 wr.close()
         finally:
             if rd is not None:
                 rd.close()
-        if off != t.size:
-            raise SourceChanged(errno.EIO, f"source has {off} bytes, listed with {t.size}", t.src)
-        got = dst_b.stat(t.tmp).size
-        if got != t.size:
-            raise SizeMismatch(
-                errno.EIO, f"size mismatch after a reported success: destination has {got} of {t.size} bytes", t.dst
-            )
-        if self.s.dst_caps.set_mtime:
-            dst_b.set_mtime(t.tmp, t.mtime)
-        if self.s.dst.scheme == "file":
-            os.chmod(t.tmp, t.mode & 0o7777 or 0o644)
-        if hasher is not None:
-            if self.s.before_verify is not None:
-                self.s.before_verify(t.tmp)
-            got_digest, where = dst_b.digest(t.tmp, alg)
-            self.s.vstats.where.add(where)
-            if got_digest != hasher.hexdigest():
-                try:
-                    dst_b.delete(t.tmp)
-                except OSError:
-                    pass
-                raise DigestMismatch(
-                    errno.EIO,
-                    f"checksum mismatch ({alg}): source {hasher.hexdigest()[:16]}, destination {got_digest[:16]}",
-                    t.dst,
-                )
-            self.s.vstats.verified += 1
-            if t.mismatches:
-                self.s.vstats.repaired += 1
-        if t.tmp != t.dst:
-            dst_b.rename(t.tmp, t.dst)
+        return off
+
+    def _check_digest(self, dst_b: backends.Backend, t: FileTask, alg: str, want: str) -> None:
+        if self.s.before_verify is not None:
+            self.s.before_verify(t.tmp)
+        got, where = dst_b.digest(t.tmp, alg)
+        self.s.vstats.where.add(where)
+        if got != want:
+            t.mismatches += 1
+            self.s.vstats.mismatched += 1
+            try:
+                dst_b.delete(t.tmp)
+            except OSError:
+                pass
+            raise ChecksumMismatch(f"checksum mismatch ({alg}): source {want[:16]}, destination {got[:16]}")
+        self.s.vstats.verified += 1
+        if t.mismatches:
+            self.s.vstats.repaired += 1
 
 
-def _text(exc: BaseException, host: str, path: str) -> str:
-    if isinstance(exc, TransferError):
-        return exc.message
-    if isinstance(exc, (SizeMismatch, DigestMismatch, SourceChanged)):
-        return f"{exc.strerror} ({host}:{exc.filename or path})"
-    if isinstance(exc, OSError) and not isinstance(exc, ConnectionError) and exc.errno is not None:
-        return f"{describe_oserror(exc)} on {host}:{path}"
-    return f"{exc.__class__.__name__}: {exc} ({host}:{path})"
-
-
-def _close_quiet(b) -> None:
+def _close_quiet(b: backends.Backend) -> None:
     try:
         b.close()
     except Exception:  # noqa: BLE001 - already gone

@@ -45,6 +45,7 @@ from .control import NOT_FINISHED, Controller
 from .params import TransferParams
 from .result import ChunkResult, FileOutcome
 from .retry import RetryPolicy, classify
+from .session import SessionBase
 from .transfer import TransferSession
 
 
@@ -76,7 +77,7 @@ class _PhaseStats:
         setattr(self._stats, name, value)
 
 
-class FallbackSession:
+class FallbackSession(SessionBase):
     def __init__(
         self,
         src: Endpoint,
@@ -109,8 +110,12 @@ class FallbackSession:
         self.log = log or (lambda line: None)
         self.engine_options = engine_options or {}  # verify_mode etc. for the pipelined engine's phases
         self.current = 0
+        # SessionBase.__init__ is not called: journal, before_verify and the engine's verification
+        # settings are properties passing through to the engine phase.
         self.switches: list[dict] = []
         self.on_switch: Callable[[dict], None] | None = None
+        self.on_runner = None
+        self.verifier = None
         self._journal = None
         self._before_verify = None
         self.remote = protocols[0] if protocols[0].scheme == "sftp" else None  # the preferred end, for tuning

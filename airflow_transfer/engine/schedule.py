@@ -1,0 +1,210 @@
+"""The work queue of one chunk and the worker threads that drain it.
+
+Files wait in a queue; a file to retry waits in a heap until its backoff
+ends; `running` counts files handed out and not yet finished or handed back,
+which is how the chunk knows it is done. The number of workers may change
+while the chunk runs (Multi-Chunk moves channels between chunks): a worker
+too many leaves at its next file boundary.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+
+
+class Schedule:
+    """Queue, retry heap and worker count of one chunk. Every method takes the lock itself."""
+
+    def __init__(
+        self,
+        indices: Iterable[int],
+        workers: int,
+        stopping: Callable[[], bool],
+        transfers_idle: Callable[[], None] = lambda: None,
+    ) -> None:
+        """`stopping`: take no new file (a fall-back moves the rest elsewhere). `transfers_idle`:
+        called when every file left is waiting for its verdict (sequential verification starts)."""
+        self.queue: deque[int] = deque(indices)
+        self.delayed: list[tuple[float, int]] = []  # (ready time, index), a heap
+        self.lock = threading.Lock()
+        self.wake = threading.Condition(self.lock)
+        self.running = 0
+        self.in_verify: set[int] = set()
+        self.fatal: BaseException | None = None  # no worker can ever connect (auth, host key)
+        self.stopping, self.transfers_idle = stopping, transfers_idle
+        self.wanted, self.live = workers, 0
+        self.threads: list[threading.Thread] = []
+        self.started = self.ended = self.stopped = False
+        self._target: Callable[[], None] = lambda: None
+
+    # -- files ---------------------------------------------------------------
+    def _promote(self) -> None:
+        now = time.monotonic()
+        while self.delayed and self.delayed[0][0] <= now:
+            self.queue.append(heapq.heappop(self.delayed)[1])
+
+    def pop(self, want: Callable[[int], bool] | None = None, carrying: int = 0) -> int | None:
+        """Next ready file (with `want`, only one it accepts). None: nothing ready now, or
+        (`carrying` files already on this worker) fewer files left than the other workers could
+        take one each. Without that rule one worker's pipeline (pp 2) took both files of wan50's
+        `large` while the second connection sat idle: one window-bound connection, 274 against
+        392 Mbit/s (benchmarks/results/wan50-openssh)."""
+        with self.lock:
+            self._promote()
+            if not self.queue or (carrying and len(self.queue) < self.wanted) or self.stopping():
+                return None
+            if want is not None and not want(self.queue[0]):
+                return None
+            self.running += 1
+            return self.queue.popleft()
+
+    def has_ready(self) -> bool:
+        with self.lock:
+            self._promote()
+            return bool(self.queue) and not self.stopping()
+
+    def wait_for_work(self) -> bool:
+        """Block until a file is ready (or this worker is one too many); False when the chunk
+        has nothing left to do."""
+        with self.lock:
+            while True:
+                if self.stopping():
+                    return False  # a fall-back takes the rest elsewhere; files in flight still finish
+                self._promote()
+                if self.queue or self.live > self.wanted:
+                    return True
+                if not self.delayed and self.running == 0:
+                    return False
+                if not self.delayed and self.running == len(self.in_verify):
+                    self.transfers_idle()
+                if self.fatal is not None:
+                    return False
+                timeout = (self.delayed[0][0] - time.monotonic()) if self.delayed else 0.5
+                self.wake.wait(max(0.01, min(timeout, 0.5)))
+
+    def settle(self, record: Callable[[], None] | None = None) -> None:
+        """A handed-out file is finished (`record` stores its outcome under the lock), or
+        handed back for another protocol to carry."""
+        with self.lock:
+            if record is not None:
+                record()
+            self.running -= 1
+            self.wake.notify_all()
+
+    def later(self, i: int, delay: float) -> None:
+        """Retry file i after `delay` seconds."""
+        with self.lock:
+            heapq.heappush(self.delayed, (time.monotonic() + delay, i))
+            self.running -= 1
+            self.wake.notify_all()
+
+    def give_back(self, i: int) -> None:
+        """File i was not started after all: first in line again."""
+        with self.lock:
+            self.queue.appendleft(i)
+            self.running -= 1
+            self.wake.notify_all()
+
+    def verifying(self, i: int, waiting: bool) -> None:
+        with self.lock:
+            if waiting:
+                self.in_verify.add(i)
+            else:
+                self.in_verify.discard(i)
+            self.wake.notify_all()
+
+    def fail_all(self, exc: BaseException) -> None:
+        with self.lock:
+            self.fatal = exc
+            self.wake.notify_all()
+
+    def take_left(self, count: int) -> list[int]:
+        """Every file not handed out (queued or waiting to retry), now counted as running; of
+        `count` files, also those with no outcome (`settle` ends each)."""
+        with self.lock:
+            left = list(self.queue) + [i for _, i in self.delayed]
+            self.queue.clear()
+            self.delayed.clear()
+            self.running += len(left)
+            return left
+
+    def wait_idle(self, give_up: Callable[[float], bool]) -> None:
+        """Wait until no file is running; `give_up(seconds nothing moved)` ends the wait early."""
+        with self.lock:
+            last, still_since = self.running, time.monotonic()
+            while self.running > 0:
+                self.wake.wait(0.5)
+                if self.running != last:
+                    last, still_since = self.running, time.monotonic()
+                elif give_up(time.monotonic() - still_since) and not any(th.is_alive() for th in self.threads):
+                    self.running = 0
+                    return
+
+    # -- workers ---------------------------------------------------------------
+    def start(self, target: Callable[[], None]) -> bool:
+        """Start the workers on `target`; False when there is nothing to do."""
+        with self.lock:
+            if not self.queue:
+                self.ended = True
+                return False
+            self._target = target
+            self.wanted = min(self.wanted, len(self.queue))
+            self.started = True
+            self._spawn()
+            return True
+
+    def set_workers(self, n: int) -> None:
+        """Grow to `n` workers now, or shrink: a worker too many leaves once the files it has
+        in flight are done."""
+        with self.lock:
+            self.wanted = n
+            if self.started and not self.ended:
+                self._spawn()
+            self.wake.notify_all()
+
+    def stop(self) -> None:
+        """Every worker leaves at its next file boundary; files not started stay not done."""
+        with self.lock:
+            self.stopped = True
+        self.set_workers(0)
+
+    def _spawn(self) -> None:
+        while self.live < self.wanted:  # lock held
+            th = threading.Thread(target=self._target, name=f"transfer-cc{len(self.threads)}", daemon=True)
+            self.threads.append(th)
+            self.live += 1
+            th.start()
+
+    def surplus(self) -> bool:
+        with self.lock:
+            return self.live > self.wanted
+
+    def retire(self, gone: list[bool]) -> bool:
+        """At a file boundary: leave if the chunk has a worker too many."""
+        with self.lock:
+            if self.live > self.wanted:
+                self.live -= 1
+                gone[0] = True
+                self.wake.notify_all()
+        return gone[0]
+
+    def worker_left(self, gone: list[bool]) -> None:
+        with self.lock:
+            if not gone[0]:
+                self.live -= 1
+            self.wake.notify_all()
+
+    def join(self) -> None:
+        """Until every worker, including any set_workers added meanwhile, has left."""
+        while True:
+            with self.lock:
+                alive = [th for th in self.threads if th.is_alive()]
+                if not alive:
+                    self.ended = True
+                    return
+            for th in alive:
+                th.join()
