@@ -153,7 +153,7 @@ def starting_point(
         finally:
             store.close()
     link = start.link
-    if link is not None and src is not None and "sftp" in (src.scheme, dst.scheme):
+    if link is not None and src is not None and dst is not None and "sftp" in (src.scheme, dst.scheme):
         link = sftp_link(link)
     return link, start
 
@@ -212,7 +212,7 @@ def plan_chunks(
     specs = algo.plan(sizes, link) if m.files else []
     ranges = [(s.start, s.stop, start.params(s.params) if start is not None else s.params) for s in specs]
     # Split the chunk with the most bytes in half (by bytes) until there are enough.
-    ss = SortedSizes.of(sizes) if m.files else None
+    ss = SortedSizes.of(sizes)
     while ranges and len(ranges) < min_chunks:
         k = max(range(len(ranges)), key=lambda i: (ss.bytes(ranges[i][0], ranges[i][1]), ranges[i][1] - ranges[i][0]))
         lo, hi, prm = ranges[k]
@@ -333,7 +333,7 @@ def run_chunk(
                 if journal is not None:
                     journal.close()
             verify_summary = session.verify_summary()
-        if store is not None:
+        if store is not None and record is not None:
             store.record_chunk(record.id, result, started_at=started_at, ended_at=ended_at)
     finally:
         if store is not None:
@@ -400,9 +400,9 @@ def verify_tree(
     with TransferSession(src, dst, skip_existing=False, retry=retry or RetryPolicy(), verify=algorithm) as session:
         sides = []
         for ep in (src, dst):
-            d = DestinationDigests(algorithm, session.pool if ep.scheme == "sftp" else None)
-            d.start()
-            sides.append(d)
+            side = DestinationDigests(algorithm, session.pool if ep.scheme == "sftp" else None)
+            side.start()
+            sides.append(side)
         try:
             for lo in range(0, len(paths), batch):
                 idx = range(lo, min(lo + batch, len(paths)))
@@ -427,8 +427,8 @@ def verify_tree(
                 say(f"verified {min(lo + batch, len(paths))}/{len(paths)} files, {len(problems)} problems")
             where = {"source": sides[0].where, "destination": sides[1].where}
         finally:
-            for d in sides:
-                d.close()
+            for side in sides:
+                side.close()
         repaired = 0
         still_bad = list(problems)
         if repair and bad_rows:

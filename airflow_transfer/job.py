@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from .engine.accounting import Reporter, Stats
 from .engine.backend_copy import BackendSession
+from .engine.choose import session_for
 from .engine.chunk_session import EngineChunkSession
 from .engine.fallback import FallbackSession
 from .engine.params import TransferParams
@@ -27,7 +28,6 @@ from .protocols.fallback import alternate_endpoints
 from .protocols.pool import SFTPPool, warm_count
 from .protocols.replicas import ReplicaSet
 from .protocols.resolve import resolve_endpoint
-from .protocols.sessions import uses_engine
 from .store import Store, StoreError, decode, decode_blocks
 from .summary import TransferSummary
 from .tuning import LinkInfo, get_algorithm
@@ -50,7 +50,7 @@ class CopyRequest:
     restart: bool = False  # ignore the journal of an earlier attempt
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     use_store: bool = True
-    link: object | None = None  # tuning.models.LinkInfo; None: unknown (auto then adapts by measurement)
+    link: LinkInfo | None = None  # None: unknown (auto then adapts by measurement)
     verify: str | None = "sha256"  # checksum algorithm for end-to-end verification; None = off
     before_verify: Callable[[str], None] | None = None  # fault injection for tests: called with each temp path
     measure_link: bool | None = None  # no library entry: True/False measure or not; None decides (should_measure)
@@ -111,19 +111,15 @@ def open_session(req: CopyRequest, stats: Stats | None) -> Session:
             engine_options=engine_options(req),
             pool=req.pool,
         )
-    if uses_engine(req.src, req.dst):
-        return TransferSession(
-            req.src,
-            req.dst,
-            stats=stats,
-            skip_existing=req.skip_existing,
-            retry=req.retry,
-            verify=req.verify,
-            pool=req.pool,
-            **engine_options(req),
-        )
-    return BackendSession(
-        req.src, req.dst, stats=stats, skip_existing=req.skip_existing, retry=req.retry, verify=req.verify
+    return session_for(
+        req.src,
+        req.dst,
+        stats=stats,
+        skip_existing=req.skip_existing,
+        retry=req.retry,
+        verify=req.verify,
+        engine_options=engine_options(req),
+        pool=req.pool,
     )
 
 
@@ -321,7 +317,7 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
         server=server,
         extra=session.summary_extra(),  # fall-back: per-protocol totals; replicas: per-host
     ).as_dict()
-    if store is not None:
+    if store is not None and record is not None:
         for c in chunks:
             store.record_chunk(record.id, c)
         store.finish_transfer(record.id, "failed" if summary["failed"] else "succeeded", summary)

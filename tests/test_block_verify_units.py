@@ -12,7 +12,8 @@ import tracemalloc
 
 import pytest
 
-from airflow_transfer.engine.block_verify import Block, BlockSource, BlockVerifier, _File, block_spans
+from airflow_transfer.engine.block_book import FileBlocks
+from airflow_transfer.engine.block_verify import Block, BlockSource, BlockVerifier, block_spans
 from airflow_transfer.engine.sftp_jobs import FileTask
 from airflow_transfer.engine.verify import DestinationDigests
 from airflow_transfer.integrity.algorithms import ALGORITHMS
@@ -42,7 +43,7 @@ def test_block_source_hashes_in_order_and_emits_after_every_byte_is_acked():
 
 
 def test_a_block_replaces_what_it_overlaps_and_counts_what_is_unchecked():
-    f = _File(0, FileTask("f", 100, 0.0, "/s", "/d", "/t"))
+    f = FileBlocks(0, FileTask("f", 100, 0.0, "/s", "/d", "/t"))
     for off in (0, 30, 60):
         f.put(Block(off, 30, "x", "ok"))
     f.put(Block(90, 10, "y"))  # sent, not checked yet
@@ -106,7 +107,7 @@ def test_blocks_completed_out_of_order_are_kept_in_offset_order():
     for k in (1, 3, 0, 2):  # the server acknowledges block 1 first
         src.acked(k * BLOCK, BLOCK)
     assert [b.offset // BLOCK for b in out] == [1, 3, 0, 2]
-    f = _File(0, FileTask("f", len(data), 0.0, "/s", "/d", "/t"))
+    f = FileBlocks(0, FileTask("f", len(data), 0.0, "/s", "/d", "/t"))
     for b in out:
         f.put(b)
     assert f.offsets == [0, BLOCK, 2 * BLOCK, 3 * BLOCK]

@@ -14,7 +14,9 @@ import pytest
 
 from airflow_transfer.protocols.pool import SFTPPool
 from airflow_transfer.protocols.ssh import SSHTarget
-from airflow_transfer.query.rangefile import HTTPRangeFile, LocalRangeFile, ReadStats, SFTPRangeFile
+from airflow_transfer.query.http_rangefile import HTTPRangeFile
+from airflow_transfer.query.rangefile import LocalRangeFile, ReadStats
+from airflow_transfer.query.sftp_rangefile import SFTPRangeFile
 from tests.support.http_range import RangeServer
 from tests.support.sshd import chown_to_user
 

@@ -36,10 +36,9 @@ from .accounting import Stats
 from .control import Control
 from .failures import ChecksumMismatch, SizeMismatch
 from .params import TransferParams
-from .result import ChunkResult
 from .retry import RetryPolicy, classify
-from .runner import Runner, run_chunk
-from .session import SessionBase
+from .runner import Runner
+from .session import Session
 from .sftp_jobs import FileTask, SourceChanged, count_progress
 
 BLOCK = 1 << 20
@@ -71,7 +70,7 @@ def _connect(endpoint: Endpoint) -> backends.Backend:
         ) from exc
 
 
-class BackendSession(SessionBase):
+class BackendSession(Session):
     """Source and destination backends, with idle connection pairs kept for the next file."""
 
     def __init__(
@@ -179,7 +178,7 @@ class BackendSession(SessionBase):
             raise
         self.release_pair(pair)
 
-    def _already_there(self, tasks: list[FileTask]) -> set[int]:
+    def already_there(self, tasks: list[FileTask]) -> set[int]:
         """Files whose destination has the same size and mtime: one listing per directory
         (a round trip each), not one stat per file."""
         done: set[int] = set()
@@ -225,35 +224,25 @@ class BackendSession(SessionBase):
 
     def summary_extra(self) -> dict:
         if self.src.scheme == "replicas":
-            return {"replicas": self.src.options["set"].summary()}  # per host: bytes read, failures
+            return {"replicas": (self.src.options or {})["set"].summary()}  # per host: bytes read, failures
         return {}
 
     # -- the primitive ---------------------------------------------------------------
-    def perform(
-        self,
-        files: pa.Table,
-        params: TransferParams,
-        *,
-        src_root: str,
-        dst_root: str,
-        chunk_id: str = "chunk-0",
-        modes: list[int] | None = None,
-        resume: dict[str, list] | None = None,
-    ) -> ChunkResult:
+    def tasks(self, files: pa.Table, src_root: str, dst_root: str, modes: list[int] | None) -> list[FileTask]:
         paths = files[ms.PATH].to_pylist()
         sizes = files[ms.SIZE].to_pylist()
         mtimes = files[ms.MTIME].to_pylist()
-        tasks = []
+        out = []
         for i, rel in enumerate(paths):
             check_relative(rel, self.src.display)
             dst = _join(dst_root, rel)
             tmp = dst if self.dst_caps.atomic_put or not self.dst_caps.rename else temp_name(dst)
-            t = FileTask(rel, int(sizes[i]), float(mtimes[i]), _join(src_root, rel), dst, tmp)
-            t.mode = modes[i] if modes else 0o644
-            t.resumable = resume is not None and rel in resume
-            tasks.append(t)
-        used = TransferParams(pp=1, p=1, cc=params.cc)
-        return run_chunk(self, tasks, used, chunk_id=chunk_id, dst_root=dst_root, already_there=self._already_there)
+            out.append(FileTask(rel, int(sizes[i]), float(mtimes[i]), _join(src_root, rel), dst, tmp))
+            out[-1].mode = modes[i] if modes else 0o644
+        return out
+
+    def chunk_params(self, params: TransferParams) -> TransferParams:
+        return TransferParams(pp=1, p=1, cc=params.cc)  # no request pipelining here; cc connections
 
     def mover(self, runner: Runner) -> BackendMover:
         return BackendMover(self, runner)

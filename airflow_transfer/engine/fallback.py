@@ -27,57 +27,30 @@ reason).
 from __future__ import annotations
 
 import os
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import replace
+from typing import Unpack, cast
 
 import pyarrow as pa
 
 from ..errors import TransferError, UsageError
 from ..manifest import list_local, list_remote
 from ..protocols.endpoint import Endpoint
-from ..protocols.fallback import DEFAULT_PROBE_INTERVAL, DEFAULT_THRESHOLD, now_iso, probe, protocol_name
+from ..protocols.fallback import DEFAULT_PROBE_INTERVAL, DEFAULT_THRESHOLD, protocol_name
 from ..protocols.sessions import uses_engine
+from . import phases
 from .accounting import Stats
 from .backend_copy import BackendSession
-from .control import NOT_FINISHED, Controller
+from .choose import session_for
+from .control import Controller
 from .params import TransferParams
-from .result import ChunkResult, FileOutcome
+from .phases import PhaseStart, PhaseStats
+from .result import ChunkResult
 from .retry import RetryPolicy, classify
-from .session import SessionBase
+from .session import ChunkPlace, Session
 from .transfer import TransferSession
 
 
-class _PhaseStats:
-    """The copy's Stats as a phase sees them: a file a phase gives up on is not counted as
-    failed (another protocol may carry it; the fall-back counts final failures itself), and
-    bytes a later protocol sends again (a resumed file's prefix) never push the progress past
-    the copy's total."""
-
-    def __init__(self, stats) -> None:
-        object.__setattr__(self, "_stats", stats)
-
-    def file_finished(self, ok: bool, skipped: bool = False) -> None:
-        if ok:
-            self._stats.file_finished(ok, skipped)
-
-    def add_bytes(self, n: int) -> None:
-        s = self._stats
-        room = s.bytes_total - s.bytes_done
-        if n > room:
-            n = max(0, room)
-        if n:
-            s.add_bytes(n)
-
-    def __getattr__(self, name):
-        return getattr(self._stats, name)
-
-    def __setattr__(self, name, value):
-        setattr(self._stats, name, value)
-
-
-class FallbackSession(SessionBase):
+class FallbackSession(Session):
     def __init__(
         self,
         src: Endpoint,
@@ -101,7 +74,7 @@ class FallbackSession(SessionBase):
         self.protocols = protocols
         self.side = side
         self.stats = stats or Stats()
-        self.phase_stats = _PhaseStats(self.stats)
+        self.phase_stats = PhaseStats(self.stats)
         self.skip_existing = skip_existing
         self.retry = retry or RetryPolicy()
         self.verify = verify
@@ -110,7 +83,7 @@ class FallbackSession(SessionBase):
         self.log = log or (lambda line: None)
         self.engine_options = engine_options or {}  # verify_mode etc. for the pipelined engine's phases
         self.current = 0
-        # SessionBase.__init__ is not called: journal, before_verify and the engine's verification
+        # Session.__init__ is not called: journal, before_verify and the engine's verification
         # settings are properties passing through to the engine phase.
         self.switches: list[dict] = []
         self.on_switch: Callable[[dict], None] | None = None
@@ -138,7 +111,7 @@ class FallbackSession(SessionBase):
             self.engine = TransferSession(
                 s,
                 d,
-                stats=self.phase_stats,
+                stats=cast(Stats, self.phase_stats),  # counts like the copy's Stats
                 skip_existing=skip_existing,
                 retry=self.retry,
                 verify=verify,
@@ -150,6 +123,7 @@ class FallbackSession(SessionBase):
         elif pool is not None:
             pool.close()
         self.pool = self.engine.pool if self.engine is not None else None
+        self.verify_mode = self.engine.verify_mode if self.engine is not None else "file"
 
     # -- what job.py sets and reads on a session, passed to the engine ---------------
     @property
@@ -173,10 +147,6 @@ class FallbackSession(SessionBase):
             self.engine.before_verify = value
 
     @property
-    def verify_mode(self) -> str:
-        return self.engine.verify_mode if self.engine is not None else "file"
-
-    @property
     def bandwidth_bps(self):
         return self.engine.bandwidth_bps if self.engine is not None else None
 
@@ -196,7 +166,11 @@ class FallbackSession(SessionBase):
 
     def warm(self, connections: int) -> None:
         if self.engine is not None:
-            self.engine.warm(connections)
+            self._eng().warm(connections)
+
+    def _eng(self) -> TransferSession:
+        assert self.engine is not None  # asked only while the engine phase is open
+        return self.engine
 
     def drive_engine(self) -> TransferSession | None:
         """The preferred protocol's engine session, for job.py to run the tuning algorithm on as a
@@ -207,39 +181,27 @@ class FallbackSession(SessionBase):
         return self.engine
 
     def server_summary(self) -> tuple[dict | None, list[str]]:
-        return self.engine.server_summary() if self._engine_open else self._engine_summary
+        return self._eng().server_summary() if self._engine_open else self._engine_summary
 
     # -- endpoints -----------------------------------------------------------
     def pair(self, index: int) -> tuple[Endpoint, Endpoint]:
         ep = self.protocols[index]
         return (ep, self.dst) if self.side == "src" else (self.src, ep)
 
-    def _session(self, index: int, ctl: Controller, skip: bool):
+    def _session(self, index: int, ctl: Controller, skip: bool) -> Session:
         s, d = self.pair(index)
         if index == 0 and self._engine_open and ctl is self.ctl0:
-            return self.engine
-        if uses_engine(s, d):
-            sess = TransferSession(
-                s,
-                d,
-                stats=self.phase_stats,
-                skip_existing=skip,
-                retry=self.retry,
-                verify=self.verify,
-                **self.engine_options,
-            )
-            sess.journal, sess.control = self._journal, ctl
-        else:
-            sess = BackendSession(
-                s,
-                d,
-                stats=self.phase_stats,
-                skip_existing=skip,
-                retry=self.retry,
-                journal=self._journal,
-                verify=self.verify,
-                control=ctl,
-            )
+            return self._eng()
+        sess = session_for(
+            s,
+            d,
+            stats=cast(Stats, self.phase_stats),  # counts like the copy's Stats
+            skip_existing=skip,
+            retry=self.retry,
+            verify=self.verify,
+            engine_options=self.engine_options,
+        )
+        sess.journal, sess.control = self._journal, ctl
         sess.before_verify = self._before_verify
         return sess
 
@@ -248,15 +210,15 @@ class FallbackSession(SessionBase):
         if not self._engine_open:
             return
         self._engine_open = False
-        if self.engine.verify is not None and (self.engine.verifier is not None or self.engine._retired):
-            self._verify_parts.append((protocol_name(self.protocols[0]), self.engine.verify_summary()))
-        self._engine_summary = self.engine.server_summary()
-        self.engine.close()
+        if self._eng().verify is not None and (self._eng().verifier is not None or self._eng()._retired):
+            self._verify_parts.append((protocol_name(self.protocols[0]), self._eng().verify_summary()))
+        self._engine_summary = self._eng().server_summary()
+        self._eng().close()
 
     # -- the TransferSession surface -----------------------------------------------
     def close(self) -> None:
         if self._engine_open:
-            self.engine.close()
+            self._eng().close()
 
     def __enter__(self) -> FallbackSession:
         return self
@@ -278,8 +240,8 @@ class FallbackSession(SessionBase):
         for i in order:
             s, d = self.pair(i)
             try:
-                if i == 0 and self._engine_open and self.engine.pool is not None:
-                    return list_remote(self.engine.pool, s.path, s.display)
+                if i == 0 and self._engine_open and self._eng().pool is not None:
+                    return list_remote(self._eng().pool, s.path, s.display)
                 if uses_engine(s, d):
                     with TransferSession(s, d, retry=self.retry) as sess:
                         return list_remote(sess.pool, s.path, s.display)
@@ -305,7 +267,7 @@ class FallbackSession(SessionBase):
         if not self._engine_open:
             return
         try:
-            self.engine.ensure_dirs(dst_root, rel_dirs)
+            self._eng().ensure_dirs(dst_root, rel_dirs)
             self._dirs_pending = False
         except Exception as exc:  # noqa: BLE001 - counted; the phases try again
             self.ctl0.absorb(exc)
@@ -315,7 +277,7 @@ class FallbackSession(SessionBase):
             return {"algorithm": "none", "mode": "none", "where": "none", "verified": 0, "repaired": 0, "mismatched": 0}
         parts = list(self._verify_parts)
         if self._engine_open:
-            parts.append((protocol_name(self.protocols[0]), self.engine.verify_summary()))
+            parts.append((protocol_name(self.protocols[0]), self._eng().verify_summary()))
         if len(parts) == 1 and not self.switches:
             return parts[0][1]  # one phase carried everything: its own account (mode, blocks, ...)
         out = {"algorithm": self.verify, "mode": "file", "verified": 0, "repaired": 0, "mismatched": 0}
@@ -338,260 +300,12 @@ class FallbackSession(SessionBase):
             "files_sent_twice_in_full": len(self.sent_twice),
         }
 
-    # -- switching ---------------------------------------------------------------
-    def _switch(self, to: int, reason: str) -> None:
-        frm = protocol_name(self.protocols[self.current])
-        rec = {"at": now_iso(), "from": frm, "to": protocol_name(self.protocols[to]), "reason": reason}
-        self.switches.append(rec)
-        self.log(f"protocol switch: {rec['from']} -> {rec['to']} ({reason})")
-        if self.on_switch is not None:
-            try:
-                self.on_switch(rec)
-            except Exception:  # noqa: BLE001 - the record is in the summary either way
-                pass
-        self.current = to
+    # -- the phases (engine/phases.py) ----------------------------------------------------
+    def perform(self, files: pa.Table, params: TransferParams, **place: Unpack[ChunkPlace]) -> ChunkResult:
+        return phases.run_phases(self, files, params, PhaseStart(first_phase=True, touched=False), **place)
 
-    def _prober(self, index: int, ctl: Controller, stop: threading.Event) -> threading.Thread:
-        def run():
-            while not stop.wait(self.probe_interval):
-                for j in range(index):
-                    if probe(self.protocols[j]) is None:
-                        name = protocol_name(self.protocols[j])
-                        ctl.request_switch(j, f"preferred protocol {name} answers again")
-                        return
-
-        th = threading.Thread(target=run, name="protocol-prober", daemon=True)
-        th.start()
-        return th
-
-    def _count(self, name: str, outcomes: list[FileOutcome], moved: int) -> None:
-        stats = self.per_protocol.setdefault(name, {"files": 0, "bytes_moved": 0, "phases": 0})
-        stats["phases"] += 1
-        stats["files"] += sum(1 for o in outcomes if o.ok and not o.skipped)
-        stats["bytes_moved"] += moved
-
-    # -- after job.py ran the tuning algorithm on the engine ---------------------------
     def complete(
-        self,
-        chunks: list[ChunkResult],
-        files: pa.Table,
-        params: TransferParams,
-        *,
-        src_root: str,
-        dst_root: str,
-        modes: list[int] | None = None,
-        resume: dict[str, list] | None = None,
+        self, chunks: list[ChunkResult], files: pa.Table, params: TransferParams, **place: Unpack[ChunkPlace]
     ) -> list[ChunkResult]:
-        """Carry what the engine's run left: every file it did not finish when the preferred
-        protocol was abandoned, else the files it never got to (a connection that failed below
-        the threshold). Their outcomes move from the engine's chunks to one more chunk."""
-        if not self._driven:
-            return chunks
-        self._driven = False
-        name = protocol_name(self.protocols[0])
-        outcomes = [o for c in chunks for o in c.outcomes]
-        self._count(name, outcomes, sum(c.bytes_moved for c in chunks))
-        ctl = self.ctl0
-        aborted = ctl.aborted()
-        carry = {o.path for o in outcomes if not o.ok and (aborted or (o.error or "").startswith(NOT_FINISHED))}
-        self._retire_engine()
-        for o in outcomes:
-            if not o.ok and o.path not in carry:
-                self.stats.file_finished(False)  # final here: the phase stats did not count it
-        if not carry:
-            return chunks
-        failed_in_row = 0
-        if aborted:
-            self.tried[name] = ctl.reason
-            failed_in_row = 1
-            nxt = 1 % len(self.protocols)
-            if nxt != 0:
-                self._switch(nxt, ctl.reason)
-        paths = files["path"].to_pylist()
-        idx = [g for g, p in enumerate(paths) if p in carry]
-        sub = files.take(pa.array(idx, pa.int64()))
-        sub_modes = [modes[g] for g in idx] if modes else None
-        used = TransferParams(pp=1, p=1, cc=max([c.params.cc for c in chunks] or [params.cc]))
-        res = self._phases(
-            sub,
-            used,
-            src_root=src_root,
-            dst_root=dst_root,
-            chunk_id="fallback",
-            modes=sub_modes,
-            resume=resume,
-            first_phase=False,
-            touched=True,
-            failed_in_row=failed_in_row,
-            carried=0 if aborted else ctl.consecutive,
-        )
-        for c in chunks:
-            c.outcomes = [o for o in c.outcomes if o.path not in carry]
-        return [*chunks, res]
-
-    # -- the primitive ----------------------------------------------------------------
-    def perform(
-        self,
-        files: pa.Table,
-        params: TransferParams,
-        *,
-        src_root: str,
-        dst_root: str,
-        chunk_id: str = "chunk-0",
-        modes: list[int] | None = None,
-        resume: dict[str, list] | None = None,
-    ) -> ChunkResult:
-        return self._phases(
-            files,
-            params,
-            src_root=src_root,
-            dst_root=dst_root,
-            chunk_id=chunk_id,
-            modes=modes,
-            resume=resume,
-            first_phase=True,
-            touched=False,
-        )
-
-    def _phases(
-        self,
-        files: pa.Table,
-        params: TransferParams,
-        *,
-        src_root: str,
-        dst_root: str,
-        chunk_id: str,
-        modes: list[int] | None,
-        resume: dict[str, list] | None,
-        first_phase: bool,
-        touched: bool,
-        failed_in_row: int = 0,
-        carried: int = 0,
-    ) -> ChunkResult:
-        t0 = time.monotonic()
-        n = files.num_rows
-        sizes = files["size"].to_pylist()
-        paths = files["path"].to_pylist()
-        result = ChunkResult(chunk_id, params, files=n, bytes=sum(sizes), started=t0)
-        outcomes: dict[int, FileOutcome] = {}
-        moved = [0] * n
-        full_sends = [0] * n
-        tries = [0] * n  # phases that carried each file
-        remaining = list(range(n))
-        was_touched: set[int] = set(remaining) if touched else set()
-        while remaining:
-            if self.retry.time_left() <= 0:
-                tried = "; ".join(f"{k}: {v}" for k, v in self.tried.items()) or "nothing could be tried"
-                msg = f"no protocol could finish this file before the deadline (tried {tried})"
-                for g in remaining:
-                    outcomes[g] = FileOutcome(paths[g], sizes[g], moved[g], 0.0, False, msg)
-                    if self._journal is not None:
-                        self._journal.mark_failed(paths[g], msg)
-                    self.stats.file_finished(False)
-                break
-            index = self.current
-            name = protocol_name(self.protocols[index])
-            on_engine = index == 0 and self._engine_open
-            ctl = self.ctl0 if on_engine else Controller(self.threshold, carried)
-            stop = threading.Event()
-            if index > 0:
-                self._prober(index, ctl, stop)
-            phase_resume = {}
-            for g in remaining:
-                rel = paths[g]
-                if (resume is not None and rel in resume) or (g in was_touched and self.verify):
-                    phase_resume[rel] = (resume or {}).get(rel) or []
-            sess = None
-            phase_out: list[FileOutcome] = []
-            phase_moved = 0
-            done_idx: list[int] = []
-            error: BaseException | None = None
-            try:
-                sess = self._session(index, ctl, skip=self.skip_existing and first_phase)
-                if self._dirs_pending and self._empty_dirs:
-                    sess.ensure_dirs(*self._empty_dirs)
-                    self._dirs_pending = False
-                sub = files.take(pa.array(remaining, pa.int64()))
-                sub_modes = [modes[g] for g in remaining] if modes else None
-                res = sess.perform(
-                    sub,
-                    params,
-                    src_root=src_root,
-                    dst_root=dst_root,
-                    chunk_id=chunk_id,
-                    modes=sub_modes,
-                    resume=phase_resume,
-                )
-                phase_out, done_idx, phase_moved = res.outcomes, list(remaining), res.bytes_moved
-            except Exception as exc:  # noqa: BLE001 - the protocol failed as a whole (connect, mkdir, ...)
-                error = exc
-                retry, _ = classify(exc)
-                text = getattr(exc, "message", None) or f"{exc.__class__.__name__}: {exc}"
-                if retry:
-                    ctl.event(False, "connect", text)
-                    if not ctl.aborted():
-                        # Below the threshold: same protocol again after a pause.
-                        wait = min(self.retry.delay(ctl.consecutive), max(0.0, self.retry.time_left()))
-                        time.sleep(wait)
-                else:
-                    ctl.fail_now(text)
-            finally:
-                stop.set()
-                if sess is not None and sess is not self.engine:
-                    try:
-                        self._verify_parts.append((name, sess.verify_summary()))
-                    except Exception:  # noqa: BLE001
-                        pass
-                    sess.close()
-            first_phase = False
-            abandoned = ctl.aborted() or ctl.stopping()
-            for g, o in zip(done_idx, phase_out):
-                moved[g] += o.bytes_moved
-                tries[g] += 1
-                if sizes[g] > 0:
-                    full_sends[g] += o.bytes_moved // sizes[g]  # this phase sent the whole file that often
-                was_touched.add(g)
-                unfinished = (o.error or "").startswith(NOT_FINISHED)
-                if o.ok or not (abandoned or unfinished):
-                    outcomes[g] = replace(o, bytes_moved=moved[g])
-                    if not o.ok:
-                        self.stats.file_finished(False)
-            self._count(name, phase_out, phase_moved)
-            if on_engine and (abandoned or error is not None):
-                self._retire_engine()
-            remaining = [g for g in remaining if g not in outcomes]
-            if ctl.successes:
-                failed_in_row = 0
-            carried = 0 if (ctl.aborted() or ctl.switch_to is not None) else ctl.consecutive
-            if ctl.switch_to is not None and remaining:
-                self._switch(ctl.switch_to, ctl.reason)
-                continue
-            if ctl.aborted() and remaining:
-                self.tried[name] = ctl.reason
-                failed_in_row += 1
-                nxt = (index + 1) % len(self.protocols)
-                if failed_in_row >= len(self.protocols):
-                    # Every protocol failed in a row: wait, then start again from the preferred one.
-                    nxt = 0
-                    wait = min(self.retry.delay(failed_in_row // len(self.protocols)), max(0.0, self.retry.time_left()))
-                    self.log(f"all protocols failed; next try in {wait:.1f}s")
-                    time.sleep(wait)
-                if nxt != index:
-                    self._switch(nxt, ctl.reason)
-                continue
-            if remaining and (
-                error is not None
-                or any((o.error or "").startswith(NOT_FINISHED) for g, o in zip(done_idx, phase_out) if g in remaining)
-            ):
-                continue  # below the threshold: the same protocol again
-            break
-        for g in range(n):
-            if g not in outcomes:
-                outcomes[g] = FileOutcome(paths[g], sizes[g], moved[g], 0.0, False, "not transferred")
-        self.sent_twice += [paths[g] for g in range(n) if full_sends[g] >= 2]
-        result.outcomes = [outcomes[g] for g in range(n)]
-        result.bytes_moved = sum(moved)
-        result.retried = sum(1 for k in tries if k > 1)
-        result.bytes_resent = sum(max(0, moved[g] - sizes[g]) for g in range(n))
-        result.seconds = time.monotonic() - t0
-        return result
+        """Carry what the engine's run left (job.py ran the tuning algorithm on it first)."""
+        return phases.carry_left(self, chunks, files, params, **place)

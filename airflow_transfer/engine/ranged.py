@@ -85,7 +85,8 @@ def move_ranges(mover: SFTPMover, conn: Any, i: int) -> None:
                 if not r.alg:
                     conn.wire.rename(t.tmp, t.dst)
             else:
-                os.close(local_fd)
+                if local_fd is not None:
+                    os.close(local_fd)
                 local_fd = None
                 finalize_local(t, rename=not r.alg)
     except (OSError, SFTPProtocolError) as exc:
@@ -101,7 +102,7 @@ def move_ranges(mover: SFTPMover, conn: Any, i: int) -> None:
         return
     # Keep what arrived: the next attempt sends only the ranges still missing. The ranges
     # acknowledged, not a count from each range's start: a short read leaves a gap.
-    done = [tuple(rg) for j in jobs for rg in j.ranges]
+    done = [(rg[0], rg[1]) for j in jobs for rg in j.ranges]
     if done:
         t.journaled = True
     t.todo_ranges = resume.subtract(todo if not fresh else [(0, t.size)], done)
@@ -129,14 +130,14 @@ def _make_jobs(
             handle = conn.wire.expect_handle(t_, r_, t.tmp)
             t_, r_ = conn.wire.call(w.CLOSE, conn.wire.p_handle(handle))
             conn.wire.expect_status(t_, r_, t.tmp)
-        jobs = [UploadJob(t, lo, hi, False, s.stats, truncate=False) for lo, hi in pieces]
-        if r.verify.blocks is not None:
-            for j in jobs:
-                j.defer_rename = True
-                attach_range_job(r.verify.blocks, i, t, j, r.journal_range, r.verify.journal_block)
-        elif r.alg:
-            for j in jobs:
-                j.hasher = SourceHasher(r.alg, j.start)
+        uploads = [UploadJob(t, lo, hi, False, s.stats, truncate=False) for lo, hi in pieces]
+        for up in uploads:
+            if r.verify.blocks is not None:
+                up.defer_rename = True
+                attach_range_job(r.verify.blocks, i, t, up, r.journal_range, r.verify.journal_block)
+            elif r.alg:
+                up.hasher = SourceHasher(r.alg, up.start)
+        jobs = list(uploads)
     else:
         local_fd = os.open(t.tmp, os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if fresh else 0), 0o600)
         try:

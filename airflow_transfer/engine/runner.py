@@ -238,7 +238,6 @@ def run_chunk(
     *,
     chunk_id: str,
     dst_root: str,
-    already_there: Callable[[list[FileTask]], set[int]],
     attach: Callable[[Runner], None] = lambda runner: None,
 ) -> ChunkResult:
     """Move `tasks` with `params` and return the chunk's result: the one way through, whatever
@@ -252,7 +251,7 @@ def run_chunk(
     if not why:
         try:
             session.ensure_dirs(dst_root, dirs)
-            skip = already_there(tasks) if session.skip_existing and tasks else set()
+            skip = session.already_there(tasks) if session.skip_existing and tasks else set()
         except Exception as exc:
             if not session.control.absorb(exc):  # a fall-back carries these files elsewhere
                 raise

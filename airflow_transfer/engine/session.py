@@ -3,19 +3,23 @@
 Three sessions implement it: the pipelined engine for local <-> SFTP
 (engine/transfer.py), the generic path for any pair of backends
 (engine/backend_copy.py), and the fall-back over several protocols
-(engine/fallback.py). `SessionBase` gives the answers a session without that
+(engine/fallback.py). The base class gives the answers a session without a
 feature gives, so callers ask every session the same questions instead of
-telling them apart.
+telling them apart; the first two move a chunk the same way (`perform`) and
+differ only in the tasks they build, the mover beneath the runner and how
+verification is attached.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Required, TypedDict, Unpack
 
 from ..errors import TransferError
 from ..manifest import Manifest, list_local
+from .resume import plan as plan_resume
+from .runner import run_chunk
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -27,77 +31,85 @@ if TYPE_CHECKING:
     from .result import ChunkResult
     from .retry import RetryPolicy
     from .runner import Mover, Runner
+    from .sftp_jobs import FileTask
     from .transfer import TransferSession
 
 
-class Session(Protocol):
+class ChunkPlace(TypedDict, total=False):
+    """Where a chunk's files come from and go, and what an earlier attempt left of them."""
+
+    src_root: Required[str]
+    dst_root: Required[str]
+    chunk_id: str  # default "chunk-0"
+    modes: list[int] | None  # permission bits per file, in the table's order
+    resume: dict[str, list] | None  # path -> byte ranges the journal holds (listing unchanged)
+
+
+class Session:
+    """A session over a source and a destination; subclasses set the attributes below."""
+
     src: Endpoint
     dst: Endpoint
     stats: Stats
     retry: RetryPolicy
     journal: Any  # a store JournalWriter, or None
     verify: str | None  # checksum algorithm, None = no verification
-    verifier: Any
     control: Control
-    direction: str  # upload, download, local, or "<scheme>-><scheme>"
+    direction: str  # upload, download, local, "<scheme>-><scheme>" or fallback
     remote: Endpoint | None  # the SFTP end the engine talks to, if any
     skip_existing: bool
-    verify_mode: str
-    pool: Any  # the SFTP connection pool, where the engine has one
-    before_verify: Callable[[str], None] | None  # tests inject faults here
-    on_runner: Callable[[Runner], None] | None
-    switches: list[dict]  # protocol switches (a fall-back's)
-    on_switch: Callable[[dict], None] | None
-    bandwidth_bps: float | None
-    resume_blocks: dict[str, list]
-
-    def list_source(self) -> Manifest: ...
-    def warm(self, connections: int) -> None: ...
-    def ensure_dirs(self, dst_root: str, rel_dirs: list[str]) -> None: ...
-    def perform(
-        self,
-        files: pa.Table,
-        params: TransferParams,
-        *,
-        src_root: str,
-        dst_root: str,
-        chunk_id: str = "chunk-0",
-        modes: list[int] | None = None,
-        resume: dict[str, list] | None = None,
-    ) -> ChunkResult: ...
-    def drive_engine(self) -> TransferSession | None: ...
-    def complete(
-        self, chunks: list[ChunkResult], files: pa.Table, params: TransferParams, **kw: Any
-    ) -> list[ChunkResult]: ...
-    def time_left(self) -> float: ...
-    def mover(self, runner: Runner) -> Mover: ...
-    def verify_summary(self) -> dict: ...
-    def server_summary(self) -> tuple[dict | None, list[str]]: ...
-    def summary_extra(self) -> dict: ...
-    def close(self) -> None: ...
-    def __enter__(self) -> Session: ...
-    def __exit__(self, *exc: object) -> None: ...
-
-
-class SessionBase:
-    """Defaults for what a session does not have: no warm-up, no protocol switches, no remote
-    server to describe, nothing left over for another protocol."""
-
-    src: Endpoint
-    control: Control
-    retry: RetryPolicy
     verify_mode = "file"  # how a verifying session checks files (the engine chooses per direction)
     pool: Any = None  # the SFTP connection pool, where the engine has one
 
     def __init__(self) -> None:
-        self.switches: list[dict] = []
+        self.switches: list[dict] = []  # protocol switches (a fall-back's)
         self.on_switch: Callable[[dict], None] | None = None
         self.on_runner: Callable[[Runner], None] | None = None  # sees each chunk's runner before it runs
         self.bandwidth_bps: float | None = None  # the link's, when known: balances block checksum threads
         self.resume_blocks: dict[str, list] = {}  # path -> journaled block digests (block mode)
-        self.before_verify: Callable[[str], None] | None = None
+        self.before_verify: Callable[[str], None] | None = None  # tests inject faults here
         self.verifier: Any = None
 
+    # -- moving a chunk ------------------------------------------------------------
+    def perform(self, files: pa.Table, params: TransferParams, **place: Unpack[ChunkPlace]) -> ChunkResult:
+        """Move `files` with `params`: the one way through the runner (engine/runner.py)."""
+        resume = place.get("resume")
+        params = self.chunk_params(params)
+        tasks = self.tasks(files, place["src_root"], place["dst_root"], place.get("modes"))
+        plan_resume(tasks, resume, params.p)
+        return run_chunk(
+            self,
+            tasks,
+            params,
+            chunk_id=place.get("chunk_id", "chunk-0"),
+            dst_root=place["dst_root"],
+            attach=lambda runner: self.attach(runner, resume),
+        )
+
+    def chunk_params(self, params: TransferParams) -> TransferParams:
+        """The parameters this session can use of those asked for."""
+        return params
+
+    def tasks(self, files: pa.Table, src_root: str, dst_root: str, modes: list[int] | None) -> list[FileTask]:
+        raise NotImplementedError
+
+    def already_there(self, tasks: list[FileTask]) -> set[int]:
+        """Indices of files whose destination has the same size and mtime (skipped)."""
+        return set()
+
+    def attach(self, runner: Runner, resume: dict[str, list] | None) -> None:
+        """Wire the session's verifier to a chunk's runner, if it verifies that way."""
+
+    def mover(self, runner: Runner) -> Mover:
+        raise NotImplementedError
+
+    def ensure_dirs(self, dst_root: str, rel_dirs: list[str]) -> None:
+        raise NotImplementedError
+
+    def verify_summary(self) -> dict:
+        raise NotImplementedError
+
+    # -- defaults for what a session does not have -------------------------------------
     def list_source(self) -> Manifest:
         if not os.path.exists(self.src.path):
             raise TransferError("source does not exist", self.src.path, "check the source path")
@@ -111,7 +123,7 @@ class SessionBase:
         return None
 
     def complete(
-        self, chunks: list[ChunkResult], files: pa.Table, params: TransferParams, **kw: Any
+        self, chunks: list[ChunkResult], files: pa.Table, params: TransferParams, **place: Unpack[ChunkPlace]
     ) -> list[ChunkResult]:
         """After the tuning algorithm ran: carry what it left (a fall-back's business)."""
         return chunks
@@ -127,11 +139,11 @@ class SessionBase:
     def summary_extra(self) -> dict:
         return {}
 
+    def close(self) -> None:
+        pass
+
     def __enter__(self) -> Any:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def close(self) -> None:
-        pass

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..protocols import sftp_wire as w
 from ..protocols.sftp_wire import Attrs, SFTPWire
@@ -107,13 +108,17 @@ class Job:
         self.seconds = 0.0
         self.fd: int | None = None
         self.on_range: Callable[[str, int, int], None] | None = None  # the journal
-        self.hasher = None  # verify.SourceHasher over [start, stop) as it is read
+        self.hasher: Any = None  # verify.SourceHasher over [start, stop) as it is read
         self.defer_rename = False  # verification renames once the digests match
         self.ranges: list[list[int]] = []  # acknowledged [start, end) pairs, in arrival order, merged when touching
 
     @property
     def length(self) -> int:
         return self.stop - self.start
+
+    def _handle(self) -> bytes:
+        assert self.handle is not None  # data moves only once the open reply gave a handle
+        return self.handle
 
     def fail(self, exc: BaseException) -> None:
         if self.error is None:
@@ -142,8 +147,12 @@ class Job:
             self.on_range(self.task.rel, off, n)
 
     # Implemented by subclasses:
-    def begin(self, wire: SFTPWire) -> None: ...
-    def feed(self, wire: SFTPWire, budget: int) -> int: ...
+    def begin(self, wire: SFTPWire) -> None:
+        raise NotImplementedError
+
+    def feed(self, wire: SFTPWire, budget: int) -> int:
+        raise NotImplementedError
+
     def wants_data(self) -> bool:
         return self.handle is not None and self.error is None and self.next_off < self.stop
 
@@ -196,9 +205,11 @@ class UploadJob(Job):
     def feed(self, wire: SFTPWire, budget: int) -> int:
         sent = 0
         block = wire.max_write
+        fd, handle = self.fd, self.handle
+        assert fd is not None and handle is not None  # feed runs only on an open job (wants_data)
         while self.next_off < self.stop and sent < budget:
             n = min(block, self.stop - self.next_off)
-            data = os.pread(self.fd, n, self.next_off)
+            data = os.pread(fd, n, self.next_off)
             if len(data) != n:
                 self.fail(SourceChanged(f"source shrank while being read: {self.task.src}"))
                 break
@@ -207,7 +218,7 @@ class UploadJob(Job):
                 self.hasher.update(off, data)
             self.next_off += n
             self.outstanding += 1
-            wire.send(w.WRITE, wire.p_write_head(self.handle, off, n), self._ack(off, n), data)
+            wire.send(w.WRITE, wire.p_write_head(handle, off, n), self._ack(off, n), data)
             sent += n
         return sent
 
@@ -273,7 +284,7 @@ class DownloadJob(Job):
         if self.probe_end and self.next_off >= self.stop:
             self.probe_end = False
             self.outstanding += 1
-            wire.send(w.READ, wire.p_read(self.handle, self.stop, 1), self._on_probe)
+            wire.send(w.READ, wire.p_read(self._handle(), self.stop, 1), self._on_probe)
         return sent
 
     def _on_probe(self, t: int, r) -> None:
@@ -287,7 +298,7 @@ class DownloadJob(Job):
 
     def _read(self, wire: SFTPWire, off: int, n: int) -> None:
         self.outstanding += 1
-        wire.send(w.READ, wire.p_read(self.handle, off, n), self._on_data(wire, off, n))
+        wire.send(w.READ, wire.p_read(self._handle(), off, n), self._on_data(wire, off, n))
 
     def _on_data(self, wire: SFTPWire, off: int, n: int) -> Callable:
         def on_data(t: int, r) -> None:
@@ -407,6 +418,7 @@ class Pipeline:
         """OpenSSH reports a full disk as a bare 'Failure'. Ask the filesystem now, before the
         failed temporary file is removed and its space comes back."""
         err = job.error
+        assert err is not None  # asked only about a job that failed
         if not (isinstance(err, OSError) and err.errno == errno.EIO):
             return err
         free = self.wire.free_bytes(os.path.dirname(job.task.tmp) or "/")

@@ -25,15 +25,16 @@ from .verify import Piece, SourceHasher
 
 if TYPE_CHECKING:
     from .runner import Runner
+    from .transfer import TransferSession
 
 
 class SFTPMover:
     """Uploads or downloads between a local tree and one SFTP server (the session's pool)."""
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, session: TransferSession, runner: Runner) -> None:
         self.r = runner
-        self.s = runner.s
-        self.pool = runner.s.pool
+        self.s = session
+        self.pool = session._pool()
         self.upload = runner.s.direction == "upload"
         self.where = runner.s.remote.display if runner.s.remote else ""
 
@@ -158,10 +159,9 @@ class SFTPMover:
             try:
                 fd = os.open(t.tmp, os.O_WRONLY | os.O_CREAT | (0 if start else os.O_TRUNC), 0o600)
             except OSError as exc:
-                failed = DownloadJob(t, 0, t.size, True, self.s.stats, -1)
-                failed.fail(exc)
-                failed.begin = lambda wire, job=failed: job.finish()  # type: ignore[method-assign]  # nothing to send
-                return failed
+                refused = _Refused(t, 0, t.size, True, self.s.stats, -1)
+                refused.fail(exc)
+                return refused
             job = DownloadJob(t, start, t.size, True, self.s.stats, fd)
             job.fd = fd
         job.on_range = r.journal_range
@@ -205,3 +205,10 @@ class SFTPMover:
         job.task.resumable = True  # same source version: the next attempt continues
         where = job.task.dst if self.upload else job.task.src  # the remote side
         r.failed(i, ConnectionError(f"connection lost: {exc}"), time.monotonic() - job.t0, where)
+
+
+class _Refused(DownloadJob):
+    """A download whose temporary file could not even be opened: it fails at once."""
+
+    def begin(self, wire: Any) -> None:
+        self.finish()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-from dataclasses import fields, replace
 
 import pyarrow as pa
 
@@ -22,21 +21,17 @@ from .. import manifest_schema as ms
 from ..errors import TransferError, UsageError, describe_oserror
 from ..manifest import Manifest, list_remote
 from ..paths import check_relative, temp_name
-from ..protocols import sftp_wire as w
 from ..protocols.endpoint import Endpoint
 from ..protocols.pool import WARM_CONNECTIONS, SFTPPool
-from ..protocols.sftp_wire import Attrs
 from .accounting import Stats
 from .block_verify import DEFAULT_BLOCK_SIZE, BlockVerifier, choose_threads
 from .control import Control
 from .failures import error_text
 from .local_mover import LocalMover
-from .params import TransferParams
-from .result import ChunkResult
-from .resume import plan as plan_resume
+from .remote_tree import make_dirs, same_size_and_mtime, verify_account
 from .retry import RetryPolicy
-from .runner import Mover, Runner, run_chunk
-from .session import SessionBase
+from .runner import Mover, Runner
+from .session import Session
 from .sftp_jobs import FileTask
 from .sftp_mover import SFTPMover
 from .verify import DestinationDigests, Verifier
@@ -63,7 +58,7 @@ class _ReportedPool:
         return getattr(self._session.pool, name)
 
 
-class TransferSession(SessionBase):
+class TransferSession(Session):
     """Source and destination endpoints with pooled connections, reused across chunks."""
 
     def __init__(
@@ -105,7 +100,10 @@ class TransferSession(SessionBase):
         if pool is not None and (remote is None or pool.target is not remote.target):
             pool.close()  # opened for another endpoint: of no use here
             pool = None
-        self.pool: SFTPPool | None = pool or (SFTPPool(remote.target) if remote else None)
+        if pool is None and remote is not None:
+            assert remote.target is not None  # an sftp endpoint always names its SSH target
+            pool = SFTPPool(remote.target)
+        self.pool: SFTPPool | None = pool
         self.direction = "upload" if dst.scheme == "sftp" else "download" if src.scheme == "sftp" else "local"
         if verify_mode == "auto":
             # Block mode for uploads: on wan50 `large` file mode's last files waited for their
@@ -119,6 +117,7 @@ class TransferSession(SessionBase):
         elif verify_mode == "block" and self.direction != "upload":
             self.verify_mode = "file"
             self.verify_why = f"block mode verifies uploads; this {self.direction} copy is verified per file"
+        self.block_t = self.block_c = 0.0  # block mode: per-block transfer and checksum times balanced
         self._dirs_made: set[str] = set()
         self._parent: TransferSession | None = None  # set on a sibling()
         self._retired: list[Verifier] = []  # stopped verifiers of siblings, for verify_summary
@@ -162,15 +161,16 @@ class TransferSession(SessionBase):
             self.pool.close()
 
     def _ensure_verifier(self) -> Verifier | None:
-        if self.verify is None or self.verifier is not None:
+        alg = self.verify
+        if alg is None or self.verifier is not None:
             return self.verifier
         if self.verify_mode == "block":
             block = self.block_size or DEFAULT_BLOCK_SIZE
-            threads, self.block_t, self.block_c = choose_threads(self.verify, block, self.bandwidth_bps)
-            pool = _ReportedPool(self)
+            threads, self.block_t, self.block_c = choose_threads(alg, block, self.bandwidth_bps)
+            reported = _ReportedPool(self)
             self.verifier = BlockVerifier(
-                lambda: DestinationDigests(self.verify, pool),
-                self.verify,
+                lambda: DestinationDigests(alg, reported),
+                alg,
                 block,
                 self.verify_threads or threads,
                 time_left=self.time_left,
@@ -180,10 +180,11 @@ class TransferSession(SessionBase):
             self.verifier.start()
             return self.verifier
         pool = _ReportedPool(self) if self.pool is not None else None
+        src: DestinationDigests | None = None
         if self.direction == "download":
-            dest, src = DestinationDigests(self.verify, None), DestinationDigests(self.verify, pool)
+            dest, src = DestinationDigests(alg, None), DestinationDigests(alg, pool)
         else:
-            dest, src = DestinationDigests(self.verify, pool if self.direction == "upload" else None), None
+            dest = DestinationDigests(alg, pool if self.direction == "upload" else None)
         self.verifier = Verifier(
             dest,
             lambda item, ok, err: None,
@@ -196,45 +197,7 @@ class TransferSession(SessionBase):
         return self.verifier
 
     def verify_summary(self) -> dict:
-        if self.verify is None:
-            return {"algorithm": "none", "mode": "none", "where": "none", "verified": 0, "repaired": 0, "mismatched": 0}
-        every = [x for x in (self.verifier, *self._retired) if x is not None]  # siblings' too (Multi-Chunk)
-        v = every[0] if every else None
-        where = v.dest.where if v else "none"
-        if v is not None and v.src is not None:
-            where = f"source {v.src.where}, destination {v.dest.where}"
-        out = {
-            "algorithm": self.verify,
-            "mode": self.verify_mode,
-            "where": where,
-            "verified": sum(x.stats.verified for x in every),
-            "repaired": sum(x.stats.repaired for x in every),
-            "mismatched": sum(x.stats.mismatched for x in every),
-        }
-        if getattr(v, "block_mode", False):
-            b = _sum_bstats([x.bstats for x in every])
-            out["block_size"], out["threads"] = v.block_size, max(x.threads for x in every)
-            # What the thread count was balanced from (t: 0 when the link's bandwidth is unknown).
-            out["balance"] = {
-                "t_block_s": round(getattr(self, "block_t", 0.0), 6),
-                "c_block_s": round(getattr(self, "block_c", 0.0), 6),
-            }
-            measured = v.balance()  # t and c per block as measured during the run
-            if measured is not None:
-                out["balance"]["t_block_measured_s"] = round(measured[0], 6)
-                out["balance"]["c_block_measured_s"] = round(measured[1], 6)
-            out["blocks"] = {
-                "verified": b.verified,
-                "mismatched": b.mismatched,
-                "resent": b.resent,
-                "bytes_resent": b.bytes_resent,
-                "from_journal": b.from_journal,
-            }
-        reasons = [self.verify_why] if self.verify_why else []
-        reasons += [d.reason for d in ((v.dest, v.src) if v else ()) if d is not None and d.reason]
-        if reasons:
-            out["why"] = "; ".join(reasons)
-        return out
+        return verify_account(self, [x for x in (self.verifier, *self._retired) if x is not None])
 
     def server_summary(self) -> tuple[dict | None, list[str]]:
         """What the remote SFTP server turned out to support (the summary's `server`), and the
@@ -249,7 +212,7 @@ class TransferSession(SessionBase):
         return caps.summary(), caps.notes()
 
     # -- planning helpers ---------------------------------------------------
-    def tasks(self, files: pa.Table, src_root: str, dst_root: str, modes: list[int] | None = None) -> list[FileTask]:
+    def tasks(self, files: pa.Table, src_root: str, dst_root: str, modes: list[int] | None) -> list[FileTask]:
         paths = files[ms.PATH].to_pylist()
         sizes = files[ms.SIZE].to_pylist()
         mtimes = files[ms.MTIME].to_pylist()
@@ -286,43 +249,10 @@ class TransferSession(SessionBase):
                     ) from exc
             self._dirs_made.update(todo)
             return
-        conn = self.pool.acquire()
-        try:
-            wire = conn.wire
-            failures: dict[str, OSError] = {}
-            by_depth: dict[int, list[str]] = {}
-            for d in todo:
-                by_depth.setdefault(d.count("/"), []).append(d)
-            for depth in sorted(by_depth):
-                for d in by_depth[depth]:
+        make_dirs(self._pool(), todo, self.dst.host_label)
+        self._dirs_made.update(todo)
 
-                    def on_reply(t, r, d=d):
-                        try:
-                            wire.expect_status(t, r, d)
-                        except OSError as exc:
-                            failures[d] = exc
-
-                    wire.send(w.MKDIR, wire.p_path(d) + Attrs(mode=0o755).pack(), on_reply)
-                while wire.outstanding:
-                    wire.pump(block=True)
-            # mkdir fails on existing directories too: only a missing directory is an error.
-            for d, exc in sorted(failures.items()):
-                try:
-                    attrs = wire.stat(d)
-                except OSError:
-                    attrs = None
-                if attrs is None or not attrs.is_dir:
-                    host = self.dst.host_label
-                    raise TransferError(
-                        f"cannot create destination directory: {describe_oserror(exc)}",
-                        f"{host}:{d}",
-                        "check the destination path and its permissions",
-                    )
-            self._dirs_made.update(todo)
-        finally:
-            self.pool.release(conn)
-
-    def _already_there(self, tasks: list[FileTask]) -> set[int]:
+    def already_there(self, tasks: list[FileTask]) -> set[int]:
         """Indices of files whose destination has the same size and mtime (quick check)."""
         done: set[int] = set()
         if self.dst.scheme != "sftp":
@@ -334,74 +264,32 @@ class TransferSession(SessionBase):
                 if st.st_size == t.size and int(st.st_mtime) == int(t.mtime):
                     done.add(i)
             return done
-        conn = self.pool.acquire()
-        try:
-            wire = conn.wire
-            window = 256
-            for lo in range(0, len(tasks), window):
-                for i in range(lo, min(lo + window, len(tasks))):
-
-                    def on_attrs(ptype, r, i=i):
-                        if ptype == w.ATTRS:
-                            a = r.attrs()
-                            t = tasks[i]
-                            if a.is_reg and a.size == t.size and a.mtime == int(t.mtime):
-                                done.add(i)
-
-                    wire.send(w.LSTAT, wire.p_path(tasks[i].dst), on_attrs)
-                while wire.outstanding:
-                    wire.pump(block=True)
-        finally:
-            self.pool.release(conn)
-        return done
+        return same_size_and_mtime(self._pool(), tasks)
 
     # -- the primitive ---------------------------------------------------------
-    def perform(
-        self,
-        files: pa.Table,
-        params: TransferParams,
-        *,
-        src_root: str,
-        dst_root: str,
-        chunk_id: str = "chunk-0",
-        modes: list[int] | None = None,
-        resume: dict[str, list] | None = None,
-    ) -> ChunkResult:
-        """Move `files`. `resume` maps a path whose listing is unchanged since an earlier
-        attempt to the byte ranges the journal holds for it."""
-        tasks = self.tasks(files, src_root, dst_root, modes)
-        plan_resume(tasks, resume, params.p)
-
-        def attach(runner: Runner) -> None:
-            if self._ensure_verifier() is None:
-                return
-            self.verifier.on_verdict = runner.verify.on_verdict
-            self.verifier.deliver = runner.verify.on_verdicts
-            if getattr(self.verifier, "block_mode", False):
-                runner.verify.attach_blocks(self.verifier, resume, runner.mover.is_big)
-            elif self.verify_mode == "sequential":
-                self.verifier.gate.clear()  # this chunk's checksums wait for all its transfers
-
-        return run_chunk(
-            self, tasks, params, chunk_id=chunk_id, dst_root=dst_root, already_there=self._already_there, attach=attach
-        )
+    def attach(self, runner: Runner, resume: dict[str, list] | None) -> None:
+        if self._ensure_verifier() is None:
+            return
+        self.verifier.on_verdict = runner.verify.on_verdict
+        self.verifier.deliver = runner.verify.on_verdicts
+        if getattr(self.verifier, "block_mode", False):
+            mover = runner.mover
+            assert isinstance(mover, SFTPMover)  # block mode verifies uploads only
+            runner.verify.attach_blocks(self.verifier, resume, mover.is_big)
+        elif self.verify_mode == "sequential":
+            self.verifier.gate.clear()  # this chunk's checksums wait for all its transfers
 
     def mover(self, runner: Runner) -> Mover:
-        return LocalMover(runner) if self.direction == "local" else SFTPMover(runner)
+        return LocalMover(runner) if self.direction == "local" else SFTPMover(self, runner)
+
+    def _pool(self) -> SFTPPool:
+        assert self.pool is not None  # the SFTP directions have one from the start
+        return self.pool
 
     def list_source(self) -> Manifest:
         if self.src.scheme == "sftp":
-            return list_remote(self.pool, self.src.path, self.src.display)
+            return list_remote(self._pool(), self.src.path, self.src.display)
         return super().list_source()
 
     def drive_engine(self) -> TransferSession:
         return self
-
-
-def _sum_bstats(all_stats: list) -> object:
-    """Block counts of several verifiers added up (siblings' verifiers under Multi-Chunk)."""
-    if len(all_stats) == 1:
-        return all_stats[0]
-
-    first = all_stats[0]
-    return replace(first, **{f.name: sum(getattr(b, f.name) for b in all_stats) for f in fields(first)})

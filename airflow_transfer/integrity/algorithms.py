@@ -40,55 +40,51 @@ DEFAULT_READ_SIZE = 1024 * 1024
 class Hasher(Protocol):
     """The slice of the hashlib interface every algorithm here provides."""
 
-    name: str
-    digest_size: int
+    # Read-only, as hashlib's own objects have them.
+    @property
+    def name(self) -> str: ...
 
-    def update(self, data: Buffer) -> None: ...
+    @property
+    def digest_size(self) -> int: ...
+
+    def update(self, data: Buffer, /) -> None: ...
 
     def hexdigest(self) -> str: ...
 
     def copy(self) -> Hasher: ...
 
 
-class _Adler32:
-    """zlib.adler32 as a hasher object (zlib only offers the function)."""
+class _Checksum32:
+    """A 32-bit running checksum function, `f(data, value) -> value` as zlib.adler32 and
+    crc32c.crc32c are, as a hasher object (neither module offers one)."""
 
-    name = "adler32"
     digest_size = 4
 
-    def __init__(self, value: int = 1) -> None:
+    def __init__(self, name: str, function: Callable[[Buffer, int], int], value: int) -> None:
+        self.name = name
+        self._function = function
         self._value = value
 
-    def update(self, data: Buffer) -> None:
-        self._value = zlib.adler32(data, self._value)
+    def update(self, data: Buffer, /) -> None:
+        self._value = self._function(data, self._value)
 
     def hexdigest(self) -> str:
         return f"{self._value:08x}"
 
-    def copy(self) -> _Adler32:
-        return _Adler32(self._value)
+    def copy(self) -> _Checksum32:
+        return _Checksum32(self.name, self._function, self._value)
 
 
-class _Crc32c:
-    """CRC-32C via the `crc32c` package's function, which is stable across its versions."""
+def _adler32() -> Hasher:
+    return _Checksum32("adler32", zlib.adler32, 1)
 
-    name = "crc32c"
-    digest_size = 4
 
-    def __init__(self, value: int = 0) -> None:
-        import crc32c
+def _crc32c() -> Hasher:
+    # optional package: the ImportError is how available() and new_hasher() learn it is missing
+    import crc32c
 
-        self._crc = crc32c.crc32c
-        self._value = value
-
-    def update(self, data: Buffer) -> None:
-        self._value = self._crc(data, self._value)
-
-    def hexdigest(self) -> str:
-        return f"{self._value:08x}"
-
-    def copy(self) -> _Crc32c:
-        return _Crc32c(self._value)
+    # The package's function, which is stable across its versions (its hasher class is not).
+    return _Checksum32("crc32c", crc32c.crc32c, 0)
 
 
 class _Named:
@@ -99,7 +95,7 @@ class _Named:
         self.digest_size = digest_size
         self._inner = inner
 
-    def update(self, data: Buffer) -> None:
+    def update(self, data: Buffer, /) -> None:
         self._inner.update(data)
 
     def hexdigest(self) -> str:
@@ -110,12 +106,14 @@ class _Named:
 
 
 def _xxh128() -> Hasher:
+    # optional package: the ImportError is how available() and new_hasher() learn it is missing
     import xxhash
 
     return _Named("xxh128", xxhash.xxh3_128(), 16)
 
 
 def _blake3() -> Hasher:
+    # optional package: the ImportError is how available() and new_hasher() learn it is missing
     import blake3
 
     # One thread per hasher: parallelism is the engine's (one hashing thread per
@@ -142,8 +140,8 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {
         AlgorithmInfo("sha256", 32, "cryptographic", True, "sha256sum", None, hashlib.sha256),
         # b2sum prints BLAKE2b with its full 64-byte digest, hashlib's default.
         AlgorithmInfo("blake2b", 64, "cryptographic", True, "b2sum", None, hashlib.blake2b),
-        AlgorithmInfo("adler32", 4, "checksum", True, None, None, _Adler32),
-        AlgorithmInfo("crc32c", 4, "checksum", False, None, "crc32c", _Crc32c),
+        AlgorithmInfo("adler32", 4, "checksum", True, None, None, _adler32),
+        AlgorithmInfo("crc32c", 4, "checksum", False, None, "crc32c", _crc32c),
         AlgorithmInfo("xxh128", 16, "non-cryptographic hash", False, None, "xxhash", _xxh128),
         AlgorithmInfo("blake3", 32, "cryptographic", False, None, "blake3", _blake3),
     )
@@ -263,32 +261,42 @@ def open_range(source: Source, offset: int) -> tuple[BinaryIO, bool]:
     return source, False
 
 
+def check_length(length: int | None) -> None:
+    if length is not None and length < 0:
+        raise ValueError(f"length must be >= 0 or None (got {length})")
+
+
+def feed_range(
+    source: Source, offset: int, length: int | None, read_size: int, consume: Callable[[memoryview], object]
+) -> int:
+    """Pass `length` bytes from `offset` (to EOF when None) of a path or binary file object to
+    `consume`, one read at a time; returns the byte count. Raises ShortReadError when the file
+    ends before offset + length."""
+    fileobj, owned = open_range(source, offset)
+    try:
+        total = 0
+        for chunk in iter_range(fileobj, length, read_size):
+            consume(chunk)
+            total += len(chunk)
+    finally:
+        if owned:
+            fileobj.close()
+    if length is not None and total < length:
+        raise ShortReadError(_label(source), length, total)
+    return total
+
+
 def digest_file(
-    name: str,
-    path: Source,
-    offset: int = 0,
-    length: int | None = None,
-    block_size: int = DEFAULT_READ_SIZE,
+    name: str, path: Source, offset: int = 0, length: int | None = None, block_size: int = DEFAULT_READ_SIZE
 ) -> str:
     """Digest of `length` bytes from `offset` (to EOF when None) of a path or binary file object.
 
     block_size is only the read size; it never changes the digest. Raises
     ShortReadError when the file ends before offset + length.
     """
-    if length is not None and length < 0:
-        raise ValueError(f"length must be >= 0 or None (got {length})")
+    check_length(length)
     hasher = new_hasher(name)
-    fileobj, owned = open_range(path, offset)
-    try:
-        total = 0
-        for chunk in iter_range(fileobj, length, block_size):
-            hasher.update(chunk)
-            total += len(chunk)
-    finally:
-        if owned:
-            fileobj.close()
-    if length is not None and total < length:
-        raise ShortReadError(_label(path), length, total)
+    feed_range(path, offset, length, block_size, hasher.update)
     return hasher.hexdigest()
 
 
@@ -308,8 +316,10 @@ __all__ = [
     "ShortReadError",
     "algorithm_info",
     "available",
+    "check_length",
     "digest_bytes",
     "digest_file",
+    "feed_range",
     "iter_range",
     "new_hasher",
     "open_range",

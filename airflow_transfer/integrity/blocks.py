@@ -25,18 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .algorithms import (
-    DEFAULT_READ_SIZE,
-    Buffer,
-    Hasher,
-    ShortReadError,
-    Source,
-    _label,
-    algorithm_info,
-    iter_range,
-    new_hasher,
-    open_range,
-)
+from .algorithms import DEFAULT_READ_SIZE, Buffer, Hasher, Source, algorithm_info, check_length, feed_range, new_hasher
 
 
 @dataclass(frozen=True)
@@ -122,27 +111,14 @@ def file_digests(
 
     Raises ShortReadError when the file ends before offset + length.
     """
-    if length is not None and length < 0:
-        raise ValueError(f"length must be >= 0 or None (got {length})")
+    check_length(length)
     splitter = BlockSplitter(name, block_size)
-    fileobj, owned = open_range(source, offset)
-    try:
-        for chunk in iter_range(fileobj, length, read_size):
-            splitter.update(chunk)
-    finally:
-        if owned:
-            fileobj.close()
-    if length is not None and splitter.length < length:
-        raise ShortReadError(_label(source), length, splitter.length)
+    feed_range(source, offset, length, read_size, splitter.update)
     return splitter.result(offset)
 
 
 def block_digests(
-    name: str,
-    path_or_fileobj: Source,
-    block_size: int,
-    offset: int = 0,
-    length: int | None = None,
+    name: str, path_or_fileobj: Source, block_size: int, offset: int = 0, length: int | None = None
 ) -> list[str]:
     """Digest of each block_size block of the range (the last may be short)."""
     if block_size <= 0:

@@ -18,15 +18,50 @@ import csv
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.csv as pcsv
 
 from ..errors import TransferError
-from .rangefile import RangeFile, native
+from .rangefile import RangeFile
+from .sources import compression_of
 
 BATCH_ROWS = 64 * 1024
 PREFETCH_BYTES = 16 * 1024 * 1024  # column-chunk bytes requested together (one window)
 CSV_BLOCK = 1 << 20
+
+
+class _Borrowed(io.RawIOBase):
+    """A RangeFile handed to pyarrow: pyarrow closes the streams it wraps, the owner closes the file."""
+
+    def __init__(self, rf: RangeFile) -> None:
+        super().__init__()
+        self._rf = rf
+        self.name = rf.name
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._rf.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._rf.tell()
+
+    def read(self, n: int = -1) -> bytes:
+        return self._rf.read(n)
+
+    def readinto(self, b) -> int:
+        return self._rf.readinto(b)
+
+
+def native(rf: RangeFile) -> pa.NativeFile:
+    """A pyarrow NativeFile over `rf` whose closing leaves `rf` open."""
+    return pa.PythonFile(_Borrowed(rf), mode="r")
 
 
 @dataclass
@@ -46,10 +81,12 @@ class FormatReader:
     def schema_for(self, needed: list[str]) -> pa.Schema:
         raise NotImplementedError
 
-    def batches(self, needed: list[str], expr, out: list[str]) -> Iterator[pa.RecordBatch]:
+    def batches(self, needed: list[str], expr: Any, out: list[str]) -> Iterator[pa.RecordBatch]:
+        """Record batches of the `out` columns of the rows `expr` (a pyarrow expression, or None for
+        all) selects; `needed` are the columns `expr` and `out` read together."""
         raise NotImplementedError
 
-    def _filter(self, batch: pa.RecordBatch, expr, out: list[str]) -> pa.RecordBatch:
+    def _filter(self, batch: pa.RecordBatch, expr: Any, out: list[str]) -> pa.RecordBatch:
         self.counts.rows_scanned += batch.num_rows
         if expr is not None:
             batch = batch.filter(expr)
@@ -58,6 +95,8 @@ class FormatReader:
 
 class ParquetReader(FormatReader):
     def __init__(self, rf: RangeFile, counts: ScanCounts) -> None:
+        # heavy: pyarrow.dataset costs ~30 ms at import even with pyarrow loaded; only Parquet sources
+        # need it (and pyarrow.parquet), CSV and IPC queries never pay for it
         import pyarrow.dataset as ds
         import pyarrow.parquet as pq
 
@@ -89,7 +128,7 @@ class ParquetReader(FormatReader):
             out.append((start, col.total_compressed_size))
         return _merge(out)
 
-    def batches(self, needed, expr, out):
+    def batches(self, needed: list[str], expr: Any, out: list[str]) -> Iterator[pa.RecordBatch]:
         if expr is not None:
             kept = [f.row_groups[0].id for f in self.fragment.split_by_row_group(filter=expr, schema=self.schema)]
         else:
@@ -97,7 +136,7 @@ class ParquetReader(FormatReader):
         self.counts.row_groups_total += self.metadata.num_row_groups
         self.counts.row_groups_read += len(kept)
         want = set(needed)
-        windows: list[list[tuple[int, list]]] = []
+        windows: list[list[tuple[int, list[tuple[int, int]]]]] = []
         size = PREFETCH_BYTES + 1
         for rg in kept:
             ranges = self._ranges(rg, want)
@@ -120,7 +159,7 @@ class ParquetReader(FormatReader):
                     yield self._filter(batch, expr, out)
             self._forget(window)
 
-    def _forget(self, window) -> None:
+    def _forget(self, window: list[tuple[int, list[tuple[int, int]]]]) -> None:
         self.rf.forget([r for _, rs in window for r in rs])
 
 
@@ -153,10 +192,10 @@ class IPCReader(FormatReader):
             self.schema = self.reader.schema
         self.names = list(self.schema.names)
 
-    def schema_for(self, needed):
+    def schema_for(self, needed: list[str]) -> pa.Schema:
         return pa.schema([self.schema.field(n) for n in needed])
 
-    def batches(self, needed, expr, out):
+    def batches(self, needed: list[str], expr: Any, out: list[str]) -> Iterator[pa.RecordBatch]:
         if self.stream:
             for batch in self.reader:
                 yield self._filter(batch.select(needed), expr, out)
@@ -172,8 +211,6 @@ class IPCReader(FormatReader):
 
 class CSVReader(FormatReader):
     def __init__(self, rf: RangeFile, counts: ScanCounts) -> None:
-        from .sources import compression_of
-
         super().__init__(rf, counts)
         self.compression = compression_of(rf.name)
         # Sequential from the start: the first MiB is kept (RangeFile's head cache), so the bytes
@@ -192,9 +229,9 @@ class CSVReader(FormatReader):
         if not line:
             raise TransferError("the CSV file is empty (no header line)", rf.name, "give a CSV file with a header")
         self.names = next(csv.reader(io.StringIO(line)))
-        self._reader = None
+        self._reader: pcsv.CSVStreamingReader | None = None
 
-    def _stream(self):
+    def _stream(self) -> pa.NativeFile:
         self.rf.seek(0)
         raw = native(self.rf)
         if self.compression is None:
@@ -204,9 +241,7 @@ class CSVReader(FormatReader):
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise TransferError(f"cannot read {self.compression}-compressed CSV: {exc}", self.rf.name) from exc
 
-    def _open(self, needed):
-        import pyarrow.csv as pcsv
-
+    def _open(self, needed: list[str]) -> pcsv.CSVStreamingReader:
         try:
             return pcsv.open_csv(
                 self._stream(),
@@ -216,11 +251,11 @@ class CSVReader(FormatReader):
         except (pa.ArrowInvalid, OSError) as exc:
             raise TransferError(f"cannot read the CSV file: {exc}", self.rf.name) from exc
 
-    def schema_for(self, needed):
+    def schema_for(self, needed: list[str]) -> pa.Schema:
         self._reader = self._open(needed)
         return self._reader.schema
 
-    def batches(self, needed, expr, out):
+    def batches(self, needed: list[str], expr: Any, out: list[str]) -> Iterator[pa.RecordBatch]:
         reader = self._reader or self._open(needed)
         self._reader = None
         schema = reader.schema

@@ -14,17 +14,21 @@ import os
 import posixpath
 import time
 from collections.abc import Callable
-from concurrent.futures import wait
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
 
 from ..errors import TransferError, UsageError
+from ..protocols.pool import SFTPPool
 from .expr import QueryError, Where, parse_select
 from .readers import READERS, ScanCounts
 from .sink import LocalSink, SFTPSink, Sink
 from .sources import FORMATS, QuerySource, SourceFile, sniff, source_for
+from .syntax import known_columns
 
 OUTPUT_FORMATS = ("parquet", "csv")
 ROW_GROUP_ROWS = 128 * 1024  # rows buffered before a Parquet row group is written
@@ -102,12 +106,8 @@ class _Writer:
         self._buf: list[pa.RecordBatch] = []
         self._buf_rows = self._buf_bytes = 0
         if fmt == "parquet":
-            import pyarrow.parquet as pq
-
             self._w = pq.ParquetWriter(sink, schema)
         else:
-            import pyarrow.csv as pcsv
-
             self._w = pcsv.CSVWriter(sink, schema)
 
     def write(self, batch: pa.RecordBatch) -> None:
@@ -156,10 +156,6 @@ def run_query(req: QueryRequest) -> dict:
     counts = ScanCounts()
     dst_pool = warming = None
     if req.dst.scheme == "sftp":
-        from concurrent.futures import ThreadPoolExecutor
-
-        from ..protocols.pool import SFTPPool
-
         dst_pool = SFTPPool(req.dst.target)
         # The destination's SSH handshake (several round trips) overlaps the source's.
         warmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="query-dst")
@@ -169,8 +165,6 @@ def run_query(req: QueryRequest) -> dict:
     writer: _Writer | None = None
     try:
         files = source.files()
-        if not files:
-            raise TransferError("the source names no file", source.display)
         out_cols: list[str] = []
         expr = None
         needed: list[str] = []
@@ -181,7 +175,7 @@ def run_query(req: QueryRequest) -> dict:
             rf, reader = _reader_for(source, f, counts)
             try:
                 bytes_source += rf.size
-                if index == 0:
+                if writer is None:  # the first file: it decides the columns, the filter and the output
                     out_cols = select or list(reader.names)
                     _check_select(out_cols, reader.names, source.display)
                     if where is not None:
@@ -225,6 +219,8 @@ def run_query(req: QueryRequest) -> dict:
                         )
             finally:
                 rf.close()
+        if writer is None or sink is None:  # no file, so nothing opened them
+            raise TransferError("the source names no file", source.display)
         writer.close()
         sink.commit()
     except BaseException:
@@ -265,8 +261,7 @@ def run_query(req: QueryRequest) -> dict:
 def _check_select(cols: list[str], names: list[str], where: str) -> None:
     for c in cols:
         if c not in names:
-            known = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
-            raise UsageError(f"--select names unknown column {c!r}", where, f"columns are: {known}")
+            raise UsageError(f"--select names unknown column {c!r}", where, known_columns(names))
 
 
 __all__ = ["QueryRequest", "run_query", "QueryError", "FORMATS", "OUTPUT_FORMATS"]

@@ -11,10 +11,12 @@ import io
 import os
 import posixpath
 
-from ..errors import TransferError, describe_oserror
 from ..paths import temp_name
+from ..protocols import sftp_wire as w
+from .io_errors import connection_lost, os_failure
 
 MAX_WRITES_IN_FLIGHT = 32
+_CHECK_PATH = "check the destination path and its permissions"
 
 
 class Sink(io.RawIOBase):
@@ -73,17 +75,13 @@ class LocalSink(Sink):
             os.makedirs(os.path.dirname(final) or ".", exist_ok=True)
             self._f = open(self.temp, "wb")
         except OSError as exc:
-            raise TransferError(
-                f"cannot create the output file: {describe_oserror(exc)}",
-                self.where,
-                "check the destination path and its permissions",
-            ) from exc
+            raise os_failure("cannot create the output file", exc, self.where, _CHECK_PATH) from exc
 
     def _write(self, data: memoryview) -> None:
         try:
             self._f.write(data)
         except OSError as exc:
-            raise TransferError(f"cannot write the output file: {describe_oserror(exc)}", self.where) from exc
+            raise os_failure("cannot write the output file", exc, self.where) from exc
 
     def commit(self) -> None:
         try:
@@ -92,7 +90,7 @@ class LocalSink(Sink):
             self._f.close()
             os.replace(self.temp, self.final)
         except OSError as exc:
-            raise TransferError(f"cannot finish the output file: {describe_oserror(exc)}", self.where) from exc
+            raise os_failure("cannot finish the output file", exc, self.where) from exc
         self.committed = True
 
     def abort(self) -> None:
@@ -109,10 +107,7 @@ class SFTPSink(Sink):
     """Pipelined SFTP WRITEs into the temporary name, then fsync (when offered), close and rename."""
 
     def __init__(self, pool, final: str, host: str) -> None:
-        from ..protocols import sftp_wire as w
-
         super().__init__(final, f"{host}:{final}")
-        self._w = w
         self._pool = pool
         self._conn = pool.acquire()
         self._wire = self._conn.wire
@@ -126,11 +121,7 @@ class SFTPSink(Sink):
             self._handle = self._wire.expect_handle(t, r, self.temp)
         except OSError as exc:
             self._release(isinstance(exc, ConnectionError))
-            raise TransferError(
-                f"cannot create the output file: {describe_oserror(exc)}",
-                self.where,
-                "check the destination path and its permissions",
-            ) from exc
+            raise os_failure("cannot create the output file", exc, self.where, _CHECK_PATH) from exc
 
     def _release(self, broken: bool) -> None:
         if self._conn is not None:
@@ -148,20 +139,17 @@ class SFTPSink(Sink):
             self._wire.pump(block=block)
         except (OSError, EOFError) as exc:
             self._broken = True
-            raise TransferError(
-                f"connection lost while writing: {exc}",
-                self.where,
-                "re-run the query; nothing was written under the final name",
-            ) from exc
+            raise connection_lost("writing", exc, self.where) from exc
         if self._error is not None:
-            raise TransferError(
-                f"cannot write the output file: {describe_oserror(self._error)}",
+            raise os_failure(
+                "cannot write the output file",
+                self._error,
                 self.where,
                 "check free space and permissions at the destination",
             ) from self._error
 
     def _write(self, data: memoryview) -> None:
-        wire, w = self._wire, self._w
+        wire = self._wire
         step = wire.max_write
         for i in range(0, len(data), step):
             piece = data[i : i + step]
@@ -173,7 +161,7 @@ class SFTPSink(Sink):
         self._pump(block=False)
 
     def commit(self) -> None:
-        wire, w = self._wire, self._w
+        wire = self._wire
         try:
             while wire.outstanding:
                 self._pump(block=True)
@@ -186,7 +174,7 @@ class SFTPSink(Sink):
             wire.rename(self.temp, self.final)
         except OSError as exc:
             self._release(isinstance(exc, ConnectionError))
-            raise TransferError(f"cannot finish the output file: {describe_oserror(exc)}", self.where) from exc
+            raise os_failure("cannot finish the output file", exc, self.where) from exc
         self.committed = True
         self._release(False)
 
@@ -194,7 +182,7 @@ class SFTPSink(Sink):
         self.aborted = True
         if self._conn is None:
             return
-        wire, w = self._wire, self._w
+        wire = self._wire
         try:
             while wire.outstanding:
                 wire.pump(block=True)

@@ -12,9 +12,13 @@ import posixpath
 import stat as _stat
 from dataclasses import dataclass
 
-from ..errors import TransferError, UsageError, describe_oserror
+from ..errors import TransferError, UsageError
 from ..paths import TEMP_SUFFIX
-from .rangefile import HTTPRangeFile, LocalRangeFile, RangeFile, ReadStats, SFTPRangeFile, safe_url
+from ..protocols.pool import Conn, SFTPPool
+from .http_rangefile import HTTPRangeFile, safe_url
+from .io_errors import os_failure
+from .rangefile import LocalRangeFile, RangeFile, ReadStats
+from .sftp_rangefile import SFTPRangeFile
 
 EXTENSIONS = {
     ".parquet": "parquet",
@@ -90,7 +94,7 @@ def _pick(found: list[SourceFile], where: str) -> list[SourceFile]:
             where,
             "name files *.parquet, *.arrow / *.feather or *.csv",
         )
-    fmts = sorted({f.fmt for f in known})
+    fmts = sorted({f.fmt for f in known if f.fmt})
     if len(fmts) > 1:
         raise UsageError(
             f"the source directory mixes formats ({', '.join(fmts)})",
@@ -110,9 +114,7 @@ class LocalSource(QuerySource):
         try:
             st = os.stat(self.path)
         except OSError as exc:
-            raise TransferError(
-                f"cannot read the source: {describe_oserror(exc)}", self.path, "check the path"
-            ) from exc
+            raise os_failure("cannot read the source", exc, self.path, "check the path") from exc
         if not _stat.S_ISDIR(st.st_mode):
             return [SourceFile(self.path, st.st_size, format_of(self.path))]
         found = []
@@ -130,13 +132,11 @@ class LocalSource(QuerySource):
 
 class SFTPSource(QuerySource):
     def __init__(self, endpoint) -> None:
-        from ..protocols.pool import SFTPPool
-
         super().__init__()
         self.endpoint = endpoint
         self.display = endpoint.display
         self.pool = SFTPPool(endpoint.target)
-        self._conn = None
+        self._conn: Conn | None = None
         self._conn_broken = False
         self._last: SFTPRangeFile | None = None
 
@@ -148,9 +148,7 @@ class SFTPSource(QuerySource):
             try:
                 attrs = wire.stat(root)
             except OSError as exc:
-                raise TransferError(
-                    f"cannot read the source: {describe_oserror(exc)}", self.display, "check the remote path"
-                ) from exc
+                raise os_failure("cannot read the source", exc, self.display, "check the remote path") from exc
             if not attrs.is_dir:
                 return [SourceFile(root, int(attrs.size or 0), format_of(root))]
             found: list[SourceFile] = []

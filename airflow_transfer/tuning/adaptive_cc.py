@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from ..engine.params import TransferParams
 from ..engine.result import ChunkResult
-from .base import Algorithm, RunContext, check_fraction, check_int, check_link, default_min_chunk_bytes
+from .base import Algorithm, RunContext, check_fraction, check_int, default_min_chunk_bytes, plan_sizes
 from .chunks import ChunkSpec, make_spec
 from .dataset import ManifestLike, SortedSizes
 from .models import DEFAULT_MAX_CC, DEFAULT_MAX_PP, LinkInfo, pp_level, pp_param, streams_for_channel_window
@@ -83,42 +83,32 @@ class AdaptiveCC(Algorithm):
             return pp_param(min(GRIDFTP_DEFAULT_LEVEL, self.opts["max_pp"]))
         return pp_param(pp_level(link.pipeline_bytes, sizes.mean(start, stop), self.opts["max_pp"]))
 
-    def _bounds(self, sizes: SortedSizes, link: LinkInfo) -> np.ndarray:
+    def _chunks(self, sizes: SortedSizes, link: LinkInfo) -> list[tuple[int, int]]:
+        """Row ranges of the chunks, in order (none for an empty manifest)."""
         n = len(sizes)
-        return np.append(np.arange(0, n, self.files_per_chunk(sizes, link)), n)
+        bounds = np.append(np.arange(0, n, self.files_per_chunk(sizes, link)), n)
+        return list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+
+    def _params(self, sizes: SortedSizes, link: LinkInfo, lo: int, hi: int, cc: int) -> TransferParams:
+        return TransferParams(
+            pp=self._pp(sizes, link, lo, hi), p=self.opts["p"], cc=cc, tcp_buffer=link.tcp_buffer_bytes
+        )
 
     def plan(self, manifest: ManifestLike, link: LinkInfo) -> list[ChunkSpec]:
         """The chunks with the concurrency they get if throughput keeps rising."""
-        check_link(link)
-        sizes = SortedSizes.of(manifest)
-        if len(sizes) == 0:
-            return []
-        bounds = self._bounds(sizes, link)
-        specs = []
+        sizes = plan_sizes(manifest, link)
         first = streams_for_channel_window(link, self.opts["max_cc"])
-        for i, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
-            params = TransferParams(
-                pp=self._pp(sizes, link, lo, hi),
-                p=self.opts["p"],
-                cc=min(first + i, self.opts["max_cc"]),
-                tcp_buffer=link.tcp_buffer_bytes,
-            )
-            specs.append(make_spec(sizes, f"acc.{i + 1:04d}", lo, hi, params))
+        specs = []
+        for i, (lo, hi) in enumerate(self._chunks(sizes, link)):
+            cc = min(first + i, self.opts["max_cc"])
+            specs.append(make_spec(sizes, f"acc.{i + 1:04d}", lo, hi, self._params(sizes, link, lo, hi, cc)))
         return specs
 
     def run(self, manifest_sorted: pa.Table, link: LinkInfo, executor: Any) -> list[ChunkResult]:
         ctx = RunContext.open(manifest_sorted, link, executor)
-        if len(ctx.sizes) == 0:
-            return []
-        bounds = self._bounds(ctx.sizes, link)
         cc, prev = streams_for_channel_window(link, self.opts["max_cc"]), None
-        for i, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
-            params = TransferParams(
-                pp=self._pp(ctx.sizes, link, lo, hi),
-                p=self.opts["p"],
-                cc=min(cc, hi - lo),
-                tcp_buffer=link.tcp_buffer_bytes,
-            )
+        for i, (lo, hi) in enumerate(self._chunks(ctx.sizes, link)):
+            params = self._params(ctx.sizes, link, lo, hi, min(cc, hi - lo))
             thr = ctx.run(lo, hi, params, f"acc.{i + 1:04d}").throughput_mbit
             cc = self.next_cc(cc, thr, prev)
             prev = thr

@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from ..engine.result import ChunkResult
 from .adaptive_cc import AdaptiveCC
-from .base import Algorithm, check_fraction, check_int, check_link, default_min_chunk_bytes
+from .base import Algorithm, check_fraction, check_int, check_link, default_min_chunk_bytes, probe_options
 from .chunks import ChunkSpec
 from .dataset import ManifestLike, SortedSizes
 from .fixed import Fixed
@@ -76,14 +76,8 @@ class Auto(Algorithm):
         probe_share: float = DEFAULT_PROBE_SHARE,
         adapt: bool = True,
     ) -> None:
-        if min_chunk_bytes is not None:
-            check_int(self.name, "min_chunk_bytes", min_chunk_bytes)
         self.opts = {
-            "min_chunk_bytes": min_chunk_bytes,
-            "min_chunks": check_int(self.name, "min_chunks", min_chunks),
-            "max_pp": check_int(self.name, "max_pp", max_pp),
-            "max_p": check_int(self.name, "max_p", max_p),
-            "max_cc": check_int(self.name, "max_cc", max_cc),
+            **probe_options(self.name, min_chunk_bytes, min_chunks, max_pp, max_p, max_cc),
             "channels": check_int(self.name, "channels", channels),
             "mixed_share": check_fraction(self.name, "mixed_share", mixed_share, 0.0, 0.5),
             "drift": check_fraction(self.name, "drift", drift, 0.0, 10.0),

@@ -60,6 +60,22 @@ def check_fraction(algorithm: str, name: str, value: Any, low: float = 0.0, high
     return float(value)
 
 
+def probe_options(
+    algorithm: str, min_chunk_bytes: int | None, min_chunks: int, max_pp: int, max_p: int, max_cc: int
+) -> dict[str, Any]:
+    """The options of the algorithms that probe (pcp, and auto for it): probe chunk size and
+    count, and the caps of the three knobs, checked in that order."""
+    if min_chunk_bytes is not None:
+        check_int(algorithm, "min_chunk_bytes", min_chunk_bytes)
+    return {
+        "min_chunk_bytes": min_chunk_bytes,
+        "min_chunks": check_int(algorithm, "min_chunks", min_chunks),
+        "max_pp": check_int(algorithm, "max_pp", max_pp),
+        "max_p": check_int(algorithm, "max_p", max_p),
+        "max_cc": check_int(algorithm, "max_cc", max_cc),
+    }
+
+
 def check_link(link: Any) -> LinkInfo:
     if not isinstance(link, LinkInfo):
         raise ValueError(
@@ -67,6 +83,12 @@ def check_link(link: Any) -> LinkInfo:
             "build one with LinkInfo(rtt_s=..., bandwidth_bps=...)"
         )
     return link
+
+
+def plan_sizes(manifest: ManifestLike, link: Any) -> SortedSizes:
+    """What a plan works on: the manifest's sorted sizes, once the link is checked."""
+    check_link(link)
+    return SortedSizes.of(manifest)
 
 
 class Algorithm(ABC):
@@ -118,6 +140,23 @@ class RunContext:
 
     def spec(self, chunk_id: str, start: int, stop: int, params: TransferParams) -> ChunkSpec:
         return make_spec(self.sizes, chunk_id, start, stop, params)
+
+
+class StaticAlgorithm(Algorithm):
+    """An algorithm whose run is its plan: the chunks and their parameters follow from the
+    sizes alone, and nothing measured during the run changes them."""
+
+    @abstractmethod
+    def _specs(self, sizes: SortedSizes) -> list[ChunkSpec]: ...
+
+    def plan(self, manifest: ManifestLike, link: LinkInfo) -> list[ChunkSpec]:
+        return self._specs(plan_sizes(manifest, link))
+
+    def run(self, manifest_sorted: pa.Table, link: LinkInfo, executor: Any) -> list[ChunkResult]:
+        ctx = RunContext.open(manifest_sorted, link, executor)
+        for spec in self._specs(ctx.sizes):
+            ctx.run_spec(spec)
+        return ctx.results
 
 
 class Ramp:

@@ -7,6 +7,7 @@ mapped Airflow task can rebuild its file list from the stored sorted manifest.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..engine.params import TransferParams
 from .dataset import SortedSizes
@@ -43,7 +44,7 @@ class ChunkSpec:
         return replace(self, params=replace(self.params, **changes))
 
     def to_dict(self) -> dict:
-        out = {"id": self.id}
+        out: dict[str, Any] = {"id": self.id}
         out.update({name: getattr(self, name) for name in _INT_FIELDS})
         out["params"] = self.params.as_dict()
         return out

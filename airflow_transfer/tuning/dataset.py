@@ -8,6 +8,7 @@ planner touches each row once (the cumsum) no matter how many chunks it tries.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +16,7 @@ import pyarrow.compute as pc
 
 from .. import manifest_schema as ms
 
-ManifestLike = pa.Table | pa.Array | pa.ChunkedArray | np.ndarray
+ManifestLike: TypeAlias = pa.Table | pa.Array | pa.ChunkedArray | np.ndarray
 
 
 def sort_manifest(table: pa.Table) -> pa.Table:

@@ -7,19 +7,13 @@ The baseline every tuned algorithm is measured against, and what
 
 from __future__ import annotations
 
-from typing import Any
-
-import pyarrow as pa
-
 from ..engine.params import TransferParams
-from ..engine.result import ChunkResult
-from .base import Algorithm, RunContext, check_int, check_link
+from .base import StaticAlgorithm, check_int
 from .chunks import ChunkSpec, make_spec
-from .dataset import ManifestLike, SortedSizes
-from .models import LinkInfo
+from .dataset import SortedSizes
 
 
-class Fixed(Algorithm):
+class Fixed(StaticAlgorithm):
     name = "fixed"
 
     def __init__(
@@ -48,13 +42,3 @@ class Fixed(Algorithm):
             make_spec(sizes, f"fixed.{i + 1:03d}", lo, hi, self.params)
             for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))
         ]
-
-    def plan(self, manifest: ManifestLike, link: LinkInfo) -> list[ChunkSpec]:
-        check_link(link)
-        return self._specs(SortedSizes.of(manifest))
-
-    def run(self, manifest_sorted: pa.Table, link: LinkInfo, executor: Any) -> list[ChunkResult]:
-        ctx = RunContext.open(manifest_sorted, link, executor)
-        for spec in self._specs(ctx.sizes):
-            ctx.run_spec(spec)
-        return ctx.results

@@ -19,16 +19,11 @@ The pipelining figures are GridFTP levels, so files in flight are one more
 
 from __future__ import annotations
 
-from typing import Any
-
-import pyarrow as pa
-
 from ..engine.params import TransferParams
-from ..engine.result import ChunkResult
-from .base import Algorithm, RunContext, check_link
+from .base import StaticAlgorithm
 from .chunks import ChunkSpec, make_spec
-from .dataset import ManifestLike, SortedSizes
-from .models import LinkInfo, pp_param
+from .dataset import SortedSizes
+from .models import pp_param
 
 MB = 1_000_000
 MANY_FILES = 100
@@ -45,7 +40,7 @@ def globus_params(files: int, mean_size: float) -> tuple[TransferParams, str]:
     return TransferParams(pp=pp_param(10), p=4, cc=2), "other"
 
 
-class Globus(Algorithm):
+class Globus(StaticAlgorithm):
     name = "globus"
 
     def __init__(self) -> None:
@@ -57,13 +52,3 @@ class Globus(Algorithm):
             return []
         params, _ = globus_params(n, sizes.mean(0, n))
         return [make_spec(sizes, "globus.001", 0, n, params)]
-
-    def plan(self, manifest: ManifestLike, link: LinkInfo) -> list[ChunkSpec]:
-        check_link(link)
-        return self._specs(SortedSizes.of(manifest))
-
-    def run(self, manifest_sorted: pa.Table, link: LinkInfo, executor: Any) -> list[ChunkResult]:
-        ctx = RunContext.open(manifest_sorted, link, executor)
-        for spec in self._specs(ctx.sizes):
-            ctx.run_spec(spec)
-        return ctx.results

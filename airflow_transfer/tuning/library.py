@@ -30,6 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.params import TransferParams
+from ..errors import TransferError
+from ..profiling.hosts import from_endpoint, key_of_endpoint
+from ..profiling.library import profile_link, tune_link
+from ..profiling.remote import HostRunner
 from .models import LinkInfo
 
 LIBRARY = "library"
@@ -123,8 +127,6 @@ def choose(
     progress: Callable[[str], None] | None = None,
 ) -> StartingPoint:
     """The starting point of a transfer from ``src`` to ``dst`` (protocols.endpoint.Endpoint)."""
-    from ..profiling.hosts import key_of_endpoint
-
     if given is not None:
         return StartingPoint(given, GIVEN if given.measured else "unknown (adapting by measurement)")
     unknown = StartingPoint(None, GIVEN if algorithm == "fixed" else "unknown (adapting by measurement)")
@@ -149,11 +151,6 @@ def choose(
 
 
 def _measure_now(store, src, dst, protocol: str, fallback: StartingPoint) -> StartingPoint:
-    from ..errors import TransferError
-    from ..profiling.hosts import from_endpoint
-    from ..profiling.library import profile_link, tune_link
-    from ..profiling.remote import HostRunner
-
     with HostRunner(from_endpoint(src)) as source, HostRunner(from_endpoint(dst)) as dest:
         try:
             profile_link(store, source, dest, light=True)

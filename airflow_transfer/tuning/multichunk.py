@@ -50,7 +50,7 @@ import pyarrow as pa
 
 from ..engine.params import TransferParams
 from ..engine.result import ChunkResult
-from .base import Algorithm, RunContext, check_int, check_link
+from .base import Algorithm, RunContext, check_int, plan_sizes
 from .chunks import ChunkSpec, make_spec
 from .dataset import ManifestLike, SortedSizes
 from .executor import supports_sessions
@@ -184,8 +184,7 @@ class MultiChunk(Algorithm):
     def plan(self, manifest: ManifestLike, link: LinkInfo) -> list[ChunkSpec]:
         """Chunks in start order; cc is each chunk's initial channel count (a chunk
         beyond the channel count shows 1 and waits for freed channels)."""
-        check_link(link)
-        return self._specs(SortedSizes.of(manifest), link)
+        return self._specs(plan_sizes(manifest, link), link)
 
     # -- run ------------------------------------------------------------------
     def run(self, manifest_sorted: pa.Table, link: LinkInfo, executor: Any) -> list[ChunkResult]:

@@ -44,8 +44,9 @@ from .base import (
     RunContext,
     check_fraction,
     check_int,
-    check_link,
     default_min_chunk_bytes,
+    plan_sizes,
+    probe_options,
 )
 from .chunks import ChunkSpec, make_spec
 from .dataset import ManifestLike, SortedSizes
@@ -82,14 +83,8 @@ class PCP(Algorithm):
         adapt_pieces: int = 8,
         drift: float = 0.25,
     ) -> None:
-        if min_chunk_bytes is not None:
-            check_int(self.name, "min_chunk_bytes", min_chunk_bytes)
         self.opts = {
-            "min_chunk_bytes": min_chunk_bytes,
-            "min_chunks": check_int(self.name, "min_chunks", min_chunks),
-            "max_pp": check_int(self.name, "max_pp", max_pp),
-            "max_p": check_int(self.name, "max_p", max_p),
-            "max_cc": check_int(self.name, "max_cc", max_cc),
+            **probe_options(self.name, min_chunk_bytes, min_chunks, max_pp, max_p, max_cc),
             "drop": check_fraction(self.name, "drop", drop),
             "adapt": bool(adapt),
             "adapt_pieces": check_int(self.name, "adapt_pieces", adapt_pieces),
@@ -118,8 +113,7 @@ class PCP(Algorithm):
 
     # -- plan -----------------------------------------------------------------
     def plan(self, manifest: ManifestLike, link: LinkInfo) -> list[ChunkSpec]:
-        check_link(link)
-        sizes = SortedSizes.of(manifest)
+        sizes = plan_sizes(manifest, link)
         if len(sizes) == 0:
             return []
         pcp = self.divide(sizes, link)
@@ -198,19 +192,19 @@ class PCP(Algorithm):
         k = 0
         while cursor < n:
             if not p_ramp.done:
-                p, cc = p_ramp.value, 1
+                ramp, p, cc = p_ramp, p_ramp.value, 1
             else:
                 if cc_ramp is None:
                     cc_ramp = Ramp(1, self.opts["max_cc"], self.opts["drop"])
                     cc_ramp.seed(1, p_ramp.best_thr)
                 if cc_ramp.done:
                     break
-                p, cc = p_ramp.optimum, cc_ramp.value
+                ramp, p, cc = cc_ramp, p_ramp.optimum, cc_ramp.value
             stop = self._set2_sample_stop(sizes, cursor, cc, pcp.min_chunk_bytes)
             k += 1
             result = ctx.run(cursor, stop, TransferParams(pp=pp, p=p, cc=cc, tcp_buffer=tcp), f"s2.{k:03d}")
             cursor = stop
-            (p_ramp if not p_ramp.done else cc_ramp).feed(result.throughput_mbit)
+            ramp.feed(result.throughput_mbit)
         if cursor < n:
             best_cc = cc_ramp.optimum if cc_ramp is not None else 1
             segment = Segment(cursor, n, TransferParams(pp=pp, p=p_ramp.optimum, cc=1, tcp_buffer=tcp), "s2.rest")
