@@ -20,7 +20,7 @@ test: venv
 	@# api-server start once. Tests on the emulated WAN measure rates, so they run after,
 	@# alone (marker `wan`).
 	@# ruff (format + lint) and mypy first; a failure there fails the run after the tests ran.
-	@s=0; LINT_TYPES=0 bash scripts/lint.sh || s=1; \
+	@s=0; bash scripts/lint.sh || s=1; \
 	$(PY) -m pytest -q -p no:cacheprovider --timeout=900 --durations=15 -n $(TEST_WORKERS) --dist loadfile -m "not wan" || s=1; \
 	$(PY) -m pytest -q -p no:cacheprovider --timeout=900 --durations=15 -m wan || s=1; \
 	exit $$s

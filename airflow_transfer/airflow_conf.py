@@ -10,13 +10,15 @@ maps it onto the same option).
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
+from typing import Any
+
+from airflow.configuration import conf
 
 
 @lru_cache(maxsize=1)
 def store_url() -> str | None:
-    from airflow.configuration import conf
-
     value = conf.get("airflow_transfer", "store_url", fallback=None)
     return value or None
 
@@ -24,10 +26,6 @@ def store_url() -> str | None:
 def staging_dir() -> str:
     """Where staged manifests go; every worker that runs chunks must read it (a shared
     mount when workers are on several hosts). Next to the default SQLite store otherwise."""
-    import os
-
-    from airflow.configuration import conf
-
     value = conf.get("airflow_transfer", "staging_dir", fallback=None)
     if value:
         return os.path.expanduser(value)
@@ -35,12 +33,12 @@ def staging_dir() -> str:
     return os.path.join(home, "airflow_transfer", "manifests")
 
 
-def transfer_key(context) -> str:
+def transfer_key(context: Any) -> str:
     """Stable across retries of one task instance, distinct across runs and map indexes."""
     return transfer_key_for(context["ti"])
 
 
-def transfer_key_for(ti) -> str:
+def transfer_key_for(ti: Any) -> str:
     """The same key from anything with dag_id, task_id, run_id (and map_index): a TI or its key."""
     map_index = getattr(ti, "map_index", -1)
     if map_index is None:

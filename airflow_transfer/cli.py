@@ -7,14 +7,13 @@ Exit status: 0 when every file arrived, 1 when some failed, 2 for bad usage.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
 import threading
 
 from . import cmd_copy_list, cmd_profile, cmd_query
-from .cli_endpoint import endpoint
+from .cli_endpoint import add_json_option, endpoint, print_json
 from .engine.accounting import format_line
 from .engine.params import check_params
 from .engine.retry import RetryPolicy
@@ -38,7 +37,6 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--bdp", type=int, help="bandwidth-delay product in bytes (instead of the two above)")
 
     def ssh_opts(p):
-
         p.add_argument("--identity", help="private key file for SSH")
         p.add_argument("--known-hosts", help="known_hosts file to verify host keys against")
         p.add_argument("--ssh-config", help="OpenSSH client config file (default ~/.ssh/config)")
@@ -57,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
             "(one process per connection, for CPU-bound clients), or auto (OpenSSH when the "
             "key allows it, else paramiko; docs/transfers.md)",
         )
-        p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        add_json_option(p)
 
     cp = sub.add_parser("copy", help="copy SRC to DST (DST is a directory root)")
     cp.add_argument("src", nargs="?")
@@ -230,7 +228,6 @@ def _early_pool(args, src, dst):
 
 
 def cmd_copy(args) -> int:
-
     args.algorithm = copy_algorithm(args)
     args.pp, args.parallelism, args.concurrency = (
         given if given is not None else default
@@ -253,13 +250,17 @@ def cmd_copy(args) -> int:
 
 
 def _copy(args, params, src, dst, pool) -> int:
-    # heavy: job, manifest, engine load pyarrow, tuning and the store (~0.5 s); --help needs none
+    # heavy: job, manifest and the engine load pyarrow and NumPy (~0.3 s); --help needs none
     from .job import CopyRequest, link_from_args, run_copy
     from .manifest import Manifest
 
     manifest = Manifest.read(args.manifest) if args.manifest else None
     tty = sys.stderr.isatty()
     interval = args.progress_interval or (0.5 if tty else 5.0)
+
+    def log(line: str) -> None:
+        sys.stderr.write(("\n" if tty else "") + line + "\n")
+        sys.stderr.flush()
 
     req = CopyRequest(
         src,
@@ -279,7 +280,7 @@ def _copy(args, params, src, dst, pool) -> int:
         switch_after=args.switch_after,
         probe_interval=args.probe_interval,
         make_endpoint=lambda url: endpoint(url, args),
-        log=lambda line: (sys.stderr.write(("\n" if tty else "") + line + "\n"), sys.stderr.flush()),
+        log=log,
         verify=None if args.verify == "none" else args.verify,
         verify_mode=args.verify_mode,
         verify_block_size=args.verify_block_size,
@@ -302,13 +303,12 @@ def _copy(args, params, src, dst, pool) -> int:
         f"{summary['files_skipped']} already present, {summary['files_resumed']} resumed, "
         f"{summary['files_retried']} retried, {len(summary['failed'])} failed\n"
     )
-    if args.json:
-        sys.stdout.write(json.dumps(summary) + "\n")
+    print_json(args, summary)
     return 0 if ok else 1
 
 
 def cmd_plan(args) -> int:
-    # heavy: job, manifest, engine load pyarrow, tuning and the store (~0.5 s); --help needs none
+    # heavy: job, manifest and the engine load pyarrow and NumPy (~0.3 s); --help needs none
     from .engine.transfer import TransferSession
     from .job import link_from_args, sftp_link
     from .manifest import Manifest
@@ -351,13 +351,12 @@ def cmd_plan(args) -> int:
             f"  {s.id}: {s.files} files, {s.bytes} bytes, sizes {s.min_size}-{s.max_size}, "
             f"pp={s.params.pp} p={s.params.p} cc={s.params.cc}\n"
         )
-    if args.json:
-        sys.stdout.write(json.dumps(out, default=str) + "\n")
+    print_json(args, out, default=str)
     return 0
 
 
 def cmd_list(args) -> int:
-    # heavy: job, manifest, engine load pyarrow, tuning and the store (~0.5 s); --help needs none
+    # heavy: job, manifest and the engine load pyarrow and NumPy (~0.3 s); --help needs none
     from .engine.transfer import TransferSession
 
     src = endpoint(args.src, args)
@@ -372,8 +371,7 @@ def cmd_list(args) -> int:
         "skipped_entries": manifest.skipped,
     }
     sys.stderr.write(f"listed {manifest.files} files ({manifest.bytes} bytes) into {args.out}\n")
-    if args.json:
-        sys.stdout.write(json.dumps(info) + "\n")
+    print_json(args, info)
     return 0
 
 

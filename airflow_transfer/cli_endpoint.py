@@ -1,7 +1,13 @@
-"""Command-line arguments -> Endpoint, for every subcommand (cli.py, cmd_copy_list.py,
-cmd_query.py): the SSH flags become resolve.SSHOptions, the rest is protocols.resolve."""
+"""What every subcommand (cli.py, cmd_*.py) shares: its SRC / DST arguments as Endpoints (the SSH
+flags become resolve.SSHOptions, the rest is protocols.resolve) and its --json output."""
 
 from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
 
 from .protocols.endpoint import Endpoint
 from .protocols.resolve import SSHOptions, resolve_endpoint
@@ -33,3 +39,13 @@ def endpoint(url: str, args) -> Endpoint:
     if alternates:
         args.alt_protocols = ",".join(alternates)
     return ep
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def print_json(args: argparse.Namespace, result: Any, *, default: Callable[[Any], Any] | None = None) -> None:
+    """With --json, the command's one JSON object on stdout; human output goes to stderr either way."""
+    if args.json:
+        sys.stdout.write(json.dumps(result, default=default) + "\n")

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
-from .cli_endpoint import endpoint
+from .cli_endpoint import endpoint, print_json
 from .engine.retry import RetryPolicy
 from .protocols.endpoint import Endpoint
 
 
 def run(args, params) -> int:
-    # heavy: job and request_list load the engine, pyarrow and the store (~0.5 s); `airflow-transfer` imports this
+    # heavy: job and request_list load the engine, pyarrow and NumPy (~0.3 s); the CLI imports this module
     from .job import CopyRequest, link_from_args
     from .request_list import load_pairs, run_request_list
 
@@ -46,6 +45,5 @@ def run(args, params) -> int:
         f"{'done' if ok else 'INCOMPLETE'}: {len(pairs)} pairs in {len(summary['groups'])} groups, "
         f"{summary['files']} files, {summary['bytes']} bytes in {summary['seconds']:.1f}s\n"
     )
-    if args.json:
-        sys.stdout.write(json.dumps(summary) + "\n")
+    print_json(args, summary)
     return 0 if ok else 1

@@ -8,11 +8,14 @@ ways between them. Progress goes to stderr; --json prints one JSON object.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
-from .errors import UsageError
+from .cli_endpoint import add_json_option, print_json
+from .errors import TransferError, UsageError
+from .profiling.hosts import LOCALHOST, ProfileHost, parse_host
+from .profiling.library import light_run, profile_host, profile_link, tune_link
+from .profiling.remote import HostRunner
 
 
 def add_parser(subparsers) -> None:
@@ -42,14 +45,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--identity", help="private key file for SSH")
     p.add_argument("--known-hosts", help="known_hosts file to verify host keys against")
     p.add_argument("--ssh-config", help="OpenSSH client config file (default ~/.ssh/config)")
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    add_json_option(p)
 
 
 def run(args) -> int:
-    from .errors import TransferError
-    from .profiling.hosts import LOCALHOST, ProfileHost, parse_host
-    from .profiling.library import light_run, profile_host, profile_link, tune_link
-    from .profiling.remote import HostRunner
+    # heavy: the store loads SQLAlchemy and pyarrow (~0.25 s); `airflow-transfer` imports this module
     from .store import Store, StoreError
 
     ssh = (args.ssh_config, args.identity, args.known_hosts)
@@ -113,6 +113,5 @@ def run(args) -> int:
             f"tuned {t['source']} -> {t['destination']} ({t['protocol']}): streams {t['streams']}, "
             f"TCP buffer {t['tcp_buffer']} B, block {t['block_size']} B, BDP {t['bdp_bytes']} B"
         )
-    if args.json:
-        sys.stdout.write(json.dumps(result, default=str) + "\n")
+    print_json(args, result, default=str)
     return 0

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
-from .cli_endpoint import endpoint
+from .cli_endpoint import add_json_option, endpoint, print_json
 from .errors import UsageError
+from .protocols.endpoint import Endpoint
 from .query.expr import QueryError
 from .query.sources import is_http
 
@@ -40,16 +40,22 @@ def add_parser(subparsers) -> None:
     q.add_argument("--identity", help="private key file for SSH")
     q.add_argument("--known-hosts", help="known_hosts file to verify host keys against")
     q.add_argument("--ssh-config", help="OpenSSH client config file (default ~/.ssh/config)")
-    q.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    add_json_option(q)
 
 
-def resolve(url: str, args):
+def resolve(url: str, args) -> str | Endpoint:
     """An http(s) URL stays a string (query sources only); everything else is an Endpoint."""
     return url if is_http(url) else endpoint(url, args)
 
 
+def _progress(p: dict) -> None:
+    sys.stderr.write(
+        f"query: {p['rows']} rows out, {p['bytes_read']} bytes read, file {p['files_done'] + 1}/{p['files']}\n"
+    )
+
+
 def run(args) -> int:
-    # heavy: the query engine loads pyarrow's readers and writers (~0.2 s); `airflow-transfer` imports this
+    # heavy: the query engine loads pyarrow and NumPy (~0.1 s); `airflow-transfer` imports this module
     from .query.run import QueryRequest, run_query
 
     try:
@@ -62,9 +68,7 @@ def run(args) -> int:
             where=args.where,
             format=args.format,
             cafile=args.ca_file,
-            progress=lambda p: sys.stderr.write(
-                f"query: {p['rows']} rows out, {p['bytes_read']} bytes read, file {p['files_done'] + 1}/{p['files']}\n"
-            ),
+            progress=_progress,
         )
         summary = run_query(req)
     except QueryError as exc:
@@ -78,6 +82,5 @@ def run(args) -> int:
         f"({summary['read_fraction'] * 100:.1f} %{groups}), wrote {summary['bytes_written']} bytes in "
         f"{summary['seconds']:.2f}s, sha256 {summary['sha256']}\n"
     )
-    if args.json:
-        sys.stdout.write(json.dumps(summary) + "\n")
+    print_json(args, summary)
     return 0

@@ -18,7 +18,7 @@ from .engine.chunk_session import EngineChunkSession
 from .engine.fallback import FallbackSession
 from .engine.params import TransferParams
 from .engine.retry import RetryPolicy
-from .engine.session import Session
+from .engine.session import Session, SessionOptions
 from .engine.transfer import TransferSession
 from .errors import TransferError, UsageError
 from .integrity.algorithms import algorithm_info
@@ -84,14 +84,17 @@ def open_session(req: CopyRequest, stats: Stats | None) -> Session:
     for local <-> SFTP, the generic path (BackendSession) for other pairs and for replicas, or
     the fall-back over several protocols (FallbackSession), whose first phase is that same
     engine when the preferred pair is one it moves."""
+    opts: SessionOptions = {
+        "stats": stats,
+        "skip_existing": req.skip_existing,
+        "retry": req.retry,
+        "verify": req.verify,
+    }
     if getattr(req, "replicas", None):
         make = req.make_endpoint or resolve_endpoint
         rs = ReplicaSet([req.src, *[make(u) for u in req.replicas]], drop_after=req.switch_after)
         src = Endpoint("replicas", req.src.path, options={"set": rs})
-        session = BackendSession(
-            src, req.dst, stats=stats, skip_existing=req.skip_existing, retry=req.retry, verify=req.verify
-        )
-        return session
+        return BackendSession(src, req.dst, **opts)
     if req.alt_protocols:
         side = "dst" if req.dst.scheme != "file" else "src"
         primary = req.dst if side == "dst" else req.src
@@ -101,26 +104,14 @@ def open_session(req: CopyRequest, stats: Stats | None) -> Session:
             req.dst,
             [primary, *alts],
             side=side,
-            stats=stats,
-            skip_existing=req.skip_existing,
-            retry=req.retry,
-            verify=req.verify,
             threshold=req.switch_after,
             probe_interval=req.probe_interval,
             log=req.log,
             engine_options=engine_options(req),
             pool=req.pool,
+            **opts,
         )
-    return session_for(
-        req.src,
-        req.dst,
-        stats=stats,
-        skip_existing=req.skip_existing,
-        retry=req.retry,
-        verify=req.verify,
-        engine_options=engine_options(req),
-        pool=req.pool,
-    )
+    return session_for(req.src, req.dst, engine_options=engine_options(req), pool=req.pool, **opts)
 
 
 def default_key(src: Endpoint, dst: Endpoint) -> str:

@@ -8,6 +8,7 @@ tree) and falls back to SFTP readdir where the server allows no exec.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shlex
@@ -21,6 +22,8 @@ import pyarrow.parquet as pq
 from . import manifest_schema as ms
 from .errors import TransferError, UsageError
 from .paths import TEMP_SUFFIX, check_entry_name, check_relative, check_walk_depth
+from .protocols import sftp_wire as w
+from .remote import lister
 
 _LISTER = Path(__file__).parent / "remote" / "lister.py"
 _META_DIRS = b"airflow_transfer.empty_dirs"
@@ -110,6 +113,15 @@ def _is_temp(name: str) -> bool:
     return base.startswith(".") and base.endswith(TEMP_SUFFIX)
 
 
+def _unlisted(errors: list[str], display: str) -> TransferError:
+    """Entries of the tree that could not be listed: a listing that silently left them out
+    would copy an incomplete dataset as if it were whole."""
+    shown = "; ".join(errors[:3]) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")
+    return TransferError(
+        f"{len(errors)} entries could not be listed ({shown})", display, "fix the permissions or exclude those paths"
+    )
+
+
 def _consume(lines, root_display: str) -> Manifest:
     """Turn lister records into a Manifest; shared by the local and remote paths."""
     records: list[tuple[str, int, float, int]] = []
@@ -159,21 +171,12 @@ def _consume(lines, root_display: str) -> Manifest:
             "check that python3 runs on the host, or disable exec listing",
         )
     if errors:
-        shown = "; ".join(errors[:3]) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")
-        raise TransferError(
-            f"{len(errors)} entries could not be listed ({shown})",
-            root_display,
-            "fix the permissions or exclude those paths",
-        )
+        raise _unlisted(errors, root_display)
     return _build(records, dirs, root_display, is_file, skipped)
 
 
 def list_local(root: str) -> Manifest:
     """List a local tree with the same lister and parser as a remote one."""
-    import io
-
-    from .remote import lister
-
     buf = io.StringIO()
     lister.run(root, buf)
     return _consume(buf.getvalue().splitlines(), root)
@@ -199,13 +202,11 @@ LIST_ATTEMPTS = 2  # a listing whose connection is lost (stalled, dropped) is st
 
 
 def _list_sftp(pool, root: str, display: str) -> Manifest:
-    from .protocols.sftp_wire import SFTPProtocolError
-
     last: BaseException | None = None
     for _ in range(LIST_ATTEMPTS):
         try:
             return _walk_sftp(pool, root, display)
-        except (SFTPProtocolError, ConnectionError, TimeoutError, EOFError) as exc:
+        except (w.SFTPProtocolError, ConnectionError, TimeoutError, EOFError) as exc:
             last = exc
     raise TransferError(
         f"listing the source over SFTP failed: {last}",
@@ -215,8 +216,6 @@ def _list_sftp(pool, root: str, display: str) -> Manifest:
 
 
 def _walk_sftp(pool, root: str, display: str) -> Manifest:
-    from .protocols import sftp_wire as w
-
     conn = pool.acquire()
     broken = True
     try:
@@ -292,12 +291,7 @@ def _walk_sftp(pool, root: str, display: str) -> Manifest:
                 else:
                     skipped["other"] += 1
         if errors:
-            shown = "; ".join(errors[:3]) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")
-            raise TransferError(
-                f"{len(errors)} entries could not be listed ({shown})",
-                display,
-                "fix the permissions or exclude those paths",
-            )
+            raise _unlisted(errors, display)
         broken = False
         return _build(records, dirs, display, False, skipped)
     except TransferError:

@@ -18,8 +18,10 @@ import pyarrow as pa
 
 from .engine.params import TransferParams
 from .errors import UsageError
+from .job import open_session, run_copy
 from .protocols.endpoint import Endpoint
 from .summary import throughput_mbit
+from .tuning import LinkInfo, get_algorithm
 
 
 def load_pairs(path: str) -> list[tuple[str, str]]:
@@ -69,9 +71,6 @@ def _group_params(base_req, members, algorithm: str, given: TransferParams) -> t
     """Parameters for a whole group: the given ones, or the algorithm's plan of the group's files."""
     if algorithm == "fixed":
         return given, "given"
-    from .job import open_session
-    from .tuning import LinkInfo, get_algorithm
-
     tables = []
     for src, dst in members:
         with open_session(replace(base_req, src=src, dst=dst, alt_protocols=[]), None) as session:
@@ -92,8 +91,6 @@ def run_request_list(
     on_group: Callable[[dict], None] | None = None,
 ) -> dict:
     """Run every pair, group by group; returns {"groups": [...], "files", "bytes", "seconds", "failed"}."""
-    from .job import run_copy
-
     t0 = time.monotonic()
     eps = [(make_endpoint(s), make_endpoint(d)) for s, d in pairs]
     out_groups = []

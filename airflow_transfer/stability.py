@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import manifest_schema as ms
+from .chunked import list_tree
 from .protocols.endpoint import Endpoint
 
 
@@ -33,8 +34,6 @@ class TreeState:
 
 def tree_state(src: Endpoint) -> TreeState:
     """List `src` once and fingerprint it (order-independent, vectorised)."""
-    from .chunked import list_tree
-
     m = list_tree(src)
     table = m.table
     if table.num_rows:

@@ -20,8 +20,10 @@ import errno
 import os
 import posixpath
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 import pyarrow as pa
 
@@ -32,13 +34,11 @@ from ..manifest import Manifest, _build, _is_temp
 from ..paths import check_relative, temp_name
 from ..protocols import backends
 from ..protocols.endpoint import Endpoint
-from .accounting import Stats
-from .control import Control
 from .failures import ChecksumMismatch, SizeMismatch
 from .params import TransferParams
-from .retry import RetryPolicy, classify
+from .retry import classify
 from .runner import Runner
-from .session import Session
+from .session import Session, SessionOptions
 from .sftp_jobs import FileTask, SourceChanged, count_progress
 
 BLOCK = 1 << 20
@@ -73,26 +73,8 @@ def _connect(endpoint: Endpoint) -> backends.Backend:
 class BackendSession(Session):
     """Source and destination backends, with idle connection pairs kept for the next file."""
 
-    def __init__(
-        self,
-        src: Endpoint,
-        dst: Endpoint,
-        *,
-        stats: Stats | None = None,
-        skip_existing: bool = True,
-        retry: RetryPolicy | None = None,
-        journal: Any = None,
-        verify: str | None = None,
-        control: Control | None = None,
-    ) -> None:
-        super().__init__()
-        self.src, self.dst = src, dst
-        self.stats = stats or Stats()
-        self.skip_existing = skip_existing
-        self.retry = retry or RetryPolicy()
-        self.journal = journal
-        self.verify = verify
-        self.control = control or Control()
+    def __init__(self, src: Endpoint, dst: Endpoint, **opts: Unpack[SessionOptions]) -> None:
+        super().__init__(src, dst, **opts)
         self.src_caps = backends.capabilities(src.scheme)
         self.dst_caps = backends.capabilities(dst.scheme)
         if not self.dst_caps.write:
@@ -125,6 +107,17 @@ class BackendSession(Session):
         with self._lock:
             self._idle.append(pair)
 
+    @contextmanager
+    def pair(self) -> Iterator[Pair]:
+        """A connection pair for one errand; dropped, not kept, when the errand fails."""
+        pair = self.connect_pair()
+        try:
+            yield pair
+        except BaseException:
+            self.release_pair(pair, broken=True)
+            raise
+        self.release_pair(pair)
+
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
@@ -136,8 +129,7 @@ class BackendSession(Session):
     def list_source(self) -> Manifest:
         if self.src.scheme == "file":
             return super().list_source()
-        pair = self.connect_pair()
-        try:
+        with self.pair() as pair:
             try:
                 listing = pair[0].walk(self.src.path)
             except FileNotFoundError as exc:
@@ -150,10 +142,6 @@ class BackendSession(Session):
                     self.src.display,
                     "check that the server is up and answering; re-run to try again",
                 ) from exc
-        except BaseException:
-            self.release_pair(pair, broken=True)
-            raise
-        self.release_pair(pair)
         files = [f for f in listing.files if not _is_temp(f[0])]
         return _build(files, listing.empty_dirs, self.src.display, listing.is_file, {})
 
@@ -162,8 +150,7 @@ class BackendSession(Session):
         for rel in rel_dirs:
             check_relative(rel, self.dst.display)
             wanted.add(_join(dst_root, rel))
-        pair = self.connect_pair()
-        try:
+        with self.pair() as pair:
             for d in sorted(wanted, key=lambda p: (p.count("/"), p)):
                 try:
                     pair[1].mkdir(d, parents=True, exist_ok=True)
@@ -173,10 +160,6 @@ class BackendSession(Session):
                         f"{self.dst.host_label}:{d}",
                         "check the destination path and its permissions",
                     ) from exc
-        except BaseException:
-            self.release_pair(pair, broken=True)
-            raise
-        self.release_pair(pair)
 
     def already_there(self, tasks: list[FileTask]) -> set[int]:
         """Files whose destination has the same size and mtime: one listing per directory
@@ -262,21 +245,13 @@ class BackendMover:
         self.s.release_pair(conn, broken=broken)
 
     def stat_source(self, task: FileTask) -> tuple[int, float]:
-        pair = self.s.connect_pair()
-        try:
+        with self.s.pair() as pair:
             st = pair[0].stat(task.src)
-        except BaseException:
-            self.s.release_pair(pair, broken=True)
-            raise
-        self.s.release_pair(pair)
         return int(st.size), float(st.mtime)
 
     def drain(self, conn: Pair, gone: list[bool]) -> None:
         r = self.r
-        while not r.schedule.surplus():
-            i = r.schedule.pop()
-            if i is None:
-                return
+        for i in r.schedule.each():
             t = r.tasks[i]
             try:
                 self._copy(conn, t)

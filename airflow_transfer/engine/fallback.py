@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Unpack, cast
+from typing import Any, Unpack, cast
 
 import pyarrow as pa
 
@@ -36,6 +36,7 @@ from ..errors import TransferError, UsageError
 from ..manifest import list_local, list_remote
 from ..protocols.endpoint import Endpoint
 from ..protocols.fallback import DEFAULT_PROBE_INTERVAL, DEFAULT_THRESHOLD, protocol_name
+from ..protocols.pool import SFTPPool
 from ..protocols.sessions import uses_engine
 from . import phases
 from .accounting import Stats
@@ -45,9 +46,23 @@ from .control import Controller
 from .params import TransferParams
 from .phases import PhaseStart, PhaseStats
 from .result import ChunkResult
-from .retry import RetryPolicy, classify
-from .session import ChunkPlace, Session
+from .retry import classify
+from .session import ChunkPlace, Session, SessionOptions
 from .transfer import TransferSession
+
+
+def _passed_to_engine(name: str) -> Any:
+    """A setting job.py makes on the session, kept here and passed on to the engine phase."""
+
+    def get(self: FallbackSession) -> Any:
+        return self.__dict__.get(f"_{name}")
+
+    def put(self: FallbackSession, value: Any) -> None:
+        self.__dict__[f"_{name}"] = value
+        if self.engine is not None:
+            setattr(self.engine, name, value)
+
+    return property(get, put)
 
 
 class FallbackSession(Session):
@@ -58,39 +73,25 @@ class FallbackSession(Session):
         protocols: list[Endpoint],
         *,
         side: str,
-        stats=None,
-        skip_existing: bool = True,
-        retry: RetryPolicy | None = None,
-        verify: str | None = None,
         threshold: int = DEFAULT_THRESHOLD,
         probe_interval: float = DEFAULT_PROBE_INTERVAL,
         log: Callable[[str], None] | None = None,
         engine_options: dict | None = None,
-        pool=None,
+        pool: SFTPPool | None = None,
+        **opts: Unpack[SessionOptions],
     ) -> None:
         if threshold < 1:
             raise UsageError(f"switch threshold must be >= 1 (got {threshold})")
-        self.src, self.dst = src, dst
+        self.engine: TransferSession | None = None  # before the pass-through settings below are set
+        super().__init__(src, dst, **opts)
         self.protocols = protocols
         self.side = side
-        self.stats = stats or Stats()
         self.phase_stats = PhaseStats(self.stats)
-        self.skip_existing = skip_existing
-        self.retry = retry or RetryPolicy()
-        self.verify = verify
         self.threshold = threshold
         self.probe_interval = probe_interval
         self.log = log or (lambda line: None)
         self.engine_options = engine_options or {}  # verify_mode etc. for the pipelined engine's phases
         self.current = 0
-        # Session.__init__ is not called: journal, before_verify and the engine's verification
-        # settings are properties passing through to the engine phase.
-        self.switches: list[dict] = []
-        self.on_switch: Callable[[dict], None] | None = None
-        self.on_runner = None
-        self.verifier = None
-        self._journal = None
-        self._before_verify = None
         self.remote = protocols[0] if protocols[0].scheme == "sftp" else None  # the preferred end, for tuning
         self.tried: dict[str, str] = {}
         self.per_protocol: dict[str, dict] = {}
@@ -102,67 +103,36 @@ class FallbackSession(Session):
         # The first phase on the preferred protocol, when the pipelined engine moves that pair: one
         # session for the whole copy (pool, warm-up, verifier), steered by ctl0.
         self.ctl0 = Controller(threshold)
-        self.engine: TransferSession | None = None
         self._driven = False  # job drives self.engine through the tuning executor (complete() follows)
         self._engine_open = False  # the engine's first phase has not ended (connections, verifier live)
         self._engine_summary: tuple[dict | None, list[str]] = (None, [])
         s, d = self.pair(0)
         if uses_engine(s, d):
             self.engine = TransferSession(
-                s,
-                d,
-                stats=cast(Stats, self.phase_stats),  # counts like the copy's Stats
-                skip_existing=skip_existing,
-                retry=self.retry,
-                verify=verify,
-                pool=pool,
-                **self.engine_options,
+                s, d, pool=pool, **self.engine_options, **self._phase_options(self.ctl0, self.skip_existing)
             )
-            self.engine.control = self.ctl0
             self._engine_open = True
         elif pool is not None:
             pool.close()
         self.pool = self.engine.pool if self.engine is not None else None
         self.verify_mode = self.engine.verify_mode if self.engine is not None else "file"
 
-    # -- what job.py sets and reads on a session, passed to the engine ---------------
-    @property
-    def journal(self):
-        return self._journal
+    def _phase_options(self, ctl: Controller, skip: bool) -> SessionOptions:
+        """A phase's session: the copy's settings, its own controller, the phase-aware stats."""
+        return {
+            "stats": cast(Stats, self.phase_stats),  # counts like the copy's Stats (engine/phases.py)
+            "skip_existing": skip,
+            "retry": self.retry,
+            "journal": self.journal,
+            "verify": self.verify,
+            "control": ctl,
+        }
 
-    @journal.setter
-    def journal(self, value) -> None:
-        self._journal = value
-        if self.engine is not None:
-            self.engine.journal = value
-
-    @property
-    def before_verify(self):
-        return self._before_verify
-
-    @before_verify.setter
-    def before_verify(self, value) -> None:
-        self._before_verify = value
-        if self.engine is not None:
-            self.engine.before_verify = value
-
-    @property
-    def bandwidth_bps(self):
-        return self.engine.bandwidth_bps if self.engine is not None else None
-
-    @bandwidth_bps.setter
-    def bandwidth_bps(self, value) -> None:
-        if self.engine is not None:
-            self.engine.bandwidth_bps = value
-
-    @property
-    def resume_blocks(self) -> dict:
-        return self.engine.resume_blocks if self.engine is not None else {}
-
-    @resume_blocks.setter
-    def resume_blocks(self, value) -> None:
-        if self.engine is not None:
-            self.engine.resume_blocks = value
+    # -- what job.py sets on a session, passed on to the engine phase --------------------
+    journal = _passed_to_engine("journal")
+    before_verify = _passed_to_engine("before_verify")
+    bandwidth_bps = _passed_to_engine("bandwidth_bps")
+    resume_blocks = _passed_to_engine("resume_blocks")
 
     def warm(self, connections: int) -> None:
         if self.engine is not None:
@@ -192,17 +162,8 @@ class FallbackSession(Session):
         s, d = self.pair(index)
         if index == 0 and self._engine_open and ctl is self.ctl0:
             return self._eng()
-        sess = session_for(
-            s,
-            d,
-            stats=cast(Stats, self.phase_stats),  # counts like the copy's Stats
-            skip_existing=skip,
-            retry=self.retry,
-            verify=self.verify,
-            engine_options=self.engine_options,
-        )
-        sess.journal, sess.control = self._journal, ctl
-        sess.before_verify = self._before_verify
+        sess = session_for(s, d, engine_options=self.engine_options, **self._phase_options(ctl, skip))
+        sess.before_verify = self.before_verify
         return sess
 
     def _retire_engine(self) -> None:

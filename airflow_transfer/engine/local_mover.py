@@ -35,10 +35,7 @@ class LocalMover:
 
     def drain(self, conn: Any, gone: list[bool]) -> None:
         r = self.r
-        while not r.schedule.surplus():
-            i = r.schedule.pop()
-            if i is None:
-                return
+        for i in r.schedule.each():
             t = r.tasks[i]
             t.attempts += 1
             t0 = time.monotonic()

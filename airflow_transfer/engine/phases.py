@@ -177,8 +177,8 @@ def run_phases(
             msg = f"no protocol could finish this file before the deadline (tried {tried})"
             for g in remaining:
                 outcomes[g] = FileOutcome(paths[g], sizes[g], moved[g], 0.0, False, msg)
-                if fb._journal is not None:
-                    fb._journal.mark_failed(paths[g], msg)
+                if fb.journal is not None:
+                    fb.journal.mark_failed(paths[g], msg)
                 fb.stats.file_finished(False)
             break
         index = fb.current

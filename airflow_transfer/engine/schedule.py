@@ -13,7 +13,7 @@ import heapq
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 
 class Schedule:
@@ -61,6 +61,14 @@ class Schedule:
                 return None
             self.running += 1
             return self.queue.popleft()
+
+    def each(self) -> Iterator[int]:
+        """Files for one worker, one at a time, until none is ready or it is one too many."""
+        while not self.surplus():
+            i = self.pop()
+            if i is None:
+                return
+            yield i
 
     def has_ready(self) -> bool:
         with self.lock:

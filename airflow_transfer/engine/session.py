@@ -18,18 +18,18 @@ from typing import TYPE_CHECKING, Any, Required, TypedDict, Unpack
 
 from ..errors import TransferError
 from ..manifest import Manifest, list_local
+from .accounting import Stats
+from .control import Control
 from .resume import plan as plan_resume
+from .retry import RetryPolicy
 from .runner import run_chunk
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from ..protocols.endpoint import Endpoint
-    from .accounting import Stats
-    from .control import Control
     from .params import TransferParams
     from .result import ChunkResult
-    from .retry import RetryPolicy
     from .runner import Mover, Runner
     from .sftp_jobs import FileTask
     from .transfer import TransferSession
@@ -45,23 +45,34 @@ class ChunkPlace(TypedDict, total=False):
     resume: dict[str, list] | None  # path -> byte ranges the journal holds (listing unchanged)
 
 
-class Session:
-    """A session over a source and a destination; subclasses set the attributes below."""
+class SessionOptions(TypedDict, total=False):
+    """What every session takes besides its endpoints."""
 
-    src: Endpoint
-    dst: Endpoint
-    stats: Stats
-    retry: RetryPolicy
+    stats: Stats | None  # progress counters (a fresh Stats when not given)
+    skip_existing: bool  # skip files whose destination has the same size and mtime (default True)
+    retry: RetryPolicy | None  # attempts, backoff and deadline (defaults when not given)
     journal: Any  # a store JournalWriter, or None
     verify: str | None  # checksum algorithm, None = no verification
-    control: Control
+    control: Control | None  # a fall-back's hooks (engine/control.py); default: none
+
+
+class Session:
+    """A session over a source and a destination."""
+
     direction: str  # upload, download, local, "<scheme>-><scheme>" or fallback
     remote: Endpoint | None  # the SFTP end the engine talks to, if any
     skip_existing: bool
     verify_mode = "file"  # how a verifying session checks files (the engine chooses per direction)
     pool: Any = None  # the SFTP connection pool, where the engine has one
 
-    def __init__(self) -> None:
+    def __init__(self, src: Endpoint, dst: Endpoint, **opts: Unpack[SessionOptions]) -> None:
+        self.src, self.dst = src, dst
+        self.stats: Stats = opts.get("stats") or Stats()
+        self.skip_existing: bool = opts.get("skip_existing", True)
+        self.retry: RetryPolicy = opts.get("retry") or RetryPolicy()
+        self.journal: Any = opts.get("journal")
+        self.verify: str | None = opts.get("verify")
+        self.control: Control = opts.get("control") or Control()
         self.switches: list[dict] = []  # protocol switches (a fall-back's)
         self.on_switch: Callable[[dict], None] | None = None
         self.on_runner: Callable[[Runner], None] | None = None  # sees each chunk's runner before it runs
@@ -69,6 +80,17 @@ class Session:
         self.resume_blocks: dict[str, list] = {}  # path -> journaled block digests (block mode)
         self.before_verify: Callable[[str], None] | None = None  # tests inject faults here
         self.verifier: Any = None
+
+    def options(self) -> SessionOptions:
+        """This session's options, for a session over the same copy (a sibling chunk's)."""
+        return {
+            "stats": self.stats,
+            "skip_existing": self.skip_existing,
+            "retry": self.retry,
+            "journal": self.journal,
+            "verify": self.verify,
+            "control": self.control,
+        }
 
     # -- moving a chunk ------------------------------------------------------------
     def perform(self, files: pa.Table, params: TransferParams, **place: Unpack[ChunkPlace]) -> ChunkResult:

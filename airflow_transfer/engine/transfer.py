@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+from typing import Unpack
 
 import pyarrow as pa
 
@@ -23,15 +24,12 @@ from ..manifest import Manifest, list_remote
 from ..paths import check_relative, temp_name
 from ..protocols.endpoint import Endpoint
 from ..protocols.pool import WARM_CONNECTIONS, SFTPPool
-from .accounting import Stats
 from .block_verify import DEFAULT_BLOCK_SIZE, BlockVerifier, choose_threads
-from .control import Control
 from .failures import error_text
 from .local_mover import LocalMover
 from .remote_tree import make_dirs, same_size_and_mtime, verify_account
-from .retry import RetryPolicy
 from .runner import Mover, Runner
-from .session import Session
+from .session import Session, SessionOptions
 from .sftp_jobs import FileTask
 from .sftp_mover import SFTPMover
 from .verify import DestinationDigests, Verifier
@@ -66,16 +64,12 @@ class TransferSession(Session):
         src: Endpoint,
         dst: Endpoint,
         *,
-        stats: Stats | None = None,
         inflight: int = DEFAULT_INFLIGHT,
-        skip_existing: bool = True,
-        retry: RetryPolicy | None = None,
-        journal=None,
-        verify: str | None = None,
         verify_mode: str = "file",
         block_size: int | None = None,
         verify_threads: int | None = None,
         pool: SFTPPool | None = None,
+        **opts: Unpack[SessionOptions],
     ) -> None:
         """`pool`: connections to the remote end opened (or warming) before the session
         existed; the CLI starts them ahead of its heavy imports. The session owns it from here."""
@@ -85,16 +79,10 @@ class TransferSession(Session):
                 f"{src.display} -> {dst.display}",
                 "copy to a local staging directory first",
             )
-        super().__init__()
-        self.src, self.dst = src, dst
-        self.stats = stats or Stats()
+        super().__init__(src, dst, **opts)
         self.inflight = inflight
-        self.retry = retry or RetryPolicy()
-        self.journal = journal  # a store JournalWriter, or None
-        self.verify = verify  # checksum algorithm, None = no verification
         self.verify_mode, self.verify_why = verify_mode, ""
         self.block_size, self.verify_threads = block_size, verify_threads
-        self.skip_existing = skip_existing
         remote = src if src.scheme == "sftp" else dst if dst.scheme == "sftp" else None
         self.remote = remote
         if pool is not None and (remote is None or pool.target is not remote.target):
@@ -121,7 +109,6 @@ class TransferSession(Session):
         self._dirs_made: set[str] = set()
         self._parent: TransferSession | None = None  # set on a sibling()
         self._retired: list[Verifier] = []  # stopped verifiers of siblings, for verify_summary
-        self.control: Control = Control()  # the fall-back's hooks (engine/control.py); default: none
 
     def sibling(self) -> TransferSession:
         """A session over the same endpoints, connection pool, stats and journal with a verifier
@@ -131,18 +118,13 @@ class TransferSession(Session):
         s = TransferSession(
             self.src,
             self.dst,
-            stats=self.stats,
             inflight=self.inflight,
-            skip_existing=self.skip_existing,
-            retry=self.retry,
-            journal=self.journal,
-            verify=self.verify,
             verify_mode=self.verify_mode,
             block_size=self.block_size,
             verify_threads=self.verify_threads,
+            **self.options(),
         )
         s.pool, s._dirs_made, s._parent = self.pool, self._dirs_made, self
-        s.control = self.control
         s.bandwidth_bps, s.resume_blocks, s.before_verify = self.bandwidth_bps, self.resume_blocks, self.before_verify
         return s
 

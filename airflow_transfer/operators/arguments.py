@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 
 def templated(value: Any) -> bool:
@@ -18,6 +18,10 @@ def whole(name: str, value: Any, minimum: int = 1) -> int:
     return value
 
 
+@overload
+def number(name: str, value: Any, *, optional: Literal[False] = False, allow_zero: bool = False) -> float: ...
+@overload
+def number(name: str, value: Any, *, optional: bool, allow_zero: bool = False) -> float | None: ...
 def number(name: str, value: Any, *, optional: bool = False, allow_zero: bool = False) -> float | None:
     """A finite number (> 0, or >= 0 with allow_zero): seconds, milliseconds, Mbit/s."""
     if value is None and optional:

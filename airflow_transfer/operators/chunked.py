@@ -19,15 +19,18 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from .. import airflow_conf
 from ..engine.accounting import format_line, human_bytes
+from ..engine.params import check_params
+from ..engine.retry import RetryPolicy
 from ..errors import TransferError
-from .failures import task_error
+from ..hooks.endpoint import TransferEndpointHook
+from ..protocols.endpoint import Endpoint
+from .failures import fail_on_failed_files, task_error
 from .transfer import ALGORITHMS, summary_table
 
 
-def _endpoint(conn_id: str | None, url: str):
-    from ..hooks.endpoint import TransferEndpointHook
-
+def _endpoint(conn_id: str | None, url: str) -> Endpoint:
     return TransferEndpointHook(conn_id).endpoint(url)
 
 
@@ -63,6 +66,21 @@ class _TransferStep(BaseOperator):
 
     operator_extra_links: Sequence[Any] = ()
     ui_color = "#d9ecff"
+
+
+class _SourceToDestination(_TransferStep):
+    """A step that works on both ends of the transfer: ``src`` and ``dst``, each with its connection."""
+
+    def __init__(
+        self, *, src: str, dst: str, src_conn_id: str | None = None, dst_conn_id: str | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.src, self.dst = src, dst
+        self.src_conn_id, self.dst_conn_id = src_conn_id, dst_conn_id
+
+    def endpoints(self) -> tuple[Endpoint, Endpoint]:
+        """Both ends as the core takes them (resolved when the task runs, from the rendered fields)."""
+        return _endpoint(self.src_conn_id, self.src), _endpoint(self.dst_conn_id, self.dst)
 
 
 class DatasetManifestOperator(_TransferStep):
@@ -103,7 +121,7 @@ class DatasetManifestOperator(_TransferStep):
         self.staging_dir, self.manifest_name = staging_dir, manifest_name
 
     def execute(self, context: Any) -> dict:
-        from .. import airflow_conf
+        # heavy: chunked loads the engine, pyarrow and NumPy (~0.2 s); DAG files import this module
         from ..chunked import safe_name, stage_manifest
 
         ti = context["ti"]
@@ -184,8 +202,6 @@ class ChunkPlanOperator(_TransferStep):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        from ..engine.params import check_params
-
         check_params(pp, parallelism, concurrency)
         if isinstance(algorithm, str) and "{{" not in algorithm and algorithm not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {algorithm!r}; choose one of: {', '.join(ALGORITHMS)}")
@@ -198,9 +214,8 @@ class ChunkPlanOperator(_TransferStep):
         self.src, self.dst, self.src_conn_id, self.dst_conn_id = src, dst, src_conn_id, dst_conn_id
 
     def execute(self, context: Any) -> list[dict]:
-        from .. import airflow_conf
+        # heavy: chunked and job load the engine, pyarrow and NumPy (~0.25 s); DAG files import this module
         from ..chunked import plan_chunks, starting_point
-        from ..engine.params import check_params
         from ..job import link_from_args
 
         ti = context["ti"]
@@ -247,7 +262,7 @@ class ChunkPlanOperator(_TransferStep):
         return specs
 
 
-class ChunkTransferOperator(_TransferStep):
+class ChunkTransferOperator(_SourceToDestination):
     """Move one chunk of a planned transfer; meant to be mapped over ChunkPlanOperator's output.
 
     The files are the spec's rows of the staged manifest; they are written under a
@@ -277,10 +292,6 @@ class ChunkTransferOperator(_TransferStep):
         self,
         *,
         chunk: dict,
-        src: str,
-        dst: str,
-        src_conn_id: str | None = None,
-        dst_conn_id: str | None = None,
         max_cc: int | None = None,
         verify: str | None = "sha256",
         progress_interval: float = 5.0,
@@ -291,23 +302,21 @@ class ChunkTransferOperator(_TransferStep):
         super().__init__(**kwargs)
         if max_cc is not None and (isinstance(max_cc, bool) or not isinstance(max_cc, int) or max_cc < 1):
             raise ValueError(f"max_cc must be a whole number >= 1 (got {max_cc!r})")
-        self.chunk, self.src, self.dst = chunk, src, dst
-        self.src_conn_id, self.dst_conn_id = src_conn_id, dst_conn_id
+        self.chunk = chunk
         self.max_cc, self.verify = max_cc, verify
         self.progress_interval = progress_interval
         self.retries_per_file, self.deadline = retries_per_file, deadline
 
     def execute(self, context: Any) -> dict:
-        from .. import airflow_conf
+        # heavy: chunked loads the engine, pyarrow and NumPy (~0.2 s); DAG files import this module
         from ..chunked import run_chunk
-        from ..engine.retry import RetryPolicy
 
         spec = dict(self.chunk)
         if self.max_cc is not None and spec.get("params", {}).get("cc", 1) > self.max_cc:
             self.log.info("cc %d capped to %d (max_cc)", spec["params"]["cc"], self.max_cc)
             spec["params"] = {**spec["params"], "cc": self.max_cc}
         try:
-            src, dst = _endpoint(self.src_conn_id, self.src), _endpoint(self.dst_conn_id, self.dst)
+            src, dst = self.endpoints()
             self.log.info(
                 "%s: rows [%s, %s) of %s, %s files, %s, pp=%s p=%s cc=%s, %s -> %s",
                 spec.get("id"),
@@ -335,18 +344,11 @@ class ChunkTransferOperator(_TransferStep):
         except TransferError as exc:
             raise task_error(exc) from exc
         self.log.info("chunk summary (host %s, pid %s):\n%s", summary["host"], summary["pid"], summary_table(summary))
-        if summary["failed"]:
-            context["ti"].xcom_push(key="summary", value=summary)
-            for f in summary["failed"][:20]:
-                self.log.error("failed %s: %s", f["path"], f["error"])
-            raise RuntimeError(
-                f"{len(summary['failed'])} of {summary['files']} files of {spec['id']} failed; "
-                "retry the task to finish (completed files are kept)"
-            )
+        fail_on_failed_files(self, context, summary, of=f" of {spec['id']}", again="retry")
         return summary
 
 
-class VerifyTransferOperator(_TransferStep):
+class VerifyTransferOperator(_SourceToDestination):
     """Verify a destination against the source, file by file, and optionally repair it.
 
     Digests are computed where the bytes are: on an SFTP host by the stdlib checksum
@@ -376,11 +378,7 @@ class VerifyTransferOperator(_TransferStep):
     def __init__(
         self,
         *,
-        src: str,
-        dst: str,
         manifest: Any,
-        src_conn_id: str | None = None,
-        dst_conn_id: str | None = None,
         algorithm: str = "sha256",
         repair: bool = False,
         transfer_key: str | None = None,
@@ -388,17 +386,16 @@ class VerifyTransferOperator(_TransferStep):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.src, self.dst, self.manifest = src, dst, manifest
-        self.src_conn_id, self.dst_conn_id = src_conn_id, dst_conn_id
+        self.manifest = manifest
         self.algorithm, self.repair = algorithm, repair
         self.transfer_key, self.fail_on_mismatch = transfer_key, fail_on_mismatch
 
     def execute(self, context: Any) -> dict:
-        from .. import airflow_conf
+        # heavy: chunked loads the engine, pyarrow and NumPy (~0.2 s); DAG files import this module
         from ..chunked import transfer_summary, verify_tree
 
         try:
-            src, dst = _endpoint(self.src_conn_id, self.src), _endpoint(self.dst_conn_id, self.dst)
+            src, dst = self.endpoints()
             report = verify_tree(
                 src,
                 dst,

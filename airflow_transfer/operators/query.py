@@ -8,6 +8,10 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from ..errors import TransferError
+from ..hooks.endpoint import TransferEndpointHook
+from ..query.expr import Where
+from ..query.sources import is_http
+from .arguments import number
 from .failures import task_error
 
 
@@ -49,8 +53,6 @@ class AttributeQueryTransferOperator(BaseOperator):
         self.select, self.where, self.format = select, where, format
         self.src_conn_id, self.dst_conn_id = src_conn_id, dst_conn_id
         self.progress_interval = progress_interval
-        from .arguments import number
-
         if where is not None and not isinstance(where, str):
             raise ValueError(f"where must be a filter expression string (got {where!r})")
         if (
@@ -63,14 +65,11 @@ class AttributeQueryTransferOperator(BaseOperator):
             raise ValueError(f"format must be parquet or csv (got {format!r})")
         number("progress_interval", progress_interval)
         if where and "{{" not in where:
-            from ..query.expr import Where
-
             Where.parse(where)  # syntax errors at DAG parse time, not at run time
 
     def execute(self, context: Any) -> dict:
-        from ..hooks.endpoint import TransferEndpointHook
+        # heavy: the query engine loads pyarrow and NumPy (~0.1 s); DAG files import this module
         from ..query.run import QueryRequest, run_query
-        from ..query.sources import is_http
 
         # A templated conn id left empty renders as "" (or "None"): no connection.
         src_conn = self.src_conn_id if self.src_conn_id not in ("", "None") else None

@@ -18,7 +18,7 @@ from ..plugins.links import TransferPageLink
 from ..protocols.endpoint import Endpoint
 from ..protocols.resolve import resolve_endpoint
 from .arguments import choice, names, number, templated, text, whole
-from .failures import task_error
+from .failures import fail_on_failed_files, failed_files_error, task_error
 
 
 def summary_table(summary: dict) -> str:
@@ -152,8 +152,10 @@ class TunedTransferOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict:
         if self.pairs:
-            return _run_pairs(self)
-        # heavy: job imports the engine, tuning and the store (~0.5 s); DAG files import this module
+            return _run_pairs(self, self.pairs)
+        if self.src is None or self.dst is None:  # __init__ takes src and dst, or pairs
+            raise ValueError("give src and dst, or pairs=[[src, dst], ...]")
+        # heavy: job loads the engine, pyarrow and NumPy (~0.3 s); DAG files import this module
         from ..job import CopyRequest, link_from_args, run_copy
 
         try:
@@ -194,24 +196,16 @@ class TunedTransferOperator(BaseOperator):
         except TransferError as exc:
             raise task_error(exc) from exc
         self.log.info("transfer summary:\n%s", summary_table(summary))
-        if summary["failed"]:
-            context["ti"].xcom_push(key="summary", value=summary)
-            for f in summary["failed"][:20]:
-                self.log.error("failed %s: %s", f["path"], f["error"])
-            raise RuntimeError(
-                f"{len(summary['failed'])} of {summary['files']} files failed; "
-                "re-run the task to finish (completed files are kept)"
-            )
+        fail_on_failed_files(self, context, summary)
         return summary
 
 
-def _run_pairs(op: TunedTransferOperator) -> dict:
+def _run_pairs(op: TunedTransferOperator, pairs: Sequence[Sequence[str]] | str) -> dict:
     """pairs=: one request list, group by group (request_list.run_request_list)."""
-    # heavy: job and request_list import the engine, tuning and the store (~0.5 s); DAG files import this module
+    # heavy: job and request_list load the engine, pyarrow and NumPy (~0.3 s); DAG files import this module
     from ..job import CopyRequest, link_from_args
     from ..request_list import run_request_list
 
-    pairs = op.pairs
     if isinstance(pairs, str):  # rendered from a template
         pairs = json.loads(pairs)
     try:
@@ -248,10 +242,7 @@ def _run_pairs(op: TunedTransferOperator) -> dict:
     except TransferError as exc:
         raise task_error(exc) from exc
     if summary["failed"]:
-        raise RuntimeError(
-            f"{len(summary['failed'])} of {summary['files']} files failed; "
-            "re-run the task to finish (completed files are kept)"
-        )
+        raise failed_files_error(summary)
     return summary
 
 

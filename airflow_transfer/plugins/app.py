@@ -11,10 +11,20 @@ annotations`` here: FastAPI must see the real types of the route parameters,
 which are imported inside ``create_app``.
 """
 
+import json
 import re
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from .. import airflow_conf
+from . import charts
+
+# An ASGI application: (scope, receive, send) -> awaitable.
+ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
 
 URL_PREFIX = "/airflow-transfer"
 TEMPLATES = Path(__file__).with_name("templates")
@@ -54,15 +64,11 @@ def _when(value: Any) -> str:
 
 def _cell(value: Any) -> str:
     if isinstance(value, (dict, list)):
-        import json
-
         return json.dumps(value, sort_keys=True, default=str)
     return "" if value is None else str(value)
 
 
-def jinja_env():
-    from jinja2 import Environment, FileSystemLoader, select_autoescape
-
+def jinja_env() -> Environment:
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html"]))
     env.filters.update(size=_size, mbit=_mbit, secs=_secs, when=_when, cell=_cell)
     return env
@@ -77,7 +83,7 @@ class _StoreHolder:
     def get(self):
         with self._lock:
             if self._store is None:
-                from .. import airflow_conf
+                # heavy: the store loads pyarrow (~0.1 s on top of Airflow); only the api-server opens it
                 from ..store import Store
 
                 self._store = Store.open(self._url if self._url is not None else airflow_conf.store_url())
@@ -92,15 +98,19 @@ class LazyApp:
     pays for FastAPI and Airflow's security module.
     """
 
-    def __init__(self, factory) -> None:
-        self._factory, self._app, self._lock = factory, None, threading.Lock()
+    def __init__(self, factory: Callable[[], ASGIApp]) -> None:
+        self._factory = factory
+        self._app: ASGIApp | None = None
+        self._lock = threading.Lock()
 
-    async def __call__(self, scope, receive, send) -> None:
-        if self._app is None:
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        app = self._app
+        if app is None:
             with self._lock:
                 if self._app is None:
                     self._app = self._factory()
-        await self._app(scope, receive, send)
+                app = self._app
+        await app(scope, receive, send)
 
     def __repr__(self) -> str:
         return f"LazyApp({self._factory.__module__}.{self._factory.__qualname__})"
@@ -122,6 +132,9 @@ LIBRARY_PAGES = {
 
 def create_app(store_url: str | None = None):
     """The FastAPI app mounted at ``/airflow-transfer`` by the plugin (``store_url`` for tests)."""
+    # heavy: FastAPI with Airflow's API security module (~0.5 s) and the store's views (pyarrow, ~0.1 s)
+    # load in the api-server on its first request, not in every process that loads plugins
+    from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.core_api.security import GetUserDep, requires_authenticated
     from fastapi import Depends, FastAPI, HTTPException, Query, Request
     from fastapi.exception_handlers import http_exception_handler
@@ -129,7 +142,7 @@ def create_app(store_url: str | None = None):
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from ..store import StoreError
-    from . import charts, views
+    from . import views
 
     app = FastAPI(
         title="airflow-transfer",
@@ -145,8 +158,6 @@ def create_app(store_url: str | None = None):
         return request.scope.get("root_path", "").rstrip("/")
 
     def readable_dags(user) -> set[str] | None:
-        from airflow.api_fastapi.app import get_auth_manager
-
         return get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
 
     def store():
@@ -186,8 +197,6 @@ def create_app(store_url: str | None = None):
         login_url = None
         if exc.status_code == 401:
             try:
-                from airflow.api_fastapi.app import get_auth_manager
-
                 login_url = get_auth_manager().get_url_login(next_url=str(request.url))
             except Exception:  # noqa: BLE001 - the page still says what is wrong
                 login_url = None

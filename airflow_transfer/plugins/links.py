@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
+from airflow.configuration import conf
 from airflow.sdk import BaseOperatorLink
 
+from ..airflow_conf import transfer_key_for
 from .app import URL_PREFIX
 
 
@@ -24,10 +26,6 @@ class TransferPageLink(BaseOperatorLink):
     name = "Transfer"
 
     def get_link(self, operator, *, ti_key) -> str:
-        from airflow.configuration import conf
-
-        from ..airflow_conf import transfer_key_for
-
         # The key the task journalled under: a chunk spec's (mapped chunk tasks), an explicit
         # transfer_key on the operator (already rendered here), else the per-task default.
         chunk = getattr(operator, "chunk", None)

@@ -6,6 +6,7 @@ as JSON; tests call them directly on a real store.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -243,8 +244,6 @@ PAYLOAD_PREVIEW = 160  # characters of a profile's JSON shown in a table cell
 
 def tuning(store: Store, *, limit: int = PROFILE_LIMIT) -> dict[str, Any]:
     """The tuning library: newest tuned parameters per link, light-profiler back-off, recent profiles."""
-    import json
-
     tuned = store.tuning_library()
     profiles = store.profiles(limit=limit)
     for p in profiles:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..protocols.endpoint import Endpoint
+from ..protocols.endpoint import Endpoint, parse_url
+from ..protocols.resolve import SSHOptions, sftp_target
 from ..protocols.ssh import SSHTarget
 
 LOCALHOST = "localhost"
@@ -27,6 +28,13 @@ class ProfileHost:
     @property
     def is_local(self) -> bool:
         return self.target is None
+
+    @property
+    def ssh(self) -> SSHTarget:
+        """The SSH target of a remote host (for what only runs over SSH)."""
+        if self.target is None:
+            raise UsageError(f"{self.key} is this machine, not an SSH host", self.key, "name an SSH host")
+        return self.target
 
 
 def key_of_target(target: SSHTarget) -> str:
@@ -51,9 +59,6 @@ def parse_host(
     spec: str, ssh_config: str | None = None, identity: str | None = None, known_hosts: str | None = None
 ) -> ProfileHost:
     """HOST of `airflow-transfer profile`: localhost, a local directory, file:///dir or sftp://[user@]host[:port][/dir]."""
-    from ..protocols.endpoint import parse_url
-    from ..protocols.ssh import from_ssh_config
-
     if not spec:
         raise UsageError("empty host", "", "give localhost, a directory or sftp://[user@]host[:port][/dir]")
     if spec.lower() in _LOCAL_NAMES:
@@ -73,6 +78,6 @@ def parse_host(
             spec,
             "give localhost, a directory or sftp://[user@]host[:port][/dir]",
         )
-    target = from_ssh_config(parsed.host, parsed.port, parsed.user, ssh_config, identity, known_hosts)
+    target = sftp_target(parsed, SSHOptions(ssh_config=ssh_config, identity=identity, known_hosts=known_hosts))
     path = parsed.path if parsed.path not in ("", ".") else None
     return ProfileHost(key_of_target(target), target, path)

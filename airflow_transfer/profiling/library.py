@@ -11,9 +11,11 @@ maps them over hosts and pairs) or all together (`airflow-transfer profile`):
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TransferError
 from ..tuning.stork_tuner import PathFacts, host_facts, path_facts, tune_direction
@@ -21,25 +23,39 @@ from .hosts import LOCALHOST
 from .links import measure_path
 from .remote import HostRunner
 
+if TYPE_CHECKING:
+    from ..store import Store
+
 Progress = Callable[[str], None]
 
-FULL = {
-    "disk": ["--file-size", "64M", "--total", "512M", "--max-seconds", "20"],
-    "memory": [],
+
+@dataclass(frozen=True)
+class Budget:
+    """How long the profilers may take: their arguments, and the network probe's length."""
+
+    disk: tuple[str, ...]  # disk profiler arguments
+    memory: tuple[str, ...]  # memory profiler arguments
+    seconds: float  # full network probe
+    light_seconds: float  # light network probe
+
+
+FULL = Budget(
+    disk=("--file-size", "64M", "--total", "512M", "--max-seconds", "20"),
+    memory=(),
     # The probe leaves out its first second (slow start: ~0.7 s at 100 ms, 500 Mbit/s) and
     # rates the rest. The light probe is as long as the full one needs to be comparable: its
     # figure replaces the full one in the library.
-    "seconds": 4.0,
-    "light_seconds": 3.0,
-}
-QUICK = {
-    "disk": ["--file-size", "4M", "--total", "32M", "--rounds", "1", "--max-seconds", "5"],
-    "memory": ["--region", "16M", "--per-trial", "32M", "--rounds", "1", "--max-seconds", "3"],
+    seconds=4.0,
+    light_seconds=3.0,
+)
+QUICK = Budget(
+    disk=("--file-size", "4M", "--total", "32M", "--rounds", "1", "--max-seconds", "5"),
+    memory=("--region", "16M", "--per-trial", "32M", "--rounds", "1", "--max-seconds", "3"),
     # 2 s, not 1: a 1 s probe keeps only 0.67 s after slow start, and one stall of the
     # machine in that window (seen once in CI: 78 of 200 Mbit/s) is then the whole figure.
-    "seconds": 2.0,
-    "light_seconds": 1.0,
-}
+    seconds=2.0,
+    light_seconds=1.0,
+)
 
 
 def _quiet(_: str) -> None:
@@ -51,7 +67,7 @@ def _parse_time(text: str) -> datetime:
 
 
 def profile_host(
-    store,
+    store: Store,
     runner: HostRunner,
     *,
     kinds: Sequence[str] = ("disk", "memory", "kernel"),
@@ -64,10 +80,10 @@ def profile_host(
     out: dict[str, dict[str, Any]] = {}
     for kind in kinds:
         if kind == "disk":
-            args = ["--path", host.path or ("." if not host.is_local else _local_dir())] + budget["disk"]
+            args = ["--path", host.path or ("." if not host.is_local else tempfile.gettempdir()), *budget.disk]
             name = "disk"
         elif kind == "memory":
-            args, name = list(budget["memory"]), "memory"
+            args, name = list(budget.memory), "memory"
         elif kind == "kernel":
             args, name = [], "network"  # with no peer the network profiler reads this host's /proc limits
         else:
@@ -80,14 +96,8 @@ def profile_host(
     return out
 
 
-def _local_dir() -> str:
-    import tempfile
-
-    return tempfile.gettempdir()
-
-
 def profile_link(
-    store,
+    store: Store,
     source: HostRunner,
     dest: HostRunner,
     *,
@@ -100,7 +110,9 @@ def profile_link(
     kind = "network-light" if light else "network"
     progress(f"{source.host.key} -> {dest.host.key}: {'light ' if light else ''}network profile ...")
     budget = QUICK if quick else FULL
-    measured = measure_path(source, dest, light=light, via=via, seconds=budget["light_seconds" if light else "seconds"])
+    measured = measure_path(
+        source, dest, light=light, via=via, seconds=budget.light_seconds if light else budget.seconds
+    )
     payload = dict(measured["payload"])
     payload["link"] = {
         "source": source.host.key,
@@ -145,7 +157,12 @@ def _why_unmeasured(payload: dict, direction: str) -> str:
 
 
 def tune_link(
-    store, source_key: str, dest_key: str, *, protocols: Sequence[str] = ("sftp",), client: str | None = LOCALHOST
+    store: Store,
+    source_key: str,
+    dest_key: str,
+    *,
+    protocols: Sequence[str] = ("sftp",),
+    client: str | None = LOCALHOST,
 ) -> list[dict[str, Any]]:
     """Run the tuner on the newest stored profiles of source -> destination; store and return the results."""
     network = store.latest_profile(source_key, ("network", "network-light"), peer=dest_key)
@@ -183,7 +200,7 @@ def tune_link(
 
 
 def light_run(
-    store,
+    store: Store,
     source: HostRunner,
     dest: HostRunner,
     *,

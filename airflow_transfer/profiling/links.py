@@ -88,7 +88,7 @@ def measure_path(
                 "check that python3 runs there",
             )
         sink_port = int(ready.split()[2])
-        target = sink.host.target
+        target = sink.host.ssh  # the sink runs on the SSH end (both ends local was refused above)
         args = _client_args(light, direction, streams, seconds)
         args += ["--rtt-host", target.host, "--rtt-port", str(target.port), "--trace-host", target.host]
         if via == "ssh":

@@ -15,10 +15,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import profilers
+
 from ..errors import ConnectError, TransferError
+from ..protocols.ssh import open_transport
 from .hosts import ProfileHost
 
 REMOTE_PYTHON = "python3"
@@ -28,8 +32,6 @@ EXIT_NOT_FOUND = 127
 def profiler_source(name: str) -> bytes:
     if name not in ("disk", "memory", "network"):
         raise ValueError(f"no profiler named {name!r}")
-    import profilers
-
     return (Path(profilers.__file__).resolve().parent / f"{name}.py").read_bytes()
 
 
@@ -79,11 +81,9 @@ class HostRunner:
     @property
     def transport(self):
         """The SSH transport (opened on first use); ConnectError/AuthError/HostKeyError when unreachable."""
-        from ..protocols.ssh import open_transport
-
         with self._lock:
             if self._transport is None or not self._transport.is_active():
-                self._transport = open_transport(self.host.target)
+                self._transport = open_transport(self.host.ssh)
             return self._transport
 
     def run(self, name: str, args: list[str], timeout: float = 300.0) -> dict[str, Any]:
@@ -98,8 +98,8 @@ class HostRunner:
                 cwd=tempfile.gettempdir(),
             )
             return parse_output(self.host, name, proc.returncode, proc.stdout, proc.stderr)
-        proc = self.start(name, args, timeout)
-        status, out, err = proc.wait(timeout)
+        remote = self.start(name, args, timeout)
+        status, out, err = remote.wait(timeout)
         return parse_output(self.host, name, status, out, err)
 
     def start(self, name: str, args: list[str], timeout: float = 300.0) -> RemoteProcess:
@@ -151,8 +151,6 @@ class RemoteProcess:
 
     def wait_line(self, prefix: str, timeout: float) -> str | None:
         """The first stderr line starting with `prefix`, None when the process ended or the time ran out."""
-        import time
-
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()

@@ -52,7 +52,7 @@ class ServerCapabilities:
             path = posixpath.join(directory, f".airflow-transfer-probe-{secrets.token_hex(6)}")
             t, r = wire.call(w.OPEN, wire.p_open(path, w.FXF_WRITE | w.FXF_CREAT | w.FXF_TRUNC, w.Attrs(mode=0o600)))
             handle = wire.expect_handle(t, r, path)
-            replies: dict[str, tuple[int, object]] = {}
+            replies: dict[str, tuple[int, w.Reader]] = {}
             # Offset 1 of an empty file: what a second range of a split file, or a resumed
             # upload, asks of the server. Written, closed and removed in one round trip.
             wire.send(
@@ -64,7 +64,7 @@ class ServerCapabilities:
                 wire.pump(block=True)
             try:
                 t, r = replies["write"]
-                wire.expect_status(t, r, path)  # type: ignore[arg-type]
+                wire.expect_status(t, r, path)
                 self.offset_writes = True
             except OSError as exc:
                 self.offset_writes, self.offset_writes_error = False, str(exc)

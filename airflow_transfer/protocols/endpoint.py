@@ -29,9 +29,9 @@ class Endpoint:
     def display(self) -> str:
         if self.scheme == "file":
             return self.path
-        if self.scheme == "sftp":
+        if self.scheme == "sftp" and self.target is not None:
             return f"sftp://{self.target.display}{self.path}"
-        if self.scheme == "replicas":
+        if self.scheme == "replicas" and self.options is not None:
             return "replicas:" + "+".join(r.display for r in self.options["set"].replicas)
         if self.host:
             user = f"{self.user}@" if self.user else ""

@@ -26,7 +26,9 @@ import struct
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import IO
 
+from .sftp_wire import SFTPProtocolError
 from .ssh import CONNECT_TIMEOUT, PREFERRED_CIPHERS, SSHTarget, pinned_blob
 
 # Pipes default to 64 KiB; SFTP writes are up to 255 KiB, so a larger pipe halves the
@@ -70,6 +72,12 @@ def _key_type(blob_b64: str) -> str:
         return "malformed-pinned-key"
 
 
+def _pipe(stream: IO[bytes] | None, name: str) -> IO[bytes]:
+    if stream is None:  # Popen with PIPE always makes it: only a changed call above gets here
+        raise RuntimeError(f"the ssh client was started without a {name} pipe")
+    return stream
+
+
 class OpenSSHProcess:
     """One `ssh -s host sftp` process: what paramiko's Transport is to a paramiko channel."""
 
@@ -86,10 +94,11 @@ class OpenSSHProcess:
                 close_fds=True,
                 start_new_session=True,
             )
+            self.stdin, self.stdout = _pipe(self.proc.stdin, "stdin"), _pipe(self.proc.stdout, "stdout")
         except BaseException:
             shutil.rmtree(self._private, ignore_errors=True)
             raise
-        for f in (self.proc.stdin, self.proc.stdout):
+        for f in (self.stdin, self.stdout):
             try:
                 fcntl.fcntl(f.fileno(), _F_SETPIPE_SZ, PIPE_BYTES)
             except OSError:  # above pipe-max-size for an unprivileged user: keep the default
@@ -162,7 +171,7 @@ class OpenSSHProcess:
             return ""
 
     def close(self) -> None:
-        for f in (self.proc.stdin, self.proc.stdout):
+        for f in (self.stdin, self.stdout):
             try:
                 f.close()
             except OSError:
@@ -186,8 +195,8 @@ class PipeChannel:
 
     def __init__(self, proc: OpenSSHProcess, timeout: float | None = None) -> None:
         self._proc = proc
-        self._w = proc.proc.stdin.fileno()
-        self._r = proc.proc.stdout.fileno()
+        self._w = proc.stdin.fileno()
+        self._r = proc.stdout.fileno()
         os.set_blocking(self._w, False)
         os.set_blocking(self._r, False)
         self._early = bytearray()
@@ -200,8 +209,6 @@ class PipeChannel:
         return self._timeout
 
     def _gone(self, exc: BaseException | None = None) -> ConnectionError:
-        from .sftp_wire import SFTPProtocolError
-
         what = "the ssh client exited" if exc is None else f"the ssh client's pipe broke ({exc})"
         said = self._proc.stderr_tail()
         return SFTPProtocolError(f"{what}: {said}" if said else what)

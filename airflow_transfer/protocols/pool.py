@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..errors import UsageError
 from . import openssh
@@ -34,13 +35,21 @@ def warm_count(algorithm: str, streams: int, verify: bool) -> int:
     return data + (1 if verify else 0)
 
 
+class Carrier(Protocol):
+    """What carries a connection's SFTP channel: a paramiko Transport or an openssh.OpenSSHProcess."""
+
+    def is_active(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class Conn:
-    carrier: object  # paramiko.Transport, or openssh.OpenSSHProcess
+    carrier: Carrier
     wire: SFTPWire
     target: SSHTarget | None = None
     home: str = ""
-    _control: object | None = None
+    _control: Carrier | None = None  # a paramiko Transport for exec channels over an OpenSSH carrier
 
     @property
     def client(self) -> str:

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from typing import BinaryIO
+from collections.abc import Callable, Collection
 
 from ..errors import TransferError, describe_oserror
-from .backends.base import Backend, Capabilities, FileInfo
+from .backends.base import Backend, Capabilities, FileInfo, ReadStream
 from .endpoint import Endpoint
 
 DEFAULT_RATE = 8e6  # bytes/s assumed for a replica not yet measured (it gets tried soon)
@@ -43,7 +42,7 @@ class ReplicaSet:
     def live(self) -> list[int]:
         return [i for i in range(len(self.replicas)) if i not in self.dropped]
 
-    def choose(self, size: int, exclude: set[int] = frozenset()) -> int:
+    def choose(self, size: int, exclude: Collection[int] = frozenset()) -> int:
         with self.lock:
             live = [i for i in self.live() if i not in exclude] or self.live()
             if not live:
@@ -98,7 +97,7 @@ class ReplicaSet:
 
 
 class _Measured:
-    def __init__(self, f: BinaryIO, rs: ReplicaSet, i: int, size: int) -> None:
+    def __init__(self, f: ReadStream, rs: ReplicaSet, i: int, size: int) -> None:
         self.f, self.rs, self.i, self.size = f, rs, i, size
         self.n, self.t0, self.closed, self.error = 0, time.monotonic(), False, ""
 
@@ -179,7 +178,7 @@ class ReplicaSource(Backend):
 
     size_hint = 0  # bytes the next open_read will read (set by the generic path)
 
-    def open_read(self, path: str, offset: int = 0) -> BinaryIO:
+    def open_read(self, path: str, offset: int = 0) -> ReadStream:
         size, self.size_hint = self.size_hint, 0
         missing: dict[int, OSError] = {}
         while True:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ..errors import UsageError
 from .endpoint import Endpoint, ParsedURL, parse_url
 from .hostlib import resolve_any_cached
-from .ssh import from_ssh_config
+from .ssh import SSHTarget, from_ssh_config
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,10 @@ def resolve_endpoint(
     return Endpoint(parsed.scheme, parsed.path, host=parsed.host, port=parsed.port, user=parsed.user)
 
 
-def sftp_target(parsed: ParsedURL, ssh: SSHOptions):
+def sftp_target(parsed: ParsedURL, ssh: SSHOptions) -> SSHTarget:
     """The SSHTarget of a parsed sftp:// URL: ~/.ssh/config, then `ssh` on top."""
+    if parsed.host is None:  # parse_url refuses sftp URLs without one; a hand-made ParsedURL may lack it
+        raise UsageError("sftp URL without a host", parsed.path, "use sftp://[user@]host[:port]/path")
     target = from_ssh_config(parsed.host, parsed.port, parsed.user, ssh.ssh_config, ssh.identity, ssh.known_hosts)
     if ssh.stall_timeout is not None:
         if not 0 < ssh.stall_timeout < float("inf"):

@@ -19,6 +19,10 @@ import errno
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .capabilities import ServerCapabilities
 
 # Packet types (draft-ietf-secsh-filexfer-02, the version OpenSSH speaks).
 INIT, VERSION, OPEN, CLOSE, READ, WRITE, LSTAT, FSTAT = 1, 2, 3, 4, 5, 6, 7, 8
@@ -95,8 +99,8 @@ class Attrs:
         return self.mode is not None and (self.mode & 0o170000) == 0o120000
 
 
-class _Reader:
-    """Cursor over one reply body."""
+class Reader:
+    """Cursor over one reply body (what a request's callback gets)."""
 
     __slots__ = ("buf", "pos")
 
@@ -123,6 +127,10 @@ class _Reader:
 
     def str_(self) -> str:
         return bytes(self.bytes_()).decode("utf-8", "surrogateescape")
+
+    def status_message(self) -> str:
+        """A STATUS reply's message: optional in SFTP v3, so servers may end the packet before it."""
+        return self.str_() if self.pos < len(self.buf) else ""
 
     def attrs(self) -> Attrs:
         flags = self.u32()
@@ -165,7 +173,7 @@ def status_error(code: int, message: str, path: str = "") -> OSError:
     return exc  # OSError(errno.ENOENT, ...) is a FileNotFoundError instance
 
 
-Callback = Callable[[int, "_Reader"], None]
+Callback = Callable[[int, Reader], None]
 
 
 class SFTPWire:
@@ -181,7 +189,7 @@ class SFTPWire:
         self.max_read = DEFAULT_MAX_READ
         self.max_write = DEFAULT_MAX_WRITE
         self.closed = False
-        self.caps = None  # the server's capabilities.ServerCapabilities, shared by a pool's connections
+        self.caps: ServerCapabilities | None = None  # what is known of the server, shared by a pool's connections
         self._handshake()
 
     # -- framing ----------------------------------------------------------
@@ -190,7 +198,7 @@ class SFTPWire:
         ptype, body = self._read_packet()
         if ptype != VERSION:
             raise SFTPProtocolError(f"expected SFTP VERSION, got packet type {ptype}")
-        r = _Reader(body)
+        r = Reader(body)
         version = r.u32()
         if version < 3:
             raise SFTPProtocolError(f"server speaks SFTP version {version}, need 3")
@@ -279,7 +287,7 @@ class SFTPWire:
                     return ran
                 continue
             ptype, body = p
-            r = _Reader(body)
+            r = Reader(body)
             rid = r.u32()
             cb = self._pending.pop(rid, None)
             if cb is None:
@@ -287,9 +295,9 @@ class SFTPWire:
             cb(ptype, r)
             ran += 1
 
-    def call(self, ptype: int, payload: bytes) -> tuple[int, _Reader]:
+    def call(self, ptype: int, payload: bytes) -> tuple[int, Reader]:
         """Send one request and wait for its reply (other replies still dispatch)."""
-        box: list = []
+        box: list[tuple[int, Reader]] = []
         self.send(ptype, payload, lambda t, r: box.append((t, r)))
         while not box:
             self.pump(block=True)
@@ -313,7 +321,8 @@ class SFTPWire:
 
     @staticmethod
     def p_write_head(handle: bytes, offset: int, length: int) -> bytes:
-        return _s(handle) + _U64.pack(offset) + _U32.pack(length)
+        """A WRITE's fields before its data: the same layout as a READ request."""
+        return SFTPWire.p_read(handle, offset, length)
 
     @staticmethod
     def p_read(handle: bytes, offset: int, length: int) -> bytes:
@@ -343,23 +352,21 @@ class SFTPWire:
 
     # -- reply helpers ---------------------------------------------------------
     @staticmethod
-    def expect_status(ptype: int, r: _Reader, path: str = "") -> None:
+    def expect_status(ptype: int, r: Reader, path: str = "") -> None:
         """Raise the mapped OSError unless the reply is STATUS OK."""
         if ptype != STATUS:
             raise SFTPProtocolError(f"expected STATUS, got packet type {ptype}")
         code = r.u32()
         if code != FX_OK:
-            msg = r.str_() if r.pos < len(r.buf) else ""
-            raise status_error(code, msg, path)
+            raise status_error(code, r.status_message(), path)
 
     @staticmethod
-    def expect_handle(ptype: int, r: _Reader, path: str = "") -> bytes:
+    def expect_handle(ptype: int, r: Reader, path: str = "") -> bytes:
         if ptype == HANDLE:
             return bytes(r.bytes_())
         if ptype == STATUS:
             code = r.u32()
-            msg = r.str_() if r.pos < len(r.buf) else ""
-            raise status_error(code, msg, path)
+            raise status_error(code, r.status_message(), path)
         raise SFTPProtocolError(f"expected HANDLE, got packet type {ptype}")
 
     # -- synchronous conveniences (listing, mkdir, stat) ------------------------
@@ -386,11 +393,12 @@ class SFTPWire:
         self.expect_status(t, r, path)
 
     def rename(self, old: str, new: str) -> None:
-        reply: list = []
+        reply: list[tuple[int, Reader]] = []
         self.send_rename(old, new, lambda t, r: reply.append((t, r)))
         while not reply:
             self.pump(block=True)
-        self.expect_status(*reply[0], new)
+        t, r = reply[0]
+        self.expect_status(t, r, new)
 
     def setstat(self, path: str, attrs: Attrs) -> None:
         t, r = self.call(SETSTAT, _path(path) + attrs.pack())
@@ -408,7 +416,7 @@ class SFTPWire:
                     code = r.u32()
                     if code == FX_EOF:
                         break
-                    raise status_error(code, r.str_() if r.pos < len(r.buf) else "", path)
+                    raise status_error(code, r.status_message(), path)
                 if t != NAME:
                     raise SFTPProtocolError(f"expected NAME, got packet type {t}")
                 for _ in range(r.u32()):

@@ -87,7 +87,7 @@ def from_ssh_config(
     """Resolve a host the way OpenSSH's client would: ~/.ssh/config (or a given
     file) supplies HostName, Port, User, IdentityFile, UserKnownHostsFile and
     StrictHostKeyChecking; command-line values win over the file."""
-    # heavy: paramiko costs ~0.3 s at import; parsing URLs and the CLI's --help need none of it
+    # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
     import paramiko
 
     cfg_path = ssh_config or os.path.expanduser("~/.ssh/config")
@@ -123,7 +123,7 @@ def _local_user() -> str:
 
 
 def _load_pkeys(target: SSHTarget) -> list:
-    # heavy: paramiko costs ~0.3 s at import; parsing URLs and the CLI's --help need none of it
+    # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
     import paramiko
 
     keys = []
@@ -163,7 +163,7 @@ def pinned_blob(host_key: str) -> str:
 
 
 def _verify_host_key(target: SSHTarget, key) -> None:
-    # heavy: paramiko costs ~0.3 s at import; parsing URLs and the CLI's --help need none of it
+    # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
     import paramiko
 
     if not target.check_host_key:
@@ -206,7 +206,7 @@ def _verify_host_key(target: SSHTarget, key) -> None:
 
 def open_transport(target: SSHTarget, window: int = DEFAULT_WINDOW):
     """Connect, verify the host key, authenticate. Returns a paramiko.Transport."""
-    # heavy: paramiko costs ~0.3 s at import; parsing URLs and the CLI's --help need none of it
+    # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
     import paramiko
 
     try:
@@ -264,7 +264,7 @@ def _prefer_aead(transport) -> None:
 
 
 def _authenticate(transport, target: SSHTarget) -> None:
-    # heavy: paramiko costs ~0.3 s at import; parsing URLs and the CLI's --help need none of it
+    # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
     import paramiko
 
     user = target.username or _local_user()

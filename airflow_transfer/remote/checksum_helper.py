@@ -54,12 +54,14 @@ VERSION = 1
 READ_SIZE = 1 << 20
 
 
-class _Adler32:
-    def __init__(self):
-        self.value = 1
+class _Checksum32:
+    """A 32-bit running checksum (zlib.adler32's calling convention) with hashlib's update/hexdigest."""
+
+    def __init__(self, update, start):
+        self._update, self.value = update, start
 
     def update(self, data):
-        self.value = zlib.adler32(data, self.value)
+        self.value = self._update(data, self.value)
 
     def hexdigest(self):
         return "%08x" % self.value
@@ -71,33 +73,26 @@ def _factories():
         "sha1": hashlib.sha1,
         "sha256": hashlib.sha256,
         "blake2b": hashlib.blake2b,
-        "adler32": _Adler32,
+        "adler32": lambda: _Checksum32(zlib.adler32, 1),
     }
     # Optional extras, used only when the remote happens to have them; the
     # client learns what is here from the hello reply.
     try:
+        # optional: not in the standard library; a remote host without it offers no crc32c
         import crc32c as _crc32c_module
 
-        class _Crc32c:
-            def __init__(self):
-                self.value = 0
-
-            def update(self, data):
-                self.value = _crc32c_module.crc32c(data, self.value)
-
-            def hexdigest(self):
-                return "%08x" % self.value
-
-        table["crc32c"] = _Crc32c
+        table["crc32c"] = lambda: _Checksum32(_crc32c_module.crc32c, 0)
     except ImportError:
         pass
     try:
+        # optional: not in the standard library; a remote host without it offers no xxh128
         import xxhash as _xxhash_module
 
         table["xxh128"] = _xxhash_module.xxh3_128
     except ImportError:
         pass
     try:
+        # optional: not in the standard library; a remote host without it offers no blake3
         import blake3 as _blake3_module
 
         table["blake3"] = lambda: _blake3_module.blake3(max_threads=1)

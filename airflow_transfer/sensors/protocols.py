@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseHook, BaseSensorOperator, PokeReturnValue
+from airflow.sdk import BaseHook, PokeReturnValue
 
 from .. import airflow_conf
-from ..protocols.hostlib import DEFAULT_PORTS, probe_round
+from ..protocols.hostlib import DEFAULT_PORTS, describe_round, probe_round
 from ..triggers.protocols import ProtocolAvailableTrigger
+from .deferrable import DeferrableSensor
 
 MODES = ("any", "all")
 
 
-class ProtocolAvailableSensor(BaseSensorOperator):
+class ProtocolAvailableSensor(DeferrableSensor):
     """Succeed once `host` (or the host of `conn_id`) offers `protocols`: any of them, or all.
 
     A probe is a TCP connect plus the protocol's handshake (SSH key exchange, FTP greeting,
@@ -34,6 +34,8 @@ class ProtocolAvailableSensor(BaseSensorOperator):
 
     template_fields: Sequence[str] = ("conn_id", "host")
     ui_color = "#eef3e0"
+    fired_status = "available"
+    waits_for = "protocol"
 
     def __init__(
         self,
@@ -46,8 +48,7 @@ class ProtocolAvailableSensor(BaseSensorOperator):
         deferrable: bool = True,
         **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("poke_interval", 30.0)
-        super().__init__(**kwargs)
+        super().__init__(deferrable=deferrable, **kwargs)
         if bool(conn_id) == bool(host):
             raise ValueError("give exactly one of conn_id or host")
         if not isinstance(mode, str) or mode not in MODES:
@@ -71,39 +72,29 @@ class ProtocolAvailableSensor(BaseSensorOperator):
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"{name} must be a string (got {value!r})")
         self.protocols, self.conn_id, self.host = list(protocols), conn_id, host
-        self.ports, self.mode, self.deferrable = dict(ports or {}), mode, deferrable
+        self.ports, self.mode = dict(ports or {}), mode
 
     def _target(self) -> tuple[str, dict[str, int]]:
         if not self.conn_id:
+            if self.host is None:  # __init__ takes exactly one of the two
+                raise ValueError("give exactly one of conn_id or host")
             return self.host, self.ports
         conn = BaseHook.get_connection(self.conn_id)
         if not conn.host:
             raise ValueError(f"connection {self.conn_id!r} has no host")
         ports = dict(self.ports)
-        kind = {"ssh": "sftp", "sftp": "sftp", "ftp": "ftp", "http": "http", "https": "https"}.get(conn.conn_type)
+        kind = {"ssh": "sftp", "sftp": "sftp", "ftp": "ftp", "http": "http", "https": "https"}.get(conn.conn_type or "")
         if kind and conn.port and kind not in ports:
             ports[kind] = int(conn.port)
         return conn.host, ports
 
-    def execute(self, context: Any) -> Any:
-        if not self.deferrable:
-            return super().execute(context)
+    def trigger(self) -> ProtocolAvailableTrigger:
         host, ports = self._target()
-        self.defer(
-            trigger=ProtocolAvailableTrigger(
-                host=host,
-                protocols=self.protocols,
-                ports=ports,
-                mode=self.mode,
-                poll_interval=float(self.poke_interval),
-            ),
-            method_name="execute_complete",
-            timeout=timedelta(seconds=float(self.timeout)) if self.timeout else None,
+        return ProtocolAvailableTrigger(
+            host=host, protocols=self.protocols, ports=ports, mode=self.mode, poll_interval=float(self.poke_interval)
         )
 
-    def execute_complete(self, context: Any, event: dict | None = None) -> dict:
-        if not event or event.get("status") != "available":
-            raise RuntimeError((event or {}).get("message", "the protocol trigger ended without an event"))
+    def result(self, event: dict) -> dict:
         self.log.info(
             "%s offers %s (after %d probe rounds)", event["host"], ", ".join(event["available"]), event.get("rounds", 0)
         )
@@ -112,10 +103,6 @@ class ProtocolAvailableSensor(BaseSensorOperator):
     def poke(self, context: Any):
         host, ports = self._target()
         done, results = probe_round(host, self.protocols, ports, self.mode, airflow_conf.store_url())
-        self.log.info(
-            "%s: %s",
-            host,
-            "; ".join(f"{r['protocol']}:{r['port']} {'up' if r['available'] else r['detail']}" for r in results),
-        )
+        self.log.info("%s: %s", host, describe_round(results))
         value = {"host": host, "available": [r["protocol"] for r in results if r["available"]], "results": results}
         return PokeReturnValue(is_done=done, xcom_value=value if done else None)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from sqlalchemy.engine import RowMapping
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class ChunkRecord:
     ended_at: datetime | None
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> ChunkRecord:
+    def from_row(cls, row: RowMapping) -> ChunkRecord:
         return cls(**{name: row[name] for name in cls.__dataclass_fields__})
 
 
@@ -50,6 +51,6 @@ class TransferRecord:
     chunks: tuple[ChunkRecord, ...] = field(default=())
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any], **extra: Any) -> TransferRecord:
+    def from_row(cls, row: RowMapping, **extra: Any) -> TransferRecord:
         names = [n for n in cls.__dataclass_fields__ if n not in ("resumed", "chunks")]
         return cls(**{name: row[name] for name in names}, **extra)

@@ -42,7 +42,28 @@ DONE = "done"  # complete at the destination under its final name
 FILE_FAILED = "failed"  # last attempt failed; ranges already committed are kept
 FILE_STATES = (PENDING, PARTIAL, DONE, FILE_FAILED)
 
+# Lengths the queries check before writing, so a too-long value fails with its own message.
+KEY_LENGTH = 512  # a transfer key
+HOST_KEY_LENGTH = 255  # a tuning-library host key: "localhost", "host" or "host:port"
+
 metadata = MetaData()
+
+
+def _id() -> Column[int]:
+    """The row id of a table whose rows have no natural key (a transfer, a chunk run, a profile, ...)."""
+    return Column("id", Integer, primary_key=True, autoincrement=True)
+
+
+def _host(name: str, *, primary_key: bool = False) -> Column[str]:
+    if primary_key:
+        return Column(name, String(HOST_KEY_LENGTH), primary_key=True)
+    return Column(name, String(HOST_KEY_LENGTH), nullable=False)
+
+
+def _direction(*, primary_key: bool = False) -> tuple[Column[str], Column[str]]:
+    """The ordered host pair a tuned row or a light-profiler schedule belongs to."""
+    return _host("source_host", primary_key=primary_key), _host("dest_host", primary_key=primary_key)
+
 
 schema_version = Table(
     "at_schema_version",
@@ -55,8 +76,8 @@ schema_version = Table(
 transfers = Table(
     "at_transfers",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("key", String(512), nullable=False),
+    _id(),
+    Column("key", String(KEY_LENGTH), nullable=False),
     Column("src_url", Text, nullable=False),  # password masked
     Column("dst_url", Text, nullable=False),  # password masked
     Column("state", String(16), nullable=False),
@@ -74,7 +95,7 @@ transfers = Table(
 chunks = Table(
     "at_chunks",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    _id(),
     Column("transfer_id", Integer, ForeignKey("at_transfers.id", ondelete="CASCADE"), nullable=False),
     Column("chunk_id", String(128), nullable=False),  # the engine's id; a re-run chunk gets another row
     Column("pp", Integer, nullable=False),
@@ -123,9 +144,9 @@ PROFILE_KINDS = ("disk", "memory", "kernel", "network", "network-light")
 profiles = Table(
     "at_profiles",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("host", String(255), nullable=False),
-    Column("peer", String(255), nullable=False),
+    _id(),
+    _host("host"),
+    _host("peer"),
     Column("kind", String(32), nullable=False),
     Column("measured_at", UTCDateTime, nullable=False),
     Column("ok", Integer, nullable=False),  # 1/0: the profiler's own "ok"
@@ -138,9 +159,8 @@ profiles = Table(
 tuned_params = Table(
     "at_tuned_params",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("source_host", String(255), nullable=False),
-    Column("dest_host", String(255), nullable=False),
+    _id(),
+    *_direction(),
     Column("protocol", String(32), nullable=False),
     Column("measured_at", UTCDateTime, nullable=False),  # when the network profile behind it ran
     Column("computed_at", UTCDateTime, nullable=False),
@@ -162,8 +182,7 @@ tuned_params = Table(
 light_schedule = Table(
     "at_light_schedule",
     metadata,
-    Column("source_host", String(255), primary_key=True),
-    Column("dest_host", String(255), primary_key=True),
+    *_direction(primary_key=True),
     Column("interval_s", Double, nullable=False),
     Column("base_interval_s", Double, nullable=False),
     Column("max_interval_s", Double, nullable=False),
@@ -180,7 +199,7 @@ light_schedule = Table(
 protocol_switches = Table(
     "at_protocol_switches",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    _id(),
     Column("transfer_id", Integer, ForeignKey("at_transfers.id", ondelete="CASCADE"), nullable=False),
     Column("at", UTCDateTime, nullable=False),
     Column("from_protocol", String(32), nullable=False),
@@ -193,7 +212,7 @@ protocol_switches = Table(
 host_protocols = Table(
     "at_host_protocols",
     metadata,
-    Column("host", String(255), primary_key=True),
+    _host("host", primary_key=True),
     Column("protocol", String(32), primary_key=True),
     Column("port", Integer, primary_key=True, autoincrement=False),
     Column("available", Integer, nullable=False),  # 1 = the probe's handshake succeeded

@@ -7,7 +7,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from types import TracebackType
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from . import journal, transfers
 from . import protocols as hp
 from . import tuning_library as tl
+from .closing import Closing
 from .coltypes import utcnow
 from .config import mask_url, resolve_store_url
 from .connection import DEFAULT_BUSY_TIMEOUT_MS, make_engine, run_transaction
@@ -37,7 +38,7 @@ def _forget_pool(engine_ref: weakref.ReferenceType[Engine]) -> None:
         engine.dispose(close=False)
 
 
-class Store:
+class Store(Closing):
     """Transfers, chunks and the per-file journal (later: tuning and host-protocol libraries).
 
     Open with ``Store.open(url)``; it migrates the schema first. Thread-safe;
@@ -77,14 +78,6 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"Store({self.masked_url!r})"
@@ -165,7 +158,7 @@ class Store:
         """
         for batch in journal.listing_batches(files, self.backend):
             with _transfer_must_exist(transfer_id):
-                self.write(lambda conn, batch=batch: journal.upsert_listing(conn, transfer_id, batch))
+                self.write(partial(journal.upsert_listing, transfer_id=transfer_id, batch=batch))
         return files.num_rows
 
     def journal_writer(
@@ -309,20 +302,8 @@ class Store:
         now: datetime | None = None,
     ) -> dict[str, Any]:
         """Apply the back-off rule to a light result; returns the new state plus ``moved`` and ``doubled``."""
-        return self.write(
-            lambda conn: tl.record_light(
-                conn,
-                source_host,
-                dest_host,
-                rtt_ms,
-                bandwidth_mbit,
-                k=k,
-                tolerance=tolerance,
-                base_interval_s=base_interval_s,
-                max_interval_s=max_interval_s,
-                now=now,
-            )
-        )
+        rule = tl.Backoff(k, tolerance, base_interval_s, max_interval_s)
+        return self.write(lambda conn: tl.record_light(conn, source_host, dest_host, rtt_ms, bandwidth_mbit, rule, now))
 
     def _write_one(self, transfer_id: int, add: Callable[[JournalWriter], None]) -> None:
         # max_events=1: the event is written (or its error raised) inside add()

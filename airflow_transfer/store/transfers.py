@@ -14,7 +14,7 @@ from .config import mask_url
 from .connection import lock_key
 from .errors import StoreError
 from .records import ChunkRecord, TransferRecord
-from .schema import FAILED, RESUMABLE_STATES, RUNNING, SUCCEEDED, TRANSFER_STATES, chunks, transfers
+from .schema import FAILED, KEY_LENGTH, RESUMABLE_STATES, RUNNING, SUCCEEDED, TRANSFER_STATES, chunks, transfers
 
 FINAL_STATES = (SUCCEEDED, FAILED)
 _CHUNK_INT_FIELDS = ("pp", "p", "cc", "files", "bytes")
@@ -23,8 +23,8 @@ _CHUNK_INT_FIELDS = ("pp", "p", "cc", "files", "bytes")
 def begin(
     conn: Connection, key: str, src_url: str, dst_url: str, algorithm: str | None, resume: bool
 ) -> TransferRecord:
-    if not key or len(key) > transfers.c.key.type.length:
-        raise StoreError(f"transfer key must be 1 to {transfers.c.key.type.length} characters (got {len(key)})")
+    if not key or len(key) > KEY_LENGTH:
+        raise StoreError(f"transfer key must be 1 to {KEY_LENGTH} characters (got {len(key)})")
     src, dst = mask_url(src_url), mask_url(dst_url)
     # Two workers starting the same key at once must end up on one transfer.
     lock_key(conn, f"transfer:{key}")
@@ -141,6 +141,7 @@ def add_chunk(
 
 def chunk_values(chunk: Any) -> dict[str, Any]:
     """Columns of a chunk row from an engine ChunkResult or a dict shaped like its summary()."""
+    values: dict[str, Any]
     if hasattr(chunk, "summary") and hasattr(chunk, "bytes_moved"):
         values = dict(chunk.summary())
         # summary() rounds; the row keeps the exact figures
@@ -153,11 +154,11 @@ def chunk_values(chunk: Any) -> dict[str, Any]:
     if missing:
         raise ValueError(f"chunk is missing {missing}: pass ChunkResult or its summary() dict")
     seconds = float(values["seconds"])
-    moved = int(values.get("bytes_moved", values["bytes"]))
+    moved = int(values["bytes_moved"] if "bytes_moved" in values else values["bytes"])
     throughput = values.get("throughput_mbit")
     if throughput is None:
         throughput = moved * 8 / seconds / 1e6 if seconds > 0 else 0.0
-    row = {name: int(values[name]) for name in _CHUNK_INT_FIELDS}
+    row: dict[str, Any] = {name: int(values[name]) for name in _CHUNK_INT_FIELDS}
     row.update(chunk_id=str(values["id"]), bytes_moved=moved, seconds=seconds, throughput_mbit=float(throughput))
     return row
 

@@ -8,15 +8,17 @@ ISO 8601 strings in UTC), so the UI plugin and the CLI can print it as is.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, insert, select, update
-from sqlalchemy.engine import Connection
+from sqlalchemy import Select, and_, func, insert, select, update
+from sqlalchemy.engine import Connection, RowMapping
 
 from .coltypes import utcnow
 from .connection import lock_key
-from .schema import PROFILE_KINDS, light_schedule, profiles, tuned_params
+from .errors import StoreError
+from .schema import HOST_KEY_LENGTH, PROFILE_KINDS, light_schedule, profiles, tuned_params
 
 DEFAULT_STABLE_RUNS = 3  # k: consecutive stable light results before the interval doubles
 DEFAULT_TOLERANCE = 0.10  # "within +-10 %"
@@ -31,8 +33,8 @@ def iso(value: datetime | None) -> str | None:
 
 
 def _check_host(name: str, what: str) -> None:
-    if not isinstance(name, str) or len(name) > profiles.c.host.type.length:
-        raise ValueError(f"{what} must be a host key of at most {profiles.c.host.type.length} characters")
+    if not isinstance(name, str) or len(name) > HOST_KEY_LENGTH:
+        raise ValueError(f"{what} must be a host key of at most {HOST_KEY_LENGTH} characters")
 
 
 # -- profiles -----------------------------------------------------------------------
@@ -58,7 +60,7 @@ def add_profile(
     return conn.execute(insert(profiles).values(**row).returning(profiles.c.id)).scalar_one()
 
 
-def _profile_dict(row: Mapping[str, Any]) -> dict[str, Any]:
+def _profile_dict(row: RowMapping) -> dict[str, Any]:
     return {
         "id": row["id"],
         "host": row["host"],
@@ -100,7 +102,7 @@ def save_tuned(conn: Connection, params: Mapping[str, Any], measured_at: datetim
         raise ValueError(f"tuned parameters lack {missing}: pass TunedParameters.to_dict()")
     _check_host(params["source"], "source host")
     _check_host(params["destination"], "destination host")
-    row = {name: int(params[name]) for name in _TUNED_INT_FIELDS}
+    row: dict[str, Any] = {name: int(params[name]) for name in _TUNED_INT_FIELDS}
     row.update(
         source_host=params["source"],
         dest_host=params["destination"],
@@ -115,7 +117,7 @@ def save_tuned(conn: Connection, params: Mapping[str, Any], measured_at: datetim
     return conn.execute(insert(tuned_params).values(**row).returning(tuned_params.c.id)).scalar_one()
 
 
-def _tuned_dict(row: Mapping[str, Any]) -> dict[str, Any]:
+def _tuned_dict(row: RowMapping) -> dict[str, Any]:
     out = {
         name: row[name]
         for name in (
@@ -138,21 +140,22 @@ def _tuned_dict(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def tuned_for(conn: Connection, source_host: str, dest_host: str, protocol: str) -> dict[str, Any] | None:
-    row = (
-        conn.execute(
-            select(tuned_params)
-            .where(
-                tuned_params.c.source_host == source_host,
-                tuned_params.c.dest_host == dest_host,
-                tuned_params.c.protocol == protocol,
-            )
-            .order_by(tuned_params.c.computed_at.desc(), tuned_params.c.id.desc())
-            .limit(1)
+def _tuned_newest_first(source_host: str, dest_host: str, protocol: str) -> Select[Any]:
+    """Every tuner result of one direction and protocol, newest first."""
+    return (
+        select(tuned_params)
+        .where(
+            tuned_params.c.source_host == source_host,
+            tuned_params.c.dest_host == dest_host,
+            tuned_params.c.protocol == protocol,
         )
-        .mappings()
-        .first()
+        .order_by(tuned_params.c.computed_at.desc(), tuned_params.c.id.desc())
     )
+
+
+def tuned_for(conn: Connection, source_host: str, dest_host: str, protocol: str) -> dict[str, Any] | None:
+    query = _tuned_newest_first(source_host, dest_host, protocol).limit(1)
+    row = conn.execute(query).mappings().first()
     return _tuned_dict(row) if row is not None else None
 
 
@@ -175,23 +178,14 @@ def library(conn: Connection, protocol: str | None, host: str | None) -> list[di
 def tuned_history(
     conn: Connection, source_host: str, dest_host: str, protocol: str, limit: int
 ) -> list[dict[str, Any]]:
-    rows = conn.execute(
-        select(tuned_params)
-        .where(
-            tuned_params.c.source_host == source_host,
-            tuned_params.c.dest_host == dest_host,
-            tuned_params.c.protocol == protocol,
-        )
-        .order_by(tuned_params.c.computed_at.desc(), tuned_params.c.id.desc())
-        .limit(limit)
-    ).mappings()
+    rows = conn.execute(_tuned_newest_first(source_host, dest_host, protocol).limit(limit)).mappings()
     return [_tuned_dict(row) for row in rows]
 
 
 # -- light-profiler back-off ----------------------------------------------------------------
 
 
-def _schedule_dict(row: Mapping[str, Any]) -> dict[str, Any]:
+def _schedule_dict(row: RowMapping) -> dict[str, Any]:
     out = dict(row)
     for name in ("last_run_at", "next_due_at", "updated_at"):
         out[name] = iso(row[name])
@@ -223,6 +217,16 @@ def is_due(conn: Connection, source_host: str, dest_host: str, now: datetime) ->
         )
     ).scalar_one_or_none()
     return due is None or due <= now
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """The light profiler's back-off rule (see next_state)."""
+
+    k: int
+    tolerance: float
+    base_interval_s: float
+    max_interval_s: float
 
 
 # Timer and scheduling noise on a busy host moves a LAN-scale RTT by a fraction of a
@@ -306,11 +310,7 @@ def record_light(
     dest_host: str,
     rtt_ms: float | None,
     bandwidth_mbit: float | None,
-    *,
-    k: int,
-    tolerance: float,
-    base_interval_s: float,
-    max_interval_s: float,
+    rule: Backoff,
     now: datetime | None,
 ) -> dict[str, Any]:
     _check_host(source_host, "source host")
@@ -325,15 +325,15 @@ def record_light(
         previous,
         rtt_ms,
         bandwidth_mbit,
-        k=k,
-        tolerance=tolerance,
-        base_interval_s=base_interval_s,
-        max_interval_s=max_interval_s,
+        k=rule.k,
+        tolerance=rule.tolerance,
+        base_interval_s=rule.base_interval_s,
+        max_interval_s=rule.max_interval_s,
     )
     values = dict(
         interval_s=state["interval_s"],
-        base_interval_s=base_interval_s,
-        max_interval_s=max_interval_s,
+        base_interval_s=rule.base_interval_s,
+        max_interval_s=rule.max_interval_s,
         stable_runs=state["stable_runs"],
         last_run_at=now,
         next_due_at=now + timedelta(seconds=state["interval_s"]),
@@ -347,5 +347,7 @@ def record_light(
     else:
         conn.execute(update(light_schedule).where(key).values(**values))
     out = get_schedule(conn, source_host, dest_host)
+    if out is None:  # written just above in this transaction: only a broken database loses it
+        raise StoreError(f"the light schedule of {source_host} -> {dest_host} was not stored")
     out.update(moved=state["moved"], doubled=state["doubled"])
     return out

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import threading
 import time
-from types import TracebackType
 from typing import TYPE_CHECKING
 
+from .closing import Closing
 from .errors import StoreError, UnknownFileError
 from .journal import BlockDone, Event, FileDone, FileFailed, RangeDone, RangesReset
 
@@ -32,7 +32,7 @@ DEFAULT_MAX_DELAY_MS = 500
 DEFAULT_MAX_EVENTS = 2_000
 
 
-class JournalWriter:
+class JournalWriter(Closing):
     """Thread-safe, batching writer of one transfer's journal. Use it as a context manager."""
 
     def __init__(
@@ -114,14 +114,6 @@ class JournalWriter:
             self._thread.join()
         self._raise_background_error()
         self._flush()
-
-    def __enter__(self) -> JournalWriter:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     @property
     def pending(self) -> int:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
 
 from .. import airflow_conf
-from ..protocols.hostlib import probe_round
+from ..protocols.hostlib import describe_round, probe_round
+from .base import PlainTrigger
 
 
-class ProtocolAvailableTrigger(BaseTrigger):
+class ProtocolAvailableTrigger(PlainTrigger):
     """Probes `host` every `poll_interval` seconds (TCP connect + the protocol's handshake) and
     fires when any (mode="any") or all (mode="all") of `protocols` answer.
 
@@ -21,6 +21,8 @@ class ProtocolAvailableTrigger(BaseTrigger):
     the triggerer from [airflow_transfer] store_url, never serialized). Event payload:
     ``{"status": "available", "host", "available": [...], "results": [...], "rounds"}``.
     """
+
+    serialized = ("host", "protocols", "ports", "mode", "poll_interval")
 
     def __init__(
         self,
@@ -35,18 +37,6 @@ class ProtocolAvailableTrigger(BaseTrigger):
         self.host, self.protocols = host, list(protocols)
         self.ports = {str(k): int(v) for k, v in (ports or {}).items()}
         self.mode, self.poll_interval = mode, float(poll_interval)
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "host": self.host,
-                "protocols": self.protocols,
-                "ports": self.ports,
-                "mode": self.mode,
-                "poll_interval": self.poll_interval,
-            },
-        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         rounds = 0
@@ -66,9 +56,5 @@ class ProtocolAvailableTrigger(BaseTrigger):
                     }
                 )
                 return
-            self.log.info(
-                "%s: %s",
-                self.host,
-                "; ".join(f"{r['protocol']}:{r['port']} {'up' if r['available'] else r['detail']}" for r in results),
-            )
+            self.log.info("%s: %s", self.host, describe_round(results))
             await asyncio.sleep(self.poll_interval)

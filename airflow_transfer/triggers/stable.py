@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
 
 from ..errors import TransferError
 from ..hooks.endpoint import TransferEndpointHook
+from .base import PlainTrigger
 
 
-class DatasetStableTrigger(BaseTrigger):
+class DatasetStableTrigger(PlainTrigger):
     """Fires once the tree at `src` has kept the same listing for `stable_for` seconds.
 
     :param src: tree to watch (``sftp://host/path``, a remote path with ``conn_id``, or a local path).
@@ -26,24 +26,15 @@ class DatasetStableTrigger(BaseTrigger):
     or ``{"status": "error", "message"}``.
     """
 
+    serialized = ("src", "conn_id", "stable_for", "poll_interval")
+
     def __init__(self, *, src: str, conn_id: str | None, stable_for: float, poll_interval: float) -> None:
         super().__init__()
         self.src, self.conn_id = src, conn_id
         self.stable_for, self.poll_interval = float(stable_for), float(poll_interval)
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "src": self.src,
-                "conn_id": self.conn_id,
-                "stable_for": self.stable_for,
-                "poll_interval": self.poll_interval,
-            },
-        )
-
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        # heavy: stability lists trees with the engine and pyarrow (~0.5 s); the triggerer imports this at start
+        # heavy: stability lists trees with the engine, pyarrow and NumPy (~0.2 s); the triggerer imports this at start
         from ..stability import StableWatch, tree_state
 
         watch = StableWatch(self.stable_for)

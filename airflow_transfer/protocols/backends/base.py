@@ -14,7 +14,11 @@ import hashlib
 import posixpath
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from types import TracebackType
+from typing import BinaryIO, Protocol
+
+from ...integrity.algorithms import new_hasher
+from ...paths import check_walk_depth
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,21 @@ class Listing:
     empty_dirs: list[str] = field(default_factory=list)
 
 
+class ReadStream(Protocol):
+    """What open_read hands back and the copy paths use: read(n) until b"", close(), ``with``.
+    A file object is one; a wrapper that counts or redirects reads (replicas) is another."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> ReadStream: ...
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
+    ) -> object: ...
+
+
 class Backend(ABC):
     """One connection. Paths are the backend's own absolute paths (POSIX style)."""
 
@@ -88,8 +107,6 @@ class Backend(ABC):
         top = self.stat(root)
         if not top.is_dir:
             return Listing(root, True, [(top.name, top.size, top.mtime, (top.mode or 0o644) & 0o7777)])
-        from ...paths import check_walk_depth
-
         out = Listing(root, False)
         seen = {self.dir_identity(root)}
         stack = [""]
@@ -116,7 +133,7 @@ class Backend(ABC):
 
     # -- data ------------------------------------------------------------------
     @abstractmethod
-    def open_read(self, path: str, offset: int = 0) -> BinaryIO:
+    def open_read(self, path: str, offset: int = 0) -> ReadStream:
         """A stream of the file from `offset` (read(n) / close())."""
 
     def read(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
@@ -166,8 +183,6 @@ class Backend(ABC):
         got = self.checksum(path, algorithm) if algorithm in self.caps.server_checksum else None
         if got:
             return got, "server"
-        from ...integrity.algorithms import new_hasher
-
         h = new_hasher(algorithm)
         with self.open_read(path, 0) as f:
             while True:

@@ -11,6 +11,8 @@ import errno
 import posixpath
 from typing import BinaryIO
 
+import fsspec
+
 from .base import Backend, Capabilities, FileInfo
 
 _OBJECT_STORES = {"s3", "s3a", "gs", "gcs", "abfs", "az", "adl", "oss"}
@@ -44,8 +46,6 @@ def _map(exc: BaseException, path: str) -> BaseException:
 
 class FsspecBackend(Backend):
     def __init__(self, protocol: str, storage_options: dict | None = None) -> None:
-        import fsspec
-
         self.scheme = protocol
         self.fs = fsspec.filesystem(protocol, skip_instance_cache=True, **(storage_options or {}))
         obj = protocol in _OBJECT_STORES

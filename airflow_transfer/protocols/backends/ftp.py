@@ -62,10 +62,25 @@ def _map(exc: BaseException, path: str = "") -> BaseException:
     return OSError(errno.EIO, str(exc), path)
 
 
-class _DataReader(io.RawIOBase):
+class _DataConnection(io.RawIOBase):
+    """One transfer's data connection. Closing it (once) closes the socket and then reads the
+    server's reply to the transfer on the control connection (finish())."""
+
     def __init__(self, ftp: ftplib.FTP, sock: socket.socket) -> None:
         self.ftp, self.sock = ftp, sock
-        self.eof = False
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        super().close()
+        self.finish()
+
+    def finish(self) -> None:
+        raise NotImplementedError
+
+
+class _DataReader(_DataConnection):
+    eof = False  # the server closed the data connection: the whole file arrived
 
     def readable(self) -> bool:
         return True
@@ -79,10 +94,7 @@ class _DataReader(io.RawIOBase):
             self.eof = True
         return n
 
-    def close(self) -> None:
-        if self.closed:
-            return
-        super().close()
+    def finish(self) -> None:
         try:
             self.sock.close()
         finally:
@@ -96,9 +108,10 @@ class _DataReader(io.RawIOBase):
                 raise ConnectionError(f"FTP connection lost: {exc}") from exc
 
 
-class _DataWriter(io.RawIOBase):
+class _DataWriter(_DataConnection):
     def __init__(self, ftp: ftplib.FTP, sock: socket.socket, path: str) -> None:
-        self.ftp, self.sock, self.path = ftp, sock, path
+        super().__init__(ftp, sock)
+        self.path = path
 
     def writable(self) -> bool:
         return True
@@ -110,10 +123,7 @@ class _DataWriter(io.RawIOBase):
             raise ConnectionError(f"FTP data connection lost: {exc}") from exc
         return len(b)
 
-    def close(self) -> None:
-        if self.closed:
-            return
-        super().close()
+    def finish(self) -> None:
         try:
             self.sock.close()
             self.ftp.voidresp()  # the server confirms the whole upload was stored

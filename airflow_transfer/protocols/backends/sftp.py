@@ -12,6 +12,9 @@ import shlex
 import stat as st
 from typing import BinaryIO
 
+import paramiko
+
+from ...paths import check_entry_name
 from ..ssh import SSHTarget, open_transport
 from .base import Backend, Capabilities, FileInfo
 
@@ -23,8 +26,6 @@ class SFTPBackend(Backend):
     caps = Capabilities(ranged_write=True, append_write=True, set_mtime=True, exec=True, server_checksum=tuple(_SUMS))
 
     def __init__(self, target: SSHTarget) -> None:
-        import paramiko
-
         self.target = target
         self.transport = open_transport(target)
         try:
@@ -46,8 +47,6 @@ class SFTPBackend(Backend):
         return self._info(path, _call(self.sftp.stat, path))
 
     def listdir(self, path: str) -> list[FileInfo]:
-        from ...paths import check_entry_name
-
         out = []
         for a in _call(self.sftp.listdir_attr, path):
             if a.filename in (".", ".."):
@@ -142,8 +141,6 @@ class SFTPBackend(Backend):
 def _call(fn, *args):
     """paramiko raises IOError(errno, ...) (already FileNotFoundError etc.) for
     SFTP status codes and SSHException/EOFError when the connection dies."""
-    import paramiko
-
     try:
         return fn(*args)
     except OSError:
