@@ -42,7 +42,7 @@ from .integrity.algorithms import algorithm_info
 from .job import _resume_map, sftp_link
 from .manifest import Manifest
 from .protocols.endpoint import Endpoint
-from .store import Store, StoreError
+from .store import Store, open_store
 from .summary import TransferSummary
 from .tuning import LinkInfo, get_algorithm
 from .tuning.chunks import ChunkSpec, make_spec
@@ -259,12 +259,8 @@ def _src_root(src: Endpoint, root_is_file: bool) -> str:
     return mod.dirname(src.path.rstrip("/")) or "/"
 
 
-def _open_store(store_url: str | None):
-
-    try:
-        return Store.open(store_url)
-    except StoreError as exc:
-        raise TransferError(f"cannot open the transfer store: {exc}", "", "check [airflow_transfer] store_url") from exc
+def _open_store(store_url: str | None) -> Store:
+    return open_store(store_url, "check [airflow_transfer] store_url")
 
 
 def run_chunk(

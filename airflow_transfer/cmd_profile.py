@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from .cli_endpoint import add_json_option, print_json
-from .errors import TransferError, UsageError
+from .errors import UsageError
 from .profiling.hosts import LOCALHOST, ProfileHost, parse_host
 from .profiling.library import light_run, profile_host, profile_link, tune_link
 from .profiling.remote import HostRunner
@@ -50,7 +50,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     # heavy: the store loads SQLAlchemy and pyarrow (~0.25 s); `airflow-transfer` imports this module
-    from .store import Store, StoreError
+    from .store import open_store
 
     ssh = (args.ssh_config, args.identity, args.known_hosts)
     first = parse_host(args.host, *ssh)
@@ -68,12 +68,7 @@ def run(args) -> int:
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
 
-    try:
-        store = Store.open(args.store)
-    except StoreError as exc:
-        raise TransferError(
-            f"cannot open the store: {exc}", "", "check --store / [airflow_transfer] store_url"
-        ) from exc
+    store = open_store(args.store)
     runners = [HostRunner(h) for h in (first, second) if h is not None]
     result: dict[str, Any] = {"hosts": {}, "links": [], "tuned": [], "store": store.masked_url}
     try:

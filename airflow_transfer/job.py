@@ -20,7 +20,7 @@ from .engine.params import TransferParams
 from .engine.retry import RetryPolicy
 from .engine.session import Session, SessionOptions
 from .engine.transfer import TransferSession
-from .errors import TransferError, UsageError
+from .errors import UsageError
 from .integrity.algorithms import algorithm_info
 from .manifest import Manifest
 from .protocols.endpoint import Endpoint
@@ -28,7 +28,7 @@ from .protocols.fallback import alternate_endpoints
 from .protocols.pool import SFTPPool, warm_count
 from .protocols.replicas import ReplicaSet
 from .protocols.resolve import resolve_endpoint
-from .store import Store, StoreError, decode, decode_blocks
+from .store import decode, decode_blocks, open_store
 from .summary import TransferSummary
 from .tuning import LinkInfo, get_algorithm
 from .tuning.library import choose
@@ -167,12 +167,7 @@ def run_copy(req: CopyRequest) -> dict:
         # The first SSH handshakes run while the store opens and the source is listed.
         session.warm(warm_count(req.algorithm, req.params.p * req.params.cc, req.verify is not None))
         if req.use_store:
-            try:
-                store = Store.open(req.store_url)
-            except StoreError as exc:
-                raise TransferError(
-                    f"cannot open the transfer store: {exc}", "", "check [airflow_transfer] store_url / --store"
-                ) from exc
+            store = open_store(req.store_url)
         try:
             return _run(req, t0, stats, store, session)
         finally:

@@ -24,51 +24,15 @@ if TYPE_CHECKING:
 Kind = Literal["copy", "chunk", "transfer"]
 
 # Every key a summary may carry, in output order; a shape emits the ones it lists.
-ORDER = (
-    "files",
-    "bytes",
-    "seconds",
-    "throughput_mbit",
-    "algorithm",
-    "src",
-    "dst",
-    "direction",
-    "files_skipped",
-    "bytes_moved",
-    "skipped_entries",
-    "verify",
-    "chunks",
-    "protocol_switches",
-    "ssh_client",
-    "tuning",
-    "failed",
-    "journal",
-    "files_resumed",
-    "files_retried",
-    "bytes_resent",
-    "transfer_key",
-    "transfer_id",
-    "store",
-    "host",
-    "pid",
+ORDER = tuple(
+    "files bytes seconds throughput_mbit algorithm src dst direction files_skipped bytes_moved skipped_entries verify"
+    " chunks protocol_switches ssh_client tuning failed journal files_resumed files_retried bytes_resent transfer_key"
+    " transfer_id store host pid".split()
 )
-_COMMON = {
-    "files",
-    "bytes",
-    "seconds",
-    "throughput_mbit",
-    "algorithm",
-    "src",
-    "dst",
-    "files_skipped",
-    "bytes_moved",
-    "verify",
-    "chunks",
-    "protocol_switches",
-    "failed",
-    "transfer_key",
-    "transfer_id",
-}
+_COMMON = set(
+    "files bytes seconds throughput_mbit algorithm src dst files_skipped bytes_moved verify chunks protocol_switches"
+    " failed transfer_key transfer_id".split()
+)
 _RETRIES = {"files_resumed", "files_retried", "bytes_resent"}
 SHAPES: dict[str, tuple[str, ...]] = {
     kind: tuple(k for k in ORDER if k in keys)

@@ -12,7 +12,7 @@ Two figures per cell, best of --repeat runs over --mib MiB held in memory
 --coreutils also times md5sum/sha1sum/sha256sum/b2sum on a page-cached temp
 file of --mib MiB (what the coreutils fall-back costs at a destination).
 --pipeline times the engine's source side of --verify-mode block
-(engine/block_verify.py `BlockSource`: 1 MiB pieces as the job reads them,
+(engine/block_source.py `BlockSource`: 1 MiB pieces as the job reads them,
 4 MiB checksum blocks, hashed on the sending thread) with 1 and 2 such threads
 hashing separate streams at once, as cc connections do: how far paper 002's
 multi-threaded checksum (section III.B) gets on this machine. (It used to time
@@ -38,8 +38,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from airflow_transfer.engine.block_verify import BlockSource, block_spans  # noqa: E402
-from airflow_transfer.integrity.algorithms import (  # noqa: E402
+from airflow_transfer.engine.block_verify import BlockSource, block_spans
+from airflow_transfer.integrity.algorithms import (
     ALGORITHMS,
     COREUTILS_COMMANDS,
     available,

@@ -24,14 +24,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import paramiko  # noqa: E402
+import paramiko
 
-from airflow_transfer.engine.params import TransferParams  # noqa: E402
-from airflow_transfer.job import CopyRequest, run_copy  # noqa: E402
-from airflow_transfer.protocols import ssh  # noqa: E402
-from airflow_transfer.protocols.endpoint import Endpoint  # noqa: E402
-from tests.support.data import write_random  # noqa: E402
-from tests.support.sshd import SSHServer, chown_to_user  # noqa: E402
+from airflow_transfer.engine.params import TransferParams
+from airflow_transfer.job import CopyRequest, run_copy
+from airflow_transfer.protocols import ssh
+from airflow_transfer.protocols.endpoint import Endpoint
+from tests.support.data import write_random
+from tests.support.sshd import SSHServer, chown_to_user
 
 SETTINGS = {
     "aes128-ctr + hmac-sha2-256 (paramiko's default)": ((), ()),

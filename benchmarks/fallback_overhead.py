@@ -1,15 +1,17 @@
 """What asking for a fall-back protocol costs while the preferred one is healthy.
 
-    .venv/bin/python benchmarks/fallback_overhead.py --reps 3 [--files 400] [-- extra copy args]
+    .venv/bin/python benchmarks/fallback_overhead.py --reps 3 [--files 400] [--link wan50] [-- extra copy args]
 
-Starts a real OpenSSH sshd and a pyftpdlib FTP server on loopback, writes N
+Starts a real OpenSSH sshd and a pyftpdlib FTP server on loopback (or, with
+--link wan50, both in the dst namespace of the emulated 50 ms / 500 Mbit/s
+link, the copy running in src; needs root, as `make test`'s WAN tests), writes N
 files of 64-512 KiB, then uploads them with the real `airflow-transfer copy`
 command, with and without `--alt-protocols ftp://...`, interleaved (A B A B
 ...), each run into a fresh destination directory. Reports seconds, Mbit/s,
 SSH connections the server accepted ("Accepted publickey" lines in sshd's
 log), SFTP sessions, summary bytes_moved against the bytes of the dataset,
 and the highest percentage a progress line showed; medians over the repetitions. Writes
-benchmarks/results/fallback-overhead.json.
+benchmarks/results/fallback-overhead.json (loopback) or fallback-overhead-wan50.json.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.data import write_random  # noqa: E402
-from tests.support.servers import FTPServer  # noqa: E402
-from tests.support.sshd import SSHServer, chown_to_user  # noqa: E402
+from tests.support.data import write_random
+from tests.support.servers import FTPServer
+from tests.support.sshd import SSHServer, chown_to_user
 
 CLI = REPO / ".venv" / "bin" / "airflow-transfer"
 
@@ -52,12 +54,25 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--files", type=int, default=400)
+    ap.add_argument("--link", choices=("loopback", "wan50"), default="loopback")
     ap.add_argument("extra", nargs="*", help="more arguments for every copy (after --)")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="at-fbbench-"))
-    os.chmod(work, 0o755)
-    sshd = SSHServer(work / "sshd").start()
-    ftp = FTPServer(root="/", run_as="attest" if os.geteuid() == 0 else None).start(netrc_dir=work)
+    tb = None
+    cli = [str(CLI)]
+    if args.link == "wan50":
+        from tests.support.wan import WanTestbed
+
+        tb = WanTestbed.start(rtt_ms=50, rate_mbit=500)
+        work, sshd = tb.base, tb.sshd
+        assert sshd is not None
+        ftp = FTPServer(root="/", host=tb.link.dst_addr, port=2121, netns=tb.link.dst_ns, run_as=sshd.user)
+        ftp.start(netrc_dir=work)
+        cli = ["ip", "netns", "exec", tb.link.src_ns, sys.executable, "-m", "airflow_transfer.cli"]
+    else:
+        work = Path(tempfile.mkdtemp(prefix="at-fbbench-"))
+        os.chmod(work, 0o755)
+        sshd = SSHServer(work / "sshd").start()
+        ftp = FTPServer(root="/", run_as="attest" if os.geteuid() == 0 else None).start(netrc_dir=work)
     try:
         rnd = random.Random(42)
         total = 0
@@ -65,10 +80,12 @@ def main() -> int:
             size = rnd.randint(64 * 1024, 512 * 1024)
             write_random(work / "src" / f"d{i % 8}" / f"f{i:04d}.bin", size, seed=100 + i)
             total += size
+        for d in [work / "src", *(work / "src").iterdir()]:
+            os.chmod(d, 0o755)
         remote = work / "remote"
         remote.mkdir()
         chown_to_user(remote, sshd.user)
-        env = {**os.environ, "NETRC": str(ftp.netrc_path)}
+        env = {**os.environ, "NETRC": str(ftp.netrc_path), "PYTHONPATH": str(REPO)}
         variants = {"plain": [], "alt-ftp": ["--alt-protocols", f"ftp://{ftp.user}@{ftp.host}:{ftp.port}"]}
         results: dict[str, list[dict]] = {k: [] for k in variants}
         commands = {}
@@ -78,7 +95,7 @@ def main() -> int:
                 dst.mkdir()
                 chown_to_user(dst, sshd.user)
                 cmd = [
-                    str(CLI),
+                    *cli,
                     "copy",
                     str(work / "src"),
                     sshd.url(str(dst)),
@@ -98,7 +115,7 @@ def main() -> int:
                 mark_auth = sshd.log_file.stat().st_size
                 mark_sftp = sshd.sftp_log.stat().st_size
                 t0 = time.monotonic()
-                proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, cwd=REPO)
                 wall = time.monotonic() - t0
                 if proc.returncode != 0:
                     print(proc.stderr[-3000:], file=sys.stderr)
@@ -120,6 +137,7 @@ def main() -> int:
                 results[name].append(row)
                 print(name, rep, json.dumps(row), file=sys.stderr)
         out = {
+            "link": args.link,
             "files": args.files,
             "bytes": total,
             "reps": args.reps,
@@ -134,12 +152,16 @@ def main() -> int:
             },
         }
         print(json.dumps(out["median"], indent=1))
-        dest = REPO / "benchmarks" / "results" / "fallback-overhead.json"
+        name = "fallback-overhead.json" if args.link == "loopback" else f"fallback-overhead-{args.link}.json"
+        dest = REPO / "benchmarks" / "results" / name
         dest.write_text(json.dumps(out, indent=1) + "\n")
     finally:
         ftp.stop()
-        sshd.stop()
-        subprocess.run(["rm", "-rf", str(work)])
+        if tb is not None:
+            tb.close()
+        else:
+            sshd.stop()
+            subprocess.run(["rm", "-rf", str(work)])
     return 0
 
 

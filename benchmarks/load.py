@@ -41,7 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.sshd import SSHServer, chown_to_user  # noqa: E402
+from tests.support.sshd import SSHServer, chown_to_user
 
 KIB, MIB, GIB = 1024, 1024 * 1024, 1024 * 1024 * 1024
 RSS_LIMIT = GIB  # acceptance of issue #11: the 100,000-file transfer stays under 1 GiB

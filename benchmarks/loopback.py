@@ -25,12 +25,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from airflow_transfer.engine.params import TransferParams  # noqa: E402
-from airflow_transfer.job import CopyRequest, run_copy  # noqa: E402
-from airflow_transfer.protocols.endpoint import Endpoint  # noqa: E402
-from airflow_transfer.protocols.ssh import SSHTarget  # noqa: E402
-from tests.support.data import write_random  # noqa: E402
-from tests.support.sshd import SSHServer, chown_to_user  # noqa: E402
+from airflow_transfer.engine.params import TransferParams
+from airflow_transfer.job import CopyRequest, run_copy
+from airflow_transfer.protocols.endpoint import Endpoint
+from airflow_transfer.protocols.ssh import SSHTarget
+from tests.support.data import write_random
+from tests.support.sshd import SSHServer, chown_to_user
 
 
 def main() -> int:

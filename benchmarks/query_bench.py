@@ -105,7 +105,7 @@ def make_data(directory: Path, records: int) -> tuple[Path, Path]:
 
 def run_one(bed, method: str, csv_path: Path, pq_path: Path, timeout: float) -> dict:
     ssh = ["--identity", str(bed.key), "--known-hosts", str(bed.known_hosts)]
-    url = lambda p: f"sftp://{bed.user}@{bed.host}:{bed.port}{p}"  # noqa: E731
+    url = lambda p: f"sftp://{bed.user}@{bed.host}:{bed.port}{p}"
     work = bed.fresh_local_dir("query-run")
     py = sys.executable
     if method == "copy+filter":

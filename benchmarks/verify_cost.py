@@ -41,17 +41,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from airflow_transfer.integrity.algorithms import DEFAULT_ALGORITHM, digest_file  # noqa: E402
-from airflow_transfer.integrity.model import (  # noqa: E402
+from airflow_transfer.integrity.algorithms import DEFAULT_ALGORITHM, digest_file
+from airflow_transfer.integrity.model import (
     CostModel,
     block_level_time,
     file_level_time,
     sequential_time,
 )
-from benchmarks.contenders.airflow_transfer import cli_argv  # noqa: E402
-from benchmarks.contenders.base import ContenderFailed, clear, verify_tree  # noqa: E402
-from benchmarks.datasets import DEFAULT_CACHE, Dataset, DatasetSpec, ensure  # noqa: E402
-from benchmarks.run import commit, machine, say  # noqa: E402
+from benchmarks.contenders.airflow_transfer import cli_argv
+from benchmarks.contenders.base import ContenderFailed, clear, verify_tree
+from benchmarks.datasets import DEFAULT_CACHE, Dataset, DatasetSpec, ensure
+from benchmarks.run import commit, machine, say
 
 MIB = 1024 * 1024
 MODES = ("none", "sequential", "file", "block")
@@ -274,7 +274,7 @@ def targets(rows: list[dict]) -> list[dict]:
     out = []
     for link in sorted({r["link"] for r in rows}):
         for dataset in sorted({r["dataset"] for r in rows}):
-            get = lambda m: by.get((link, dataset, m))  # noqa: E731
+            get = lambda m: by.get((link, dataset, m))
             if get("block") and get("none"):
                 v = get("block") / get("none")
                 out.append(

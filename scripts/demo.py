@@ -19,9 +19,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.airflow_env import migrate, sftp_conn_env  # noqa: E402
-from tests.support.data import make_tree, tree_digest  # noqa: E402
-from tests.support.sshd import SSHServer, chown_to_user  # noqa: E402
+from tests.support.airflow_env import migrate, sftp_conn_env
+from tests.support.data import make_tree, tree_digest
+from tests.support.sshd import SSHServer, chown_to_user
 
 
 def say(msg: str) -> None:

@@ -19,7 +19,7 @@ from airflow_transfer.paths import TEMP_SUFFIX
 from airflow_transfer.store import Store
 from tests.support.cli import run_cli, ssh_args
 from tests.support.data import temp_files, tree_digest, write_random
-from tests.support.postgres import postgres_server, store_url  # noqa: F401
+from tests.support.postgres import postgres_server, store_url  # noqa: F401 - fixtures used by name
 from tests.support.sshd import SSHServer, chown_to_user
 
 MiB = 1024 * 1024
@@ -37,7 +37,7 @@ def _copy_cmd(sshd, src, dst, *extra) -> list[str]:
     return [sys.executable, "-m", "airflow_transfer.cli", "copy", str(src), sshd.url(str(dst)), *ssh_args(sshd), *extra]
 
 
-def _with_store(store_url: str) -> list[str]:  # noqa: F811
+def _with_store(store_url: str) -> list[str]:
     return ["--store", store_url]
 
 
@@ -50,7 +50,7 @@ def _final_files(root: Path) -> set[str]:
     }
 
 
-def test_five_kills_then_resume_is_identical_and_resends_little(store_url, sshd, remote_dir, local_dir):  # noqa: F811
+def test_five_kills_then_resume_is_identical_and_resends_little(store_url, sshd, remote_dir, local_dir):
     src = local_dir / "gib"
     for i in range(200):
         write_random(src / f"g{i % 10}" / f"f{i:03d}.bin", 5 * MiB + i * 997, seed=1000 + i)  # ~1 GiB
@@ -96,7 +96,7 @@ def _slow_dataset(local_dir: Path, n: int = 240) -> Path:
     return src
 
 
-def test_sshd_down_for_20s_midway_then_completes(store_url, own_sshd, test_base, local_dir):  # noqa: F811
+def test_sshd_down_for_20s_midway_then_completes(store_url, own_sshd, test_base, local_dir):
     src = _slow_dataset(local_dir)
     dst = test_base / f"outage-dst-{time.monotonic_ns()}"
     dst.mkdir()
@@ -135,7 +135,7 @@ def test_sshd_down_for_20s_midway_then_completes(store_url, own_sshd, test_base,
 def test_deadline_shorter_than_outage_fails_clearly_and_journal_is_exact(
     store_url,
     own_sshd,
-    test_base,  # noqa: F811
+    test_base,
     local_dir,
 ):
     src = _slow_dataset(local_dir, n=500)
@@ -190,7 +190,7 @@ def test_deadline_shorter_than_outage_fails_clearly_and_journal_is_exact(
     assert 10 <= len(done) < 500
 
 
-def test_source_changed_after_listing_is_resent_not_mixed(store_url, sshd, remote_dir, local_dir):  # noqa: F811
+def test_source_changed_after_listing_is_resent_not_mixed(store_url, sshd, remote_dir, local_dir):
     src = local_dir / "chg"
     for i in range(20):
         write_random(src / f"c{i:02d}.bin", 300_000, seed=i)
@@ -217,7 +217,7 @@ def test_source_changed_after_listing_is_resent_not_mixed(store_url, sshd, remot
 def test_enospc_fails_at_once_leaves_nothing_partial_and_rerun_completes(
     store_url,
     sshd,
-    test_base,  # noqa: F811
+    test_base,
     local_dir,
 ):
     if os.geteuid() != 0:

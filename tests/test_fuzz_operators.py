@@ -4,7 +4,7 @@ AttributeError from deep inside, and never a half-built operator."""
 
 from __future__ import annotations
 
-import airflow  # noqa: F401,E402 - installed with the project; a missing Airflow must fail, not skip
+import airflow  # noqa: F401 - installed with the project; a missing Airflow must fail, not skip
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st

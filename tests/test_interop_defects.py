@@ -34,7 +34,7 @@ from tests.support.cli import Run, run_cli
 from tests.support.hostile_sftp import Behaviour, HostileSFTPServer
 
 MIB = 1024 * 1024
-RESUME_OVERLAP = 256 * 1024  # what a resume re-sends before its starting point (engine/transfer.py)
+RESUME_OVERLAP = 256 * 1024  # what a resume re-sends before its starting point (engine/sftp_mover.py)
 HANG_GUARD = 300  # seconds: only catches a hang; the runs below take far less
 READ_BACK_BOUND = 120  # defect 2: the copy must end well within this, its --deadline is 600
 DEFAULT_ATTEMPTS = 5  # --retries

@@ -42,7 +42,7 @@ def _make_tree(root: Path, k: int) -> dict[str, int]:
     return sizes
 
 
-def test_twenty_cli_transfers_at_once_share_one_store(store_url, sshd, remote_dir, local_dir):  # noqa: F811
+def test_twenty_cli_transfers_at_once_share_one_store(store_url, sshd, remote_dir, local_dir):
     jobs = []
     for k in range(TRANSFERS):
         if k % 2 == 0:  # upload: local tree -> sshd

@@ -34,7 +34,7 @@ def _far(tb) -> ProfileHost:
 
 
 @pytest.mark.parametrize("profile", ["wan50", "wan100"])
-def test_network_profiler_measures_the_emulated_link(wan_testbed, tmp_path, profile):  # noqa: F811
+def test_network_profiler_measures_the_emulated_link(wan_testbed, tmp_path, profile):
     rtt_ms, rate_mbit = PROFILES[profile]
     tb = wan_testbed(rtt_ms=rtt_ms, rate_mbit=rate_mbit)
     far = _far(tb)
@@ -57,7 +57,7 @@ def test_network_profiler_measures_the_emulated_link(wan_testbed, tmp_path, prof
     print(report)
 
 
-def test_light_profiler_backs_off_on_a_stable_link_and_resets_when_the_rate_changes(wan_testbed, tmp_path):  # noqa: F811
+def test_light_profiler_backs_off_on_a_stable_link_and_resets_when_the_rate_changes(wan_testbed, tmp_path):
     from datetime import datetime, timedelta
 
     tb = wan_testbed(rtt_ms=50, rate_mbit=100)

@@ -11,9 +11,9 @@ from tests.support.postgres import postgres_server, store_url  # noqa: F401  (fi
 DAGS = REPO / "dags" / "airflow_transfer_profiling.py"
 
 
-def test_profiling_dag_writes_the_library_and_the_next_transfer_uses_it(  # noqa: PLR0915
+def test_profiling_dag_writes_the_library_and_the_next_transfer_uses_it(
     airflow_home, sshd, remote_dir, local_dir, store_url
-):  # noqa: F811
+):
     env = {**sftp_conn_env("at_prof_sftp", sshd), "AIRFLOW__AIRFLOW_TRANSFER__STORE_URL": store_url}
     far = f"{sshd.host}:{sshd.port}"
     result, log = run_dag(
@@ -94,7 +94,7 @@ def test_profiling_dag_writes_the_library_and_the_next_transfer_uses_it(  # noqa
 def test_pairs_come_from_the_variable_when_the_param_is_empty(airflow_home, sshd, tmp_path):
     import json
 
-    store_url = f"sqlite:///{tmp_path / 'library.db'}"  # noqa: F811 - one backend is enough here
+    store_url = f"sqlite:///{tmp_path / 'library.db'}"
 
     env = {
         **sftp_conn_env("at_var_sftp", sshd),

@@ -10,11 +10,11 @@ from tests.support.wan import wan_testbed  # noqa: F401  (fixture)
 DAGS = REPO / "dags" / "airflow_transfer_profiling.py"
 
 
-def test_profiling_dag_over_the_emulated_wan(airflow_home, wan_testbed, tmp_path):  # noqa: F811
+def test_profiling_dag_over_the_emulated_wan(airflow_home, wan_testbed, tmp_path):
     """The DAG's tasks run in the `src` namespace (dag.test() started from a thread inside it), the
     sshd host sits behind the emulated 50 ms / 200 Mbit/s link: the library holds the link's figures."""
     tb = wan_testbed(rtt_ms=50, rate_mbit=200)
-    store_url = f"sqlite:///{tmp_path / 'library.db'}"  # noqa: F811
+    store_url = f"sqlite:///{tmp_path / 'library.db'}"
     env = {**sftp_conn_env("at_wan_sftp", tb.sshd), "AIRFLOW__AIRFLOW_TRANSFER__STORE_URL": store_url}
     far = f"{tb.sshd.host}:{tb.sshd.port}"
 

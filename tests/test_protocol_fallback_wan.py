@@ -59,7 +59,7 @@ def _wait(cond, timeout: float, what: str, proc: subprocess.Popen, err: list[str
     raise AssertionError(f"timed out waiting for {what}:\n" + _notes(err))
 
 
-def test_experiment1_two_outages_two_switches_each_way(wan_testbed):  # noqa: F811
+def test_experiment1_two_outages_two_switches_each_way(wan_testbed):
     tb = wan_testbed(rtt_ms=50, rate_mbit=500)
     rng = random.Random(3)
     src = tb.base / "src"

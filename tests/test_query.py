@@ -207,7 +207,7 @@ def test_sftp_directory_source(sshd, remote_dir, fmt):
     )
     out = remote_dir / "res" / "ds.query.parquet"
     assert s["files"] == 5 and s["destination"].endswith(str(out))
-    keep = lambda r: (r["humidity"] is not None and r["humidity"] <= 20) or r["temperature"] is None  # noqa: E731
+    keep = lambda r: (r["humidity"] is not None and r["humidity"] <= 20) or r["temperature"] is None
     assert result_rows(str(out), "parquet") == [row for t in parts for row in reference(t, keep, SELECT)]
     assert s["bytes_source"] == sum((remote_dir / "ds" / f"p{i}.{fmt}").stat().st_size for i in range(5))
 

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.wan
 SELECT = ["temperature", "humidity"]
 
 
-def test_bytes_crossing_the_link_match_the_accounting(wan_testbed, tmp_path):  # noqa: F811
+def test_bytes_crossing_the_link_match_the_accounting(wan_testbed, tmp_path):
     tb = wan_testbed(rtt_ms=20, rate_mbit=200)
     s = tb.sshd
     table = climate_table(400_000, seed=6)

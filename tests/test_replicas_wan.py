@@ -58,7 +58,7 @@ def _run(tb, argv, env=None):
     return subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT)
 
 
-def test_faster_replica_serves_more_and_losing_one_still_completes(wan_testbed):  # noqa: F811
+def test_faster_replica_serves_more_and_losing_one_still_completes(wan_testbed):
     tb = wan_testbed(rtt_ms=50, rate_mbit=20)
     fast, known = _second_sshd(tb)
     try:

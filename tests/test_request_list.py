@@ -22,7 +22,7 @@ def test_request_list_spanning_three_host_pairs(sshd, test_base, local_dir, remo
         a = make_tree(local_dir / "a", small=10, seed=22)
         b = make_tree(local_dir / "b", small=6, seed=23)
         c = make_tree(local_dir / "c", small=12, seed=24)
-        sftp_url = lambda p: f"sftp://{sshd.user}@{sshd.host}:{sshd.port}{p}"  # noqa: E731
+        sftp_url = lambda p: f"sftp://{sshd.user}@{sshd.host}:{sshd.port}{p}"
         lst = tmp_path / "requests.txt"
         lst.write_text(
             "# two pairs to the same SFTP host: one group\n"
@@ -70,8 +70,6 @@ def test_request_list_usage_errors(tmp_path):
 
 
 def test_operator_pairs_under_dag_test(airflow_home, local_dir, tmp_path):
-    import pytest as _pytest  # noqa: F401
-
     from tests.support.airflow_env import REPO, run_dag
 
     a = make_tree(local_dir / "a", small=5, seed=31)

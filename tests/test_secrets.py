@@ -68,7 +68,7 @@ def password_sshd(test_base):
 
 
 @pytest.fixture
-def world(airflow_home, password_sshd, postgres_server, test_base):  # noqa: F811
+def world(airflow_home, password_sshd, postgres_server, test_base):
     sshd, ssh_password, encrypted, passphrase = password_sshd
     token = f"tok-extra-{secrets.token_hex(6)}"
     store_password = f"pw-store-{secrets.token_hex(6)}"

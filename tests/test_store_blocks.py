@@ -17,7 +17,7 @@ def _blocks(store: Store, tid: int) -> dict[str, list]:
     return {r["path"]: decode_blocks(r["blocks"]) for r in store.file_states(tid).to_pylist()}
 
 
-def test_block_digests_round_trip_and_are_replaced_and_cleared(store_url: str) -> None:  # noqa: F811
+def test_block_digests_round_trip_and_are_replaced_and_cleared(store_url: str) -> None:
     with Store.open(store_url) as store:
         rec = store.begin_transfer("blocks", "file:///a", "sftp://h/b")
         store.record_listing(rec.id, _listing({"f": 300, "g": 10}))

@@ -103,7 +103,7 @@ def _run_workers(url: str) -> list[dict]:
     return [reports[w] for w in range(WORKERS)]
 
 
-def test_twenty_processes_write_one_journal_without_lock_errors_or_lost_rows(store_url: str) -> None:  # noqa: F811
+def test_twenty_processes_write_one_journal_without_lock_errors_or_lost_rows(store_url: str) -> None:
     from sqlalchemy import func, select
 
     from airflow_transfer.store import Store, decode

@@ -25,7 +25,7 @@ from tests.support.postgres import postgres_server, store_url  # noqa: F401  (fi
 
 
 @pytest.fixture
-def store(store_url: str) -> Store:  # noqa: F811
+def store(store_url: str) -> Store:
     with Store.open(store_url) as opened:
         yield opened
 
@@ -340,7 +340,7 @@ def test_long_error_texts_are_truncated(store: Store) -> None:
     assert len(_states(store, record.id)["a"]["last_error"]) == 2_000
 
 
-def test_masked_store_url_never_contains_the_password(store_url: str) -> None:  # noqa: F811
+def test_masked_store_url_never_contains_the_password(store_url: str) -> None:
     # trust auth ignores the password, so PostgreSQL still opens; SQLite has none to hide
     url = store_url.replace("postgres@", "postgres:Sup3rS3cret@") if "postgresql" in store_url else store_url
     with Store.open(url) as opened:

@@ -18,7 +18,7 @@ def _versions(store: Store) -> list[tuple[int, str]]:
     return store.read(lambda c: [tuple(r) for r in c.execute(select(table.c.version, table.c.applied_at))])
 
 
-def test_open_migrates_a_new_store_and_reopening_changes_nothing(store_url: str) -> None:  # noqa: F811
+def test_open_migrates_a_new_store_and_reopening_changes_nothing(store_url: str) -> None:
     with Store.open(store_url) as store:
         assert store.schema_version == latest_version() >= 1
         first = _versions(store)
@@ -29,7 +29,7 @@ def test_open_migrates_a_new_store_and_reopening_changes_nothing(store_url: str)
             assert _versions(again) == first  # no step re-applied, applied_at untouched
 
 
-def test_migrated_database_matches_schema_module(store_url: str) -> None:  # noqa: F811
+def test_migrated_database_matches_schema_module(store_url: str) -> None:
     """schema.py (what queries use) and the migrations (what builds the database) must agree."""
     with Store.open(store_url) as store:
         reflected = store.read(lambda conn: _describe(conn, [t.name for t in current.metadata.sorted_tables]))
@@ -71,7 +71,7 @@ def _v2_adds_a_column_and_a_table(conn: Connection) -> None:
     meta.create_all(conn)
 
 
-def test_a_later_migration_upgrades_an_existing_store_and_keeps_its_data(store_url: str) -> None:  # noqa: F811
+def test_a_later_migration_upgrades_an_existing_store_and_keeps_its_data(store_url: str) -> None:
     with Store.open(store_url) as store:
         record = store.begin_transfer("k", "sftp://h/a", "file:///b")
 
@@ -92,7 +92,7 @@ def test_a_later_migration_upgrades_an_existing_store_and_keeps_its_data(store_u
     assert record.id == 1
 
 
-def test_a_failing_migration_leaves_the_previous_version_intact(store_url: str) -> None:  # noqa: F811
+def test_a_failing_migration_leaves_the_previous_version_intact(store_url: str) -> None:
     Store.open(store_url).close()
 
     def broken(conn: Connection) -> None:

@@ -15,7 +15,7 @@ T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def store(store_url: str) -> Store:  # noqa: F811
+def store(store_url: str) -> Store:
     with Store.open(store_url) as opened:
         yield opened
 

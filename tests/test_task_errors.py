@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import airflow  # noqa: F401,E402 - installed with the project; a missing Airflow must fail, not skip
+import airflow  # noqa: F401 - installed with the project; a missing Airflow must fail, not skip
 import pytest
 
 from airflow_transfer.errors import TransferError, UsageError
-from airflow_transfer.operators.failures import task_error  # noqa: E402
+from airflow_transfer.operators.failures import task_error
 from airflow_transfer.query.expr import QueryError
 
 

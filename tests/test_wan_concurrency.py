@@ -17,7 +17,7 @@ from tests.support.sshd import max_concurrent
 from tests.support.wan import wan_testbed  # noqa: F401  (fixture)
 
 
-def test_cc4_moves_files_on_four_connections_at_once(wan_testbed):  # noqa: F811
+def test_cc4_moves_files_on_four_connections_at_once(wan_testbed):
     tb = wan_testbed(rtt_ms=50, rate_mbit=500)
     src = tb.base / "src"
     for i in range(48):

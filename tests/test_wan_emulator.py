@@ -105,7 +105,7 @@ def test_blackhole_drops_everything_then_recovers(link: EmulatedLink) -> None:
     assert abs(med - 10) <= 2.0
 
 
-def test_sshd_in_dst_is_reached_from_src_across_the_link(wan_testbed) -> None:  # noqa: F811
+def test_sshd_in_dst_is_reached_from_src_across_the_link(wan_testbed) -> None:
     tb = wan_testbed(rtt_ms=40, rate_mbit=100)
     assert tb.sshd is not None
     kw = tb.sshd.connect_kwargs()

@@ -46,7 +46,7 @@ def _copy_in_src(tb, src, dst_path, pp):
     return json.loads(res.stdout)
 
 
-def test_pp8_is_at_least_3x_faster_than_pp1_on_wan50(wan_testbed, test_base):  # noqa: F811
+def test_pp8_is_at_least_3x_faster_than_pp1_on_wan50(wan_testbed, test_base):
     tb = wan_testbed(rtt_ms=50, rate_mbit=500)
     src = tb.base / "src"
     # 200 files: pp=1 already takes ~40 s (four round trips a file); more only lengthens CI.

@@ -25,9 +25,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Unpack
 
-import pyarrow as pa
-
-from .. import manifest_schema as ms
 from ..errors import ConnectError, TransferError, describe_oserror
 from ..integrity.algorithms import new_hasher
 from ..manifest import Manifest, _build, _is_temp
@@ -38,16 +35,12 @@ from .failures import ChecksumMismatch, SizeMismatch
 from .params import TransferParams
 from .retry import classify
 from .runner import Runner
-from .session import Session, SessionOptions
+from .session import Session, SessionOptions, join_path
 from .sftp_jobs import FileTask, SourceChanged, count_progress
 
 BLOCK = 1 << 20
 
 Pair = tuple[backends.Backend, backends.Backend]
-
-
-def _join(root: str, rel: str) -> str:
-    return posixpath.join(root, rel) if rel else root
 
 
 @dataclass
@@ -149,7 +142,7 @@ class BackendSession(Session):
         wanted = {dst_root}
         for rel in rel_dirs:
             check_relative(rel, self.dst.display)
-            wanted.add(_join(dst_root, rel))
+            wanted.add(join_path(dst_root, rel))
         with self.pair() as pair:
             for d in sorted(wanted, key=lambda p: (p.count("/"), p)):
                 try:
@@ -211,18 +204,9 @@ class BackendSession(Session):
         return {}
 
     # -- the primitive ---------------------------------------------------------------
-    def tasks(self, files: pa.Table, src_root: str, dst_root: str, modes: list[int] | None) -> list[FileTask]:
-        paths = files[ms.PATH].to_pylist()
-        sizes = files[ms.SIZE].to_pylist()
-        mtimes = files[ms.MTIME].to_pylist()
-        out = []
-        for i, rel in enumerate(paths):
-            check_relative(rel, self.src.display)
-            dst = _join(dst_root, rel)
-            tmp = dst if self.dst_caps.atomic_put or not self.dst_caps.rename else temp_name(dst)
-            out.append(FileTask(rel, int(sizes[i]), float(mtimes[i]), _join(src_root, rel), dst, tmp))
-            out[-1].mode = modes[i] if modes else 0o644
-        return out
+    def temp_for(self, dst: str) -> str:
+        # Object stores publish an object only once its upload completes: written in place.
+        return dst if self.dst_caps.atomic_put or not self.dst_caps.rename else temp_name(dst)
 
     def chunk_params(self, params: TransferParams) -> TransferParams:
         return TransferParams(pp=1, p=1, cc=params.cc)  # no request pipelining here; cc connections
@@ -255,7 +239,7 @@ class BackendMover:
             t = r.tasks[i]
             try:
                 self._copy(conn, t)
-            except BaseException as exc:  # noqa: BLE001 - judged by the runner
+            except BaseException as exc:
                 # Not a statement about the data: continue from what reached the destination.
                 data = isinstance(exc, (SizeMismatch, ChecksumMismatch, SourceChanged))
                 t.resumable = not data

@@ -247,7 +247,7 @@ class BlockVerifier(Verifier):
         self._rebalance()
         try:
             self._finish_files(dest, finals)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - every file of the batch gets a verdict, whatever failed
             for f in finals:
                 if f.finalizing:
                     item = VerifyItem(f.index, f.task.tmp)

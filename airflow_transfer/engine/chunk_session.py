@@ -7,7 +7,7 @@ sibling session: same endpoints, connection pool, journal and totals as the
 copy's session, but a verifier of its own, because a verifier calls back
 into exactly one chunk's runner (renames, repairs, block bookkeeping keyed
 by the chunk's file index). `set_channels` changes the number of the
-chunk's worker threads while it runs (_Runner.set_workers): more start at
+chunk's worker threads while it runs (Runner.set_workers): more start at
 once, surplus ones leave after the files they have in flight.
 
 Events: every `PROGRESS_INTERVAL` seconds a progress event per running chunk
@@ -64,7 +64,7 @@ class _Chunk:
     def __init__(self, spec: ChunkSpec, channels: int, session: TransferSession) -> None:
         self.spec, self.channels, self.session = spec, channels, session
         self.stats: _ChunkStats = session.stats  # type: ignore[assignment]
-        self.runner = None  # the engine's _Runner, once perform has made it
+        self.runner = None  # the chunk's Runner, once perform has made it
         self.thread: threading.Thread | None = None
         self.stopping = False
         self.done = False

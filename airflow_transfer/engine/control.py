@@ -1,7 +1,7 @@
 """How a run is watched and steered from outside: the hooks both runners call.
 
-Both the pipelined SFTP engine (engine/transfer.py) and the generic backend
-path (engine/backend_copy.py) report every finished file and every failed
+The one runner (engine/runner.py), whatever the protocol beneath it,
+reports every finished file, every failed attempt and every failed
 connection attempt to their session's `control`, and ask it before taking the
 next file. The default `Control` does nothing, so a plain copy is unaffected.
 The fall-back (engine/fallback.py) installs a `Controller`: it counts

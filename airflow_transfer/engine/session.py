@@ -13,16 +13,20 @@ verification is attached.
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Required, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Required, TypedDict, Unpack, cast
 
+from .. import manifest_schema as ms
 from ..errors import TransferError
 from ..manifest import Manifest, list_local
+from ..paths import check_relative, temp_name
 from .accounting import Stats
 from .control import Control
 from .resume import plan as plan_resume
 from .retry import RetryPolicy
 from .runner import run_chunk
+from .sftp_jobs import FileTask
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -31,8 +35,13 @@ if TYPE_CHECKING:
     from .params import TransferParams
     from .result import ChunkResult
     from .runner import Mover, Runner
-    from .sftp_jobs import FileTask
     from .transfer import TransferSession
+
+
+def join_path(root: str, rel: str) -> str:
+    """`rel` under `root` (POSIX on both ends: local paths here and remote ones alike); an
+    empty `rel` is the root itself (a single-file copy)."""
+    return posixpath.join(root, rel) if rel else root
 
 
 class ChunkPlace(TypedDict, total=False):
@@ -83,14 +92,7 @@ class Session:
 
     def options(self) -> SessionOptions:
         """This session's options, for a session over the same copy (a sibling chunk's)."""
-        return {
-            "stats": self.stats,
-            "skip_existing": self.skip_existing,
-            "retry": self.retry,
-            "journal": self.journal,
-            "verify": self.verify,
-            "control": self.control,
-        }
+        return cast(SessionOptions, {name: getattr(self, name) for name in SessionOptions.__annotations__})
 
     # -- moving a chunk ------------------------------------------------------------
     def perform(self, files: pa.Table, params: TransferParams, **place: Unpack[ChunkPlace]) -> ChunkResult:
@@ -113,7 +115,23 @@ class Session:
         return params
 
     def tasks(self, files: pa.Table, src_root: str, dst_root: str, modes: list[int] | None) -> list[FileTask]:
-        raise NotImplementedError
+        """One FileTask per row, every path checked to stay inside its root."""
+        paths = files[ms.PATH].to_pylist()
+        sizes = files[ms.SIZE].to_pylist()
+        mtimes = files[ms.MTIME].to_pylist()
+        out = []
+        for i, rel in enumerate(paths):
+            check_relative(rel, self.src.display)
+            dst = join_path(dst_root, rel)
+            mode = modes[i] if modes else 0o644
+            out.append(
+                FileTask(rel, int(sizes[i]), float(mtimes[i]), join_path(src_root, rel), dst, self.temp_for(dst), mode)
+            )
+        return out
+
+    def temp_for(self, dst: str) -> str:
+        """Where a file is written until it is complete (renamed into place then)."""
+        return temp_name(dst)
 
     def already_there(self, tasks: list[FileTask]) -> set[int]:
         """Indices of files whose destination has the same size and mtime (skipped)."""

@@ -426,19 +426,20 @@ class Pipeline:
             return OSError(errno.ENOSPC, "no space left on device", job.task.dst)
         return err
 
-    def _setstat_done(self, job: Job, t: int, r) -> None:
+    @staticmethod
+    def _status(job: Job, t: int, r: Any, path: str) -> None:
+        """A reply that is only a status: one request fewer in flight, the job failed unless OK."""
         job.outstanding -= 1
         try:
-            SFTPWire.expect_status(t, r, job.task.tmp)
+            SFTPWire.expect_status(t, r, path)
         except OSError as exc:
             job.fail(exc)
 
-    def _closed(self, job: Job, t: int, r) -> None:
-        job.outstanding -= 1
-        try:
-            SFTPWire.expect_status(t, r, job.task.tmp)
-        except OSError as exc:
-            job.fail(exc)
+    def _setstat_done(self, job: Job, t: int, r: Any) -> None:
+        self._status(job, t, r, job.task.tmp)
+
+    def _closed(self, job: Job, t: int, r: Any) -> None:
+        self._status(job, t, r, job.task.tmp)
         if job.error is None and job.acked < job.length:
             # Only a server answering out of order gets here: never rename unconfirmed data.
             job.fail(w.SFTPProtocolError("server acknowledged the close before every write"))
@@ -456,12 +457,8 @@ class Pipeline:
             return
         job.finish()
 
-    def _renamed(self, job: Job, t: int, r) -> None:
-        job.outstanding -= 1
-        try:
-            SFTPWire.expect_status(t, r, job.task.dst)
-        except OSError as exc:
-            job.fail(exc)
+    def _renamed(self, job: Job, t: int, r: Any) -> None:
+        self._status(job, t, r, job.task.dst)
         job.finish()
 
     def _closed_after_error(self, job: Job, counted: bool = True) -> None:

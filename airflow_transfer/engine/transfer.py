@@ -16,12 +16,9 @@ import os
 import posixpath
 from typing import Unpack
 
-import pyarrow as pa
-
-from .. import manifest_schema as ms
 from ..errors import TransferError, UsageError, describe_oserror
 from ..manifest import Manifest, list_remote
-from ..paths import check_relative, temp_name
+from ..paths import check_relative
 from ..protocols.endpoint import Endpoint
 from ..protocols.pool import WARM_CONNECTIONS, SFTPPool
 from .block_verify import DEFAULT_BLOCK_SIZE, BlockVerifier, choose_threads
@@ -192,21 +189,6 @@ class TransferSession(Session):
         if side is not None and side.exec is not None:
             caps.exec_method, caps.exec_reason = side.exec, side.reason
         return caps.summary(), caps.notes()
-
-    # -- planning helpers ---------------------------------------------------
-    def tasks(self, files: pa.Table, src_root: str, dst_root: str, modes: list[int] | None) -> list[FileTask]:
-        paths = files[ms.PATH].to_pylist()
-        sizes = files[ms.SIZE].to_pylist()
-        mtimes = files[ms.MTIME].to_pylist()
-        out = []
-        for i, rel in enumerate(paths):
-            check_relative(rel, self.src.display)
-            dst = posixpath.join(dst_root, rel) if self.dst.scheme == "sftp" else os.path.join(dst_root, rel)
-            src = posixpath.join(src_root, rel) if self.src.scheme == "sftp" else os.path.join(src_root, rel)
-            out.append(
-                FileTask(rel, int(sizes[i]), float(mtimes[i]), src, dst, temp_name(dst), modes[i] if modes else 0o644)
-            )
-        return out
 
     def ensure_dirs(self, dst_root: str, rel_dirs: list[str]) -> None:
         """Create dst_root and the given relative directories (pipelined on SFTP)."""

@@ -66,7 +66,7 @@ class ExecRefused(Exception):
 def _exec(chan, command: str) -> None:
     try:
         chan.exec_command(command)
-    except Exception as exc:  # noqa: BLE001 - paramiko raises SSHException("Channel closed.")
+    except Exception as exc:
         raise ExecRefused(
             "the server runs no commands over SSH exec (SFTP only), so neither the "
             f"python3 helper nor coreutils can run there ({exc})"
@@ -176,7 +176,7 @@ class DestinationDigests:
                 return
             self.exec = "no-checksum-command"
             self.reason += f"; neither sh nor a bare command computes {self.algorithm} there"
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - any failure here falls back to reading the file back
             self.reason = f"python3 helper unavailable ({helper_error}); checksum commands failed: {exc}"
             self._coreutils, self.where = None, "read-back"
 

@@ -1,7 +1,7 @@
 """End-to-end integrity: checksum algorithms, block digests, the destination
 helper's client and the paper 002 time model. Block-level verification of
 transfers (source digests as blocks are sent, destination digests per block)
-is the engine's: airflow_transfer/engine/block_verify.py.
+is the engine's: airflow_transfer/engine/block_verify.py and its block_*.py modules.
 
 Nothing here imports Airflow or an SSH library. See docs/integrity.md.
 """

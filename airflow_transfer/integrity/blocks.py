@@ -23,7 +23,7 @@ Verification):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from .algorithms import DEFAULT_READ_SIZE, Buffer, Hasher, Source, algorithm_info, check_length, feed_range, new_hasher
 
@@ -47,21 +47,14 @@ class FileDigests:
         return self.offset + start, min(self.block_size, self.length - start)
 
     def as_dict(self) -> dict:
-        return {
-            "algorithm": self.algorithm,
-            "offset": self.offset,
-            "length": self.length,
-            "digest": self.digest,
-            "block_size": self.block_size,
-            "blocks": list(self.blocks),
-        }
+        return {**asdict(self), "blocks": list(self.blocks)}
 
 
 class BlockSplitter:
     """Feeds a byte stream to a whole-stream hasher and to one hasher per block.
 
     Used by the one-pass readers here; a transfer's block digests are computed
-    as the blocks are sent, by engine/block_verify.py's BlockSource.
+    as the blocks are sent, by engine/block_source.py's BlockSource.
     """
 
     def __init__(self, algorithm: str, block_size: int) -> None:

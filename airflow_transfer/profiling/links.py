@@ -163,5 +163,5 @@ def _pipe(src, dst) -> None:
                 dst.shutdown_write()
             else:
                 dst.shutdown(socket.SHUT_WR)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - the peer may be gone already; the measurement is over
             pass

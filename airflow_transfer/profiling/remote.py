@@ -113,7 +113,7 @@ class HostRunner:
             chan.exec_command(shlex.join([REMOTE_PYTHON, "-", *args]))
             chan.sendall(profiler_source(name))
             chan.shutdown_write()
-        except Exception as exc:  # noqa: BLE001 - paramiko raises several types for a refused or dead channel
+        except Exception as exc:
             raise ConnectError(
                 f"cannot run python3 over SSH on {self.host.key}: {exc}",
                 self.host.key,

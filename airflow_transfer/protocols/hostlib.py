@@ -19,7 +19,7 @@ import ssl
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..errors import TransferError, UsageError
@@ -40,14 +40,9 @@ class ProbeResult:
     millis: int
 
     def as_dict(self) -> dict:
-        return {
-            "host": self.host,
-            "protocol": self.protocol,
-            "port": self.port,
-            "available": self.available,
-            "detail": self.detail,
-            "probe_ms": self.millis,
-        }
+        out = asdict(self)
+        out["probe_ms"] = out.pop("millis")  # the unit in the name, as the JSON readers expect it
+        return out
 
 
 def _handshake(protocol: str, sock: socket.socket, host: str, timeout: float) -> str:

@@ -221,6 +221,6 @@ class ReplicaSource(Backend):
         for c in self.conns.values():
             try:
                 c.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing: a connection already broken is fine
                 pass
         self.conns.clear()

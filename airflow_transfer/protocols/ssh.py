@@ -97,7 +97,7 @@ def from_ssh_config(
     if os.path.exists(cfg_path):
         try:
             opts = paramiko.SSHConfig.from_path(cfg_path).lookup(host)
-        except Exception as exc:  # noqa: BLE001 - report any parse error plainly
+        except Exception as exc:
             raise UsageError(f"cannot parse SSH config: {exc}", cfg_path, "fix the file or pass --ssh-config") from exc
     target = SSHTarget(host=opts.get("hostname", host))
     target.port = port or int(opts.get("port", 22))
@@ -313,7 +313,7 @@ def open_sftp(transport, window: int = DEFAULT_WINDOW, idle_timeout: float = IDL
         chan = transport.open_session(window_size=window, timeout=idle_timeout)
         chan.settimeout(idle_timeout)
         chan.invoke_subsystem("sftp")
-    except Exception as exc:  # noqa: BLE001 - paramiko raises several kinds
+    except Exception as exc:
         raise TransferError(
             f"the server refused the SFTP subsystem: {exc}", "", "enable 'Subsystem sftp' in the server's sshd_config"
         ) from exc

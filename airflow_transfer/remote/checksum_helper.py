@@ -269,7 +269,7 @@ def handle(line):
         code = errno.errorcode.get(exc.errno, "EIO") if exc.errno else "EIO"
         where = exc.filename if exc.filename is not None else ""
         reply = {"ok": False, "code": code, "error": "%s: %s" % (exc.strerror or exc, where)}
-    except Exception as exc:  # keep serving: one bad request must not end the session
+    except Exception as exc:  # noqa: BLE001 - keep serving: one bad request must not end the session
         reply = {"ok": False, "code": "EINTERNAL", "error": "%s: %s" % (type(exc).__name__, exc)}
     reply["id"] = request_id
     return reply

@@ -75,10 +75,11 @@ from .schema import (
     RUNNING,
     SUCCEEDED,
 )
-from .store import Store
+from .store import Store, open_store
 from .writer import JournalWriter
 
 __all__ = [
+    "open_store",
     "DONE",
     "ENV_VAR",
     "FAILED",

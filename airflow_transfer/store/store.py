@@ -14,6 +14,7 @@ import pyarrow as pa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
+from ..errors import TransferError
 from . import journal, transfers
 from . import protocols as hp
 from . import tuning_library as tl
@@ -322,3 +323,11 @@ def _transfer_must_exist(transfer_id: int) -> Iterator[None]:
         raise StoreError(
             f"no transfer with id {transfer_id} in the store", todo="call begin_transfer first and use its id"
         ) from exc
+
+
+def open_store(url: str | None = None, hint: str = "check --store / [airflow_transfer] store_url") -> Store:
+    """Store.open for a command or a task: a failure is a TransferError saying what to check."""
+    try:
+        return Store.open(url)
+    except StoreError as exc:
+        raise TransferError(f"cannot open the transfer store: {exc}", "", hint) from exc

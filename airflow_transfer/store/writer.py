@@ -166,7 +166,7 @@ class JournalWriter(Closing):
                 continue
             try:
                 self._flush()
-            except BaseException as exc:  # reported to the engine on its next call
+            except BaseException as exc:  # noqa: BLE001 - reported to the engine on its next call
                 self._error = exc
 
     def _raise_background_error(self) -> None:

@@ -29,19 +29,27 @@ construction, and MC re-balances channels whenever a chunk finishes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 import pyarrow as pa
 
 from ..engine.result import ChunkResult
 from .adaptive_cc import AdaptiveCC
-from .base import Algorithm, check_fraction, check_int, check_link, default_min_chunk_bytes, probe_options
+from .base import (
+    Algorithm,
+    ProbeLimits,
+    check_fraction,
+    check_int,
+    check_link,
+    default_min_chunk_bytes,
+    probe_options,
+)
 from .chunks import ChunkSpec
 from .dataset import ManifestLike, SortedSizes
 from .fixed import Fixed
-from .models import DEFAULT_MAX_CC, DEFAULT_MAX_P, DEFAULT_MAX_PP, LinkInfo, channel_rate_bps, pp_level, pp_param
+from .models import LinkInfo, channel_rate_bps, pp_level, pp_param
 from .multichunk import DEFAULT_CHANNELS, MultiChunk
-from .pcp import DEFAULT_MIN_CHUNKS, PCP
+from .pcp import PCP
 
 # A probe chunk shows its setting only after connection setup and the window's ramp: on
 # wan50 the first PCP probe of `small` (cc 2) ran 6.2 s at 170 Mbit/s, overshoot probes 6-10 s
@@ -64,20 +72,16 @@ class Auto(Algorithm):
     def __init__(
         self,
         *,
-        min_chunk_bytes: int | None = None,
-        min_chunks: int = DEFAULT_MIN_CHUNKS,
-        max_pp: int = DEFAULT_MAX_PP,
-        max_p: int = DEFAULT_MAX_P,
-        max_cc: int = DEFAULT_MAX_CC,
         channels: int = DEFAULT_CHANNELS,
         mixed_share: float = 0.1,
         drift: float = 0.25,
         probe_seconds: float = DEFAULT_PROBE_SECONDS,
         probe_share: float = DEFAULT_PROBE_SHARE,
         adapt: bool = True,
+        **limits: Unpack[ProbeLimits],
     ) -> None:
         self.opts = {
-            **probe_options(self.name, min_chunk_bytes, min_chunks, max_pp, max_p, max_cc),
+            **probe_options(self.name, limits),
             "channels": check_int(self.name, "channels", channels),
             "mixed_share": check_fraction(self.name, "mixed_share", mixed_share, 0.0, 0.5),
             "drift": check_fraction(self.name, "drift", drift, 0.0, 10.0),

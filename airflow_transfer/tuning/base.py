@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +27,7 @@ from ..engine.result import ChunkResult
 from .chunks import ChunkSpec, make_spec
 from .dataset import ManifestLike, SortedSizes
 from .executor import check_executor
-from .models import ETHERNET_MSS, LinkInfo
+from .models import DEFAULT_MAX_CC, DEFAULT_MAX_P, DEFAULT_MAX_PP, ETHERNET_MSS, LinkInfo
 
 INITIAL_WINDOW = 10 * ETHERNET_MSS  # Linux's initial congestion window (RFC 6928)
 
@@ -60,19 +60,31 @@ def check_fraction(algorithm: str, name: str, value: Any, low: float = 0.0, high
     return float(value)
 
 
-def probe_options(
-    algorithm: str, min_chunk_bytes: int | None, min_chunks: int, max_pp: int, max_p: int, max_cc: int
-) -> dict[str, Any]:
+DEFAULT_MIN_CHUNKS = 5  # paper 001 section 5 ends up with 5 chunks for 5000 x 1 MB
+
+
+class ProbeLimits(TypedDict, total=False):
     """The options of the algorithms that probe (pcp, and auto for it): probe chunk size and
-    count, and the caps of the three knobs, checked in that order."""
+    count, and the caps of the three knobs."""
+
+    min_chunk_bytes: int | None  # None: from the link (default_min_chunk_bytes)
+    min_chunks: int
+    max_pp: int
+    max_p: int
+    max_cc: int
+
+
+def probe_options(algorithm: str, limits: ProbeLimits) -> dict[str, Any]:
+    """ProbeLimits with their defaults, each checked, in that order."""
+    min_chunk_bytes = limits.get("min_chunk_bytes")
     if min_chunk_bytes is not None:
         check_int(algorithm, "min_chunk_bytes", min_chunk_bytes)
     return {
         "min_chunk_bytes": min_chunk_bytes,
-        "min_chunks": check_int(algorithm, "min_chunks", min_chunks),
-        "max_pp": check_int(algorithm, "max_pp", max_pp),
-        "max_p": check_int(algorithm, "max_p", max_p),
-        "max_cc": check_int(algorithm, "max_cc", max_cc),
+        "min_chunks": check_int(algorithm, "min_chunks", limits.get("min_chunks", DEFAULT_MIN_CHUNKS)),
+        "max_pp": check_int(algorithm, "max_pp", limits.get("max_pp", DEFAULT_MAX_PP)),
+        "max_p": check_int(algorithm, "max_p", limits.get("max_p", DEFAULT_MAX_P)),
+        "max_cc": check_int(algorithm, "max_cc", limits.get("max_cc", DEFAULT_MAX_CC)),
     }
 
 

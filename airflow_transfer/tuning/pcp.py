@@ -31,7 +31,7 @@ Choices where the paper leaves room:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 import pyarrow as pa
 
@@ -40,6 +40,7 @@ from ..engine.result import ChunkResult
 from .base import (
     DEFAULT_DROP,
     Algorithm,
+    ProbeLimits,
     Ramp,
     RunContext,
     check_fraction,
@@ -50,12 +51,11 @@ from .base import (
 )
 from .chunks import ChunkSpec, make_spec
 from .dataset import ManifestLike, SortedSizes
-from .models import DEFAULT_MAX_CC, DEFAULT_MAX_P, DEFAULT_MAX_PP, LinkInfo, pp_param, streams_for_channel_window
+from .models import LinkInfo, pp_param, streams_for_channel_window
 from .rcd import Piece, combine_same_level, divide_largest, recursive_chunk_division
 from .retune import RestRunner, Segment
 
 SET2_LEVEL = 2  # paper 000 section 4.1: "for the second set we set a static pipelining level of 2"
-DEFAULT_MIN_CHUNKS = 5  # paper 001 section 5 ends up with 5 chunks for 5000 x 1 MB
 
 
 @dataclass(frozen=True)
@@ -73,18 +73,14 @@ class PCP(Algorithm):
     def __init__(
         self,
         *,
-        min_chunk_bytes: int | None = None,
-        min_chunks: int = DEFAULT_MIN_CHUNKS,
-        max_pp: int = DEFAULT_MAX_PP,
-        max_p: int = DEFAULT_MAX_P,
-        max_cc: int = DEFAULT_MAX_CC,
         drop: float = DEFAULT_DROP,
         adapt: bool = False,
         adapt_pieces: int = 8,
         drift: float = 0.25,
+        **limits: Unpack[ProbeLimits],
     ) -> None:
         self.opts = {
-            **probe_options(self.name, min_chunk_bytes, min_chunks, max_pp, max_p, max_cc),
+            **probe_options(self.name, limits),
             "drop": check_fraction(self.name, "drop", drop),
             "adapt": bool(adapt),
             "adapt_pieces": check_int(self.name, "adapt_pieces", adapt_pieces),

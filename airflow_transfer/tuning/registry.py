@@ -7,7 +7,7 @@ from typing import Any
 
 from .adaptive_cc import AdaptiveCC
 from .auto import Auto
-from .base import Algorithm
+from .base import Algorithm, ProbeLimits
 from .fixed import Fixed
 from .globus import Globus
 from .multichunk import MultiChunk
@@ -28,7 +28,9 @@ def get_algorithm(name: str, **options: Any) -> Algorithm:
     cls = ALGORITHMS.get(name)
     if cls is None:
         raise ValueError(f"unknown tuning algorithm {name!r}; choose one of: {', '.join(ALGORITHMS)}")
-    valid = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    params = inspect.signature(cls.__init__).parameters.values()
+    limits = list(ProbeLimits.__annotations__) if any(p.kind is p.VAR_KEYWORD for p in params) else []
+    valid = limits + [p.name for p in params if p.name != "self" and p.kind is not p.VAR_KEYWORD]
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise ValueError(

@@ -51,7 +51,7 @@ from .chunks import ChunkSpec
 from .executor import ChunkEvent
 from .models import ETHERNET_MSS, LinkInfo, effective_window, mathis_bps
 
-RANGE_MIN = 4 * 1024 * 1024  # mirrors engine/transfer.py: smallest range worth its own connection
+RANGE_MIN = 4 * 1024 * 1024  # mirrors engine/resume.py: smallest range worth its own connection
 
 
 @dataclass

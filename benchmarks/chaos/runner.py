@@ -36,7 +36,7 @@ from tests.support.sshd import chown_to_user
 from tests.support.wan import REPO_ROOT, WanTestbed
 
 MiB = 1024 * 1024
-RANGE_SPLIT = 8 * MiB  # engine/transfer.py: files of >= 2 x RANGE_MIN are split over p connections
+RANGE_SPLIT = 8 * MiB  # engine/resume.py RANGE_MIN: files of >= 2 x RANGE_MIN are split over p connections
 BLOCK = 1 * MiB  # --verify-block-size in block mode
 
 
@@ -378,7 +378,7 @@ class Chaos:
                         chown_to_user(dst, self.tb.sshd.user)
                         os.chmod(target, 0o555)
                         detail["dir"] = sub
-                        restore = lambda t=target: os.chmod(t, 0o755)  # noqa: E731
+                        restore = lambda t=target: os.chmod(t, 0o755)
                 elif kind == "rate_cut":
                     detail["seconds"] = round(rng.uniform(*self.cfg.cut_s), 2)
                     detail["cut_mbit"] = round(self.cfg.rate_mbit * rng.uniform(0.02, 0.06), 1)

@@ -569,7 +569,7 @@ def _down_all() -> None:
     for link in links:
         try:
             link.down()
-        except Exception as exc:  # at exit: report and go on with the others
+        except Exception as exc:  # noqa: BLE001 - at exit: report and go on with the others
             print(f"benchmarks.wan: {exc}", file=sys.stderr)
 
 

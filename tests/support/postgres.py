@@ -14,7 +14,7 @@ how a store is deployed inside a shared database anyway.
 
 Use from a test module (fixtures are looked up in the module's namespace)::
 
-    from tests.support.postgres import postgres_server, store_url  # noqa: F401
+    from tests.support.postgres import postgres_server, store_url  # noqa: F401 - fixtures used by name
 """
 
 from __future__ import annotations

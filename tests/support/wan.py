@@ -171,7 +171,7 @@ def wan_testbed() -> Iterator[Callable[..., WanTestbed]]:
     for tb in reversed(made):
         try:
             tb.close()
-        except Exception as exc:  # tear every testbed down before reporting
+        except Exception as exc:  # noqa: BLE001 - tear every testbed down before reporting
             errors.append(exc)
     if errors:
         raise errors[0]

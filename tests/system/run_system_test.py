@@ -36,10 +36,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-import psycopg  # noqa: E402
+import psycopg
 
-from tests.support.data import make_tree, tree_digest, write_random  # noqa: E402
-from tests.support.sshd import SSHServer, chown_to_user, free_port  # noqa: E402
+from tests.support.data import make_tree, tree_digest, write_random
+from tests.support.sshd import SSHServer, chown_to_user, free_port
 
 PG = dict(host="127.0.0.1", port=5432, user="postgres", autocommit=True, connect_timeout=5)
 DAG_ID = "example_instrument_replication"
@@ -375,7 +375,7 @@ def _http_ok(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=3) as r:
             return r.status == 200
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - any failure means "not healthy yet"; the caller polls
         return False
 
 

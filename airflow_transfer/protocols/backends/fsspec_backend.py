@@ -69,7 +69,7 @@ class FsspecBackend(Backend):
     def stat(self, path: str) -> FileInfo:
         try:
             info = self.fs.info(self._norm(path))
-        except Exception as exc:  # noqa: BLE001 - mapped
+        except Exception as exc:
             raise _map(exc, path) from exc
         out = self._info(info)
         out.path = path
@@ -88,7 +88,7 @@ class FsspecBackend(Backend):
             )
         except OSError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _map(exc, path) from exc
         out = []
         for e in entries:
@@ -106,7 +106,7 @@ class FsspecBackend(Backend):
             f = self.fs.open(self._norm(path), "rb")
         except OSError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _map(exc, path) from exc
         if offset:
             f.seek(offset)
@@ -116,7 +116,7 @@ class FsspecBackend(Backend):
         try:
             end = None if length is None else offset + length
             return self.fs.cat_file(self._norm(path), start=offset, end=end)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _map(exc, path) from exc
 
     def open_write(self, path: str, offset: int = 0) -> BinaryIO:
@@ -127,7 +127,7 @@ class FsspecBackend(Backend):
             raise FileNotFoundError(errno.ENOENT, "parent directory does not exist", path)
         try:
             return self.fs.open(self._norm(path), "wb")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _map(exc, path) from exc
 
     def rename(self, src: str, dst: str) -> None:
@@ -135,7 +135,7 @@ class FsspecBackend(Backend):
             raise FileNotFoundError(errno.ENOENT, "no such file", src)
         try:
             self.fs.mv(self._norm(src), self._norm(dst))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _map(exc, src) from exc
 
     def delete(self, path: str) -> None:
@@ -143,7 +143,7 @@ class FsspecBackend(Backend):
             raise FileNotFoundError(errno.ENOENT, "no such file", path)
         try:
             self.fs.rm_file(self._norm(path))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _map(exc, path) from exc
 
     def mkdir(self, path: str, parents: bool = True, exist_ok: bool = True) -> None:
@@ -152,7 +152,7 @@ class FsspecBackend(Backend):
             if bucket and not self.fs.exists(bucket):
                 try:
                     self.fs.mkdir(bucket)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     raise _map(exc, path) from exc
             return  # prefixes exist as soon as an object does
         if self.fs.exists(path):
@@ -161,13 +161,13 @@ class FsspecBackend(Backend):
             return
         try:
             self.fs.makedirs(path, exist_ok=exist_ok) if parents else self.fs.mkdir(path, create_parents=False)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _map(exc, path) from exc
 
     def rmdir(self, path: str) -> None:
         try:
             self.fs.rmdir(self._norm(path))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _map(exc, path) from exc
 
     def close(self) -> None:

@@ -127,7 +127,7 @@ class _DataWriter(_DataConnection):
         try:
             self.sock.close()
             self.ftp.voidresp()  # the server confirms the whole upload was stored
-        except Exception as exc:  # noqa: BLE001 - mapped
+        except Exception as exc:
             raise _map(exc, self.path) from exc
 
 
@@ -156,7 +156,7 @@ class FTPBackend(Backend):
         except ftplib.error_perm as exc:
             self.ftp.close()
             raise PermissionError(errno.EACCES, f"FTP login as {self.user!r} refused: {exc}", host) from exc
-        except Exception as exc:  # noqa: BLE001 - connection-level
+        except Exception as exc:
             self.ftp.close()
             if isinstance(exc, OSError) and not isinstance(exc, ConnectionError):
                 raise ConnectionError(f"cannot connect to FTP {host}:{self.port}: {exc.strerror or exc}") from exc
@@ -166,7 +166,7 @@ class FTPBackend(Backend):
     def _cmd(self, fn, *args, path: str = ""):
         try:
             return fn(*args)
-        except Exception as exc:  # noqa: BLE001 - mapped
+        except Exception as exc:
             raise _map(exc, path) from exc
 
     @staticmethod
@@ -186,7 +186,7 @@ class FTPBackend(Backend):
             resp = self.ftp.sendcmd(f"MLST {path}")
         except ftplib.error_perm as exc:
             raise _map(exc, path) from exc
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _map(exc, path) from exc
         # "250-Listing path\n type=file;size=3;modify=...; /path\n250 End"
         for line in resp.splitlines()[1:]:
@@ -206,7 +206,7 @@ class FTPBackend(Backend):
                 # ftplib lists in ASCII mode (TYPE A) and leaves it so: data must go binary again,
                 # or line endings in files are silently rewritten.
                 self.ftp.voidcmd("TYPE I")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _map(exc, path) from exc
         out = []
         for name, facts in entries:
@@ -225,7 +225,7 @@ class FTPBackend(Backend):
     def open_read(self, path: str, offset: int = 0) -> BinaryIO:
         try:
             sock = self.ftp.transfercmd(f"RETR {path}", rest=offset or None)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _map(exc, path) from exc
         return io.BufferedReader(_DataReader(self.ftp, sock), 1 << 20)
 
@@ -239,7 +239,7 @@ class FTPBackend(Backend):
             cmd = f"STOR {path}"
         try:
             sock = self.ftp.transfercmd(cmd)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _map(exc, path) from exc
         return io.BufferedWriter(_DataWriter(self.ftp, sock, path), 1 << 20)
 
@@ -265,7 +265,7 @@ class FTPBackend(Backend):
                     raise _map(exc, d) from exc
                 if not info.is_dir or (d == todo[-1] and not exist_ok):
                     raise FileExistsError(errno.EEXIST, "exists", d) from None
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise _map(exc, d) from exc
 
     def set_mtime(self, path: str, mtime: float) -> None:
@@ -279,7 +279,7 @@ class FTPBackend(Backend):
                 self._mfmt = False
                 return
             raise _map(exc, path) from exc
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _map(exc, path) from exc
 
     def close(self) -> None:
