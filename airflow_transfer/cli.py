@@ -116,6 +116,11 @@ def _parser() -> argparse.ArgumentParser:
         help="block mode: destination checksum threads (default: balanced from measured "
         "transfer and checksum time per block)",
     )
+    cp.add_argument(
+        "--no-bundle",
+        action="store_true",
+        help="upload small files over SFTP one by one, not in bundles over SSH exec (docs/transfers.md)",
+    )
     cp.add_argument("--no-skip", action="store_true", help="re-send files already present with same size and mtime")
     cp.add_argument("--progress-interval", type=float, default=None, help="seconds between progress lines")
     cp.add_argument(
@@ -285,6 +290,7 @@ def _copy(args, params, src, dst, pool) -> int:
         verify_mode=args.verify_mode,
         verify_block_size=args.verify_block_size,
         verify_threads=args.verify_threads,
+        bundle=not args.no_bundle,
         link=link_from_args(args.rtt_ms, args.bandwidth_mbit, args.bdp),
         measure_link=args.measure_link,
         pool=pool,

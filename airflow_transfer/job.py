@@ -57,6 +57,7 @@ class CopyRequest:
     verify_mode: str = "auto"  # auto | sequential | file | block (docs/integrity.md)
     verify_block_size: int | None = None  # block mode; None: the engine's default
     verify_threads: int | None = None  # block mode checksum threads; None: balanced from t and c
+    bundle: bool = True  # small files of an upload in bundles over SSH exec, where the server allows
     replicas: list[str] = field(default_factory=list)  # more URLs of the same source tree (read from all)
     alt_protocols: list[str] = field(default_factory=list)  # fall-back protocols for the remote end, in order
     switch_after: int = 3  # consecutive failures before switching protocol
@@ -73,6 +74,7 @@ def engine_options(req: CopyRequest) -> dict:
         ("verify_mode", "verify_mode"),
         ("verify_block_size", "block_size"),
         ("verify_threads", "verify_threads"),
+        ("bundle", "bundle"),
     ):
         if getattr(req, name, None) is not None:
             out[key] = getattr(req, name)

@@ -26,7 +26,10 @@ def test_p_writes_one_file_over_that_many_connections(sshd, remote_dir, local_di
 
 def test_pp_keeps_that_many_file_operations_outstanding(small_tree, sshd, remote_dir):
     mark = sshd.log_mark()
-    res = run_cli("copy", str(small_tree), sshd.url(f"{remote_dir}/pp"), "--pp", "8", "-c", "1", *ssh_args(sshd))
+    # pp is the SFTP path's knob: small files would otherwise go in bundles (--no-bundle).
+    res = run_cli(
+        "copy", str(small_tree), sshd.url(f"{remote_dir}/pp"), "--pp", "8", "-c", "1", "--no-bundle", *ssh_args(sshd)
+    )
     assert res.code == 0, res.err
     events = [e for e in sshd.sftp_events(mark) if e[2].endswith(".atpart")]
     assert len({pid for pid, _, _ in events}) == 1  # one connection did all the files
@@ -34,7 +37,9 @@ def test_pp_keeps_that_many_file_operations_outstanding(small_tree, sshd, remote
     assert outstanding == 8
     # and with pp=1 the same connection never has two files open
     mark = sshd.log_mark()
-    res = run_cli("copy", str(small_tree), sshd.url(f"{remote_dir}/pp1"), "--pp", "1", "-c", "1", *ssh_args(sshd))
+    res = run_cli(
+        "copy", str(small_tree), sshd.url(f"{remote_dir}/pp1"), "--pp", "1", "-c", "1", "--no-bundle", *ssh_args(sshd)
+    )
     assert res.code == 0, res.err
     events = [e for e in sshd.sftp_events(mark) if e[2].endswith(".atpart")]
     assert max_concurrent(events, "open", "close", lambda pid, path: path) == 1

@@ -206,7 +206,11 @@ def test_set_channels_grows_and_shrinks_a_running_chunk(sshd, remote_dir, local_
         write_random(src / f"f{i:03d}.bin", 64 * 1024, seed=1000 + i)
     table = list_local(str(src)).sorted_by_size().table
     dst = remote_dir / "many"
-    with TransferSession(Endpoint("file", str(src)), Endpoint("sftp", str(dst), _target(sshd)), verify=None) as s:
+    # The SFTP mover takes one file at a time: workers come and go between files (a bundle
+    # would finish this small tree before a change could be seen).
+    with TransferSession(
+        Endpoint("file", str(src)), Endpoint("sftp", str(dst), _target(sshd)), verify=None, bundle=False
+    ) as s:
         ex = EngineSessionExecutor(s, str(src), str(dst), None, None)
         cs = ex.open_session(table)
         spec = make_spec(SortedSizes.of(table), "c", 0, table.num_rows, TransferParams(pp=1, p=1, cc=1))
@@ -262,7 +266,10 @@ def test_close_stops_running_chunks_at_a_file_boundary(verify, sshd, remote_dir,
     dst = remote_dir / "stop"
     # sequential: checksums wait for every transfer of the chunk; a stop must still let them run.
     options = {"verify": "sha256", "verify_mode": "sequential"} if verify else {}
-    with TransferSession(Endpoint("file", str(src)), Endpoint("sftp", str(dst), _target(sshd)), **options) as s:
+    # One file at a time over SFTP, so a stop lands between files mid-chunk (not after a bundle).
+    with TransferSession(
+        Endpoint("file", str(src)), Endpoint("sftp", str(dst), _target(sshd)), bundle=False, **options
+    ) as s:
         cs = EngineSessionExecutor(s, str(src), str(dst), None, None).open_session(table)
         sizes = SortedSizes.of(table)
         cs.start(make_spec(sizes, "a", 0, 150, TransferParams(pp=1, cc=1)), 1)

@@ -228,6 +228,9 @@ class BackendMover:
     def release(self, conn: Pair, broken: bool) -> None:
         self.s.release_pair(conn, broken=broken)
 
+    def describe(self) -> str:
+        return ""
+
     def stat_source(self, task: FileTask) -> tuple[int, float]:
         with self.s.pair() as pair:
             st = pair[0].stat(task.src)

@@ -29,6 +29,9 @@ class LocalMover:
     def release(self, conn: Any, broken: bool) -> None:
         pass
 
+    def describe(self) -> str:
+        return ""
+
     def stat_source(self, task: FileTask) -> tuple[int, float]:
         st = os.stat(task.src)
         return st.st_size, st.st_mtime

@@ -102,6 +102,14 @@ def verify_account(s: TransferSession, every: list[Any]) -> dict:
     }
     if v is not None and getattr(v, "block_mode", False):
         out.update(_block_account(s, v, every))
+    b = s.bundle
+    if b.files:
+        # Verified by the bundle sink, on the destination, after the group was made durable.
+        sink = f"bundle sink ({b.files} small files in {b.groups} bundles, read back from disk)"
+        out["where"] = f"{out['where']}; {sink}" if out["verified"] or out["mismatched"] else sink
+        for key in ("verified", "mismatched", "repaired"):
+            out[key] += getattr(b, key)
+        out["bundled_files"] = b.files
     reasons = [s.verify_why] if s.verify_why else []
     reasons += [d.reason for d in ((v.dest, v.src) if v else ()) if d is not None and d.reason]
     if reasons:

@@ -33,6 +33,7 @@ class ChunkResult:
     # time.monotonic() when the chunk began: Multi-Chunk runs chunks at once, so a
     # report cannot place them on a timeline by adding up their durations.
     started: float = 0.0
+    transport: str = ""  # how the files travelled, where not the session's usual way (bundles)
 
     @property
     def throughput_mbit(self) -> float:
@@ -59,4 +60,6 @@ class ChunkResult:
         }
         if origin is not None and self.started:
             out["start_s"] = round(self.started - origin, 3)
+        if self.transport:
+            out["transport"] = self.transport
         return out

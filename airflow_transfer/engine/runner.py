@@ -48,6 +48,9 @@ class Mover(Protocol):
     def stat_source(self, task: FileTask) -> tuple[int, float]:
         """The source's size and mtime now (after it changed while it was read)."""
 
+    def describe(self) -> str:
+        """How the chunk's files travelled, for its summary; empty for the session's usual way."""
+
 
 class Runner:
     """One chunk's files, moved by `mover` over cc connections, with retries and resume."""
@@ -276,6 +279,7 @@ def run_chunk(
     if len(skip) < len(tasks):
         attach(runner)
     runner.run()
+    result.transport = runner.mover.describe()
     result.outcomes = [outcomes[i] for i in range(len(tasks))]
     result.bytes_moved = sum(o.bytes_moved for o in result.outcomes)
     result.resumed = sum(1 for t in tasks if t.resumed)

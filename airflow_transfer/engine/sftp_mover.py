@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 class SFTPMover:
     """Uploads or downloads between a local tree and one SFTP server (the session's pool)."""
 
-    def __init__(self, session: TransferSession, runner: Runner) -> None:
+    def __init__(self, session: TransferSession, runner: Runner, why: str = "") -> None:
+        """`why`: the reason small files take this path rather than a bundle, for the summary."""
+        self.why = why
         self.r = runner
         self.s = session
         self.pool = session._pool()
@@ -44,6 +46,9 @@ class SFTPMover:
 
     def release(self, conn: Any, broken: bool) -> None:
         self.pool.release(conn, broken=broken)
+
+    def describe(self) -> str:
+        return f"sftp ({self.why})" if self.why else ""
 
     def stat_source(self, task: FileTask) -> tuple[int, float]:
         if not self.upload:

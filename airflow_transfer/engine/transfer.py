@@ -22,6 +22,7 @@ from ..paths import check_relative
 from ..protocols.endpoint import Endpoint
 from ..protocols.pool import WARM_CONNECTIONS, SFTPPool
 from .block_verify import DEFAULT_BLOCK_SIZE, BlockVerifier, choose_threads
+from .bundle import BUNDLE_MAX_FILE, BundleMover, BundleState
 from .failures import error_text
 from .local_mover import LocalMover
 from .remote_tree import make_dirs, same_size_and_mtime, verify_account
@@ -66,6 +67,7 @@ class TransferSession(Session):
         block_size: int | None = None,
         verify_threads: int | None = None,
         pool: SFTPPool | None = None,
+        bundle: bool = True,
         **opts: Unpack[SessionOptions],
     ) -> None:
         """`pool`: connections to the remote end opened (or warming) before the session
@@ -102,6 +104,7 @@ class TransferSession(Session):
         elif verify_mode == "block" and self.direction != "upload":
             self.verify_mode = "file"
             self.verify_why = f"block mode verifies uploads; this {self.direction} copy is verified per file"
+        self.bundle = BundleState(bundle)  # small files in bundles over SSH exec (engine/bundle.py)
         self.block_t = self.block_c = 0.0  # block mode: per-block transfer and checksum times balanced
         self._dirs_made: set[str] = set()
         self._parent: TransferSession | None = None  # set on a sibling()
@@ -121,7 +124,7 @@ class TransferSession(Session):
             verify_threads=self.verify_threads,
             **self.options(),
         )
-        s.pool, s._dirs_made, s._parent = self.pool, self._dirs_made, self
+        s.pool, s._dirs_made, s._parent, s.bundle = self.pool, self._dirs_made, self, self.bundle
         s.bandwidth_bps, s.resume_blocks, s.before_verify = self.bandwidth_bps, self.resume_blocks, self.before_verify
         return s
 
@@ -244,7 +247,14 @@ class TransferSession(Session):
             self.verifier.gate.clear()  # this chunk's checksums wait for all its transfers
 
     def mover(self, runner: Runner) -> Mover:
-        return LocalMover(runner) if self.direction == "local" else SFTPMover(self, runner)
+        if self.direction == "local":
+            return LocalMover(runner)
+        # A fault-injection hook (before_verify) runs between a file's write and its check: only
+        # the SFTP path has that moment; the bundle sink writes, checks and renames in one step.
+        small = any(t.size <= BUNDLE_MAX_FILE for t in runner.tasks)
+        if self.direction == "upload" and small and not self.bundle.off and self.before_verify is None:
+            return BundleMover(self, runner)
+        return SFTPMover(self, runner, self.bundle.off if self.direction == "upload" and small else "")
 
     def _pool(self) -> SFTPPool:
         assert self.pool is not None  # the SFTP directions have one from the start

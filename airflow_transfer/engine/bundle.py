@@ -1,0 +1,297 @@
+"""Small files in bundles: a group of files per round trip over one SSH exec channel.
+
+Pipelining (paper 000 in docs/papers.md) hides the round trips of small files
+but not their per-file work: over SFTP every file costs an OPEN, WRITEs, an
+FSETSTAT, a CLOSE, a digest request, a rename and their replies, each a few
+Python steps on both ends. Where the destination runs commands over SSH and
+has python3, the bundle sink (remote/bundle_sink.py, standard library only) is
+started once per connection and a group of small files travels as one framed
+stream: a header and the bytes of each file, then one commit. The sink writes
+every file under its temporary name, makes the group durable (one syncfs where
+the kernel has it), reads each file back from disk, compares its digest with
+the source's, and only then renames it into place; one reply reports every
+file. A crash at any point leaves temporary names only, and the journal marks a
+file done only after that reply, so a resume sends exactly the unfinished ones.
+
+The bundle path is a mover beneath the one runner (engine/runner.py): retries,
+deadline, journal and outcomes are the runner's. Where the sink cannot run
+(SFTP-only server, no python3, a forced command) or fails, the same chunk goes
+on over SFTP, and the chunk's summary says which path it took and why.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shlex
+import threading
+import time
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from ..integrity.algorithms import digest_bytes
+from . import resume
+from .failures import ChecksumMismatch
+from .sftp_jobs import FileTask, SourceChanged, count_progress, mtime_changed
+from .sftp_mover import SFTPMover
+
+if TYPE_CHECKING:
+    from .runner import Runner
+    from .transfer import TransferSession
+
+BUNDLE_MAX_FILE = 1 << 20  # files up to 1 MiB travel in bundles; larger ones stream over SFTP
+GROUP_FILES = 256  # files per commit
+GROUP_BYTES = 16 << 20  # bytes per commit: bounds the memory a group holds on both ends
+HELLO_TIMEOUT = 10.0  # the sink answers at once where python3 runs; a forced command never does
+COMMIT_TIMEOUT = 300.0  # a group's fsync and read-back on a slow disk
+BOOTSTRAP = "import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))"
+SINK_NAME = "airflow-transfer-bundle"
+
+
+class BundleUnavailable(Exception):
+    """The destination cannot run the bundle sink; the message says why (for the summary)."""
+
+
+class BundleState:
+    """What a copy's sessions (siblings under Multi-Chunk too) learnt about bundles: why they
+    are off, if they are, and what the sink verified."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.off = "" if enabled else "bundles turned off"
+        self.lock = threading.Lock()
+        self.files = self.groups = self.verified = self.mismatched = self.repaired = 0
+
+    def count(self, verified: bool = False, mismatched: bool = False, repaired: bool = False) -> None:
+        with self.lock:
+            self.verified += verified
+            self.mismatched += mismatched
+            self.repaired += repaired
+
+
+def sink_command(python: str = "python3") -> str:
+    # -I: ignore PYTHON* variables and the user's site directory on the remote.
+    return f"{shlex.quote(python)} -I -c {shlex.quote(BOOTSTRAP)}"
+
+
+def sink_preamble() -> bytes:
+    source = resources.files("airflow_transfer.remote").joinpath("bundle_sink.py").read_bytes()
+    return b"%d\n" % len(source) + source
+
+
+class SinkChannel:
+    """One running bundle sink on one SSH connection."""
+
+    def __init__(self, transport: Any) -> None:
+        try:
+            self.chan = transport.open_session()
+            self.chan.settimeout(HELLO_TIMEOUT)
+            self.chan.exec_command(sink_command())
+        except Exception as exc:
+            raise BundleUnavailable(f"the server runs no commands over SSH exec ({exc})") from exc
+        self.out = self.chan.makefile("rb")
+        self.next_id = 1
+        try:
+            self.chan.sendall(sink_preamble())
+            hello = self._request({"op": "hello"})
+        except (OSError, EOFError, ValueError) as exc:
+            why = self._why_not(exc)
+            self.close()
+            raise BundleUnavailable(why) from exc
+        if hello.get("helper") != SINK_NAME:
+            self.close()
+            raise BundleUnavailable(f"the server answered the bundle sink with something else: {str(hello)[:120]}")
+        self.algorithms = set(hello.get("algorithms") or ())
+        self.durability = str(hello.get("durability") or "")
+        self.chan.settimeout(COMMIT_TIMEOUT)
+
+    def _why_not(self, exc: BaseException) -> str:
+        """Why the sink did not answer: no python3 (the shell says 127), or a server that runs
+        no command of ours at all (SFTP only: a forced command answers in its own protocol)."""
+        try:
+            if self.chan.exit_status_ready() and self.chan.recv_exit_status() == 127:
+                return "python3 is not installed on the destination"
+        except Exception:  # noqa: BLE001 - the channel is gone: the reason below still holds
+            pass
+        return (
+            f"the server runs no command of ours over SSH exec (SFTP only, or a forced command): {exc or 'no answer'}"
+        )
+
+    def _id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def _request(self, req: dict) -> dict:
+        req["id"] = self._id()
+        self.chan.sendall(json.dumps(req, separators=(",", ":")).encode("ascii") + b"\n")
+        return self._reply(req["id"])
+
+    def _reply(self, want: int) -> dict:
+        line = self.out.readline()
+        if not line:
+            raise EOFError("the bundle sink closed its channel")
+        reply = json.loads(line)
+        if reply.get("id") != want:
+            raise ValueError(f"the bundle sink answered request {reply.get('id')} instead of {want}")
+        return reply
+
+    def commit(self, items: list[tuple[FileTask, bytes, str | None]], algorithm: str | None) -> list[dict]:
+        """Send every file of a group and commit it: one entry per file, in order."""
+        frames = []
+        for t, data, digest in items:
+            head = {
+                "op": "put",
+                "id": self._id(),
+                "tmp": t.tmp,
+                "path": t.dst,
+                "size": len(data),
+                "mode": t.mode & 0o7777,
+                "mtime": t.mtime,
+                "algo": algorithm,
+                "digest": digest,
+            }
+            frames.append(json.dumps(head, separators=(",", ":")).encode("ascii") + b"\n")
+            frames.append(data)
+        self.chan.sendall(b"".join(frames))
+        reply = self._request({"op": "commit", "fsync": True, "drop_cache": True})
+        files = reply.get("files")
+        if not reply.get("ok") or not isinstance(files, list) or len(files) != len(items):
+            raise ValueError(f"the bundle sink refused the commit: {str(reply)[:200]}")
+        return files
+
+    def close(self) -> None:
+        try:
+            self.chan.close()
+        except Exception:  # noqa: BLE001 - closing a channel that may be gone already
+            pass
+
+
+class BundleMover(SFTPMover):
+    """Uploads small files in bundles through the sink; anything else (and everything, where
+    the sink cannot run) over SFTP as SFTPMover does."""
+
+    def __init__(self, session: TransferSession, runner: Runner) -> None:
+        super().__init__(session, runner)
+        self.sinks: dict[int, SinkChannel] = {}
+        self.state: BundleState = session.bundle
+        self.lock = threading.Lock()
+        self.groups = 0
+        self.bundled = 0
+
+    def release(self, conn: Any, broken: bool) -> None:
+        sink = self.sinks.pop(id(conn), None)
+        if sink is not None:
+            sink.close()
+        super().release(conn, broken)
+
+    def describe(self) -> str:
+        """Which path the chunk's files took, and why: for the chunk's summary."""
+        why = self.state.off
+        if self.bundled:
+            return f"bundle: {self.bundled} files in {self.groups} groups" + (
+                f"; the rest over sftp ({why})" if why else ""
+            )
+        return f"sftp ({why})" if why else "sftp"
+
+    def small(self, t: FileTask) -> bool:
+        return t.size <= BUNDLE_MAX_FILE and not t.repair
+
+    def drain(self, conn: Any, gone: list[bool]) -> None:
+        sink = self._sink(conn)
+        if sink is not None:
+            while not self.r.schedule.surplus():
+                group = self._take_group()
+                if not group:
+                    break
+                self._send(sink, group)
+        super().drain(conn, gone)  # what is left: files too big for a bundle, or no sink
+
+    def _sink(self, conn: Any) -> SinkChannel | None:
+        if self.state.off:
+            return None
+        sink = self.sinks.get(id(conn))
+        if sink is not None:
+            return sink
+        try:
+            sink = SinkChannel(conn.transport)
+        except BundleUnavailable as exc:
+            self.state.off = str(exc)  # once per copy: the server will not change its mind
+            return None
+        if self.r.alg and self.r.alg not in sink.algorithms:
+            sink.close()
+            self.state.off = f"the bundle sink there cannot compute {self.r.alg}"
+            return None
+        self.sinks[id(conn)] = sink
+        return sink
+
+    def _take_group(self) -> list[int]:
+        r = self.r
+        group: list[int] = []
+        size = 0
+        while len(group) < GROUP_FILES and size < GROUP_BYTES:
+            i = r.schedule.pop(want=lambda k: self.small(r.tasks[k]))
+            if i is None:
+                break
+            group.append(i)
+            size += r.tasks[i].size
+        return group
+
+    def _read(self, t: FileTask) -> bytes:
+        with open(t.src, "rb") as f:
+            st = os.fstat(f.fileno())
+            if st.st_size != t.size or mtime_changed(st.st_mtime, t.mtime):
+                raise SourceChanged(f"source changed since it was listed: {t.src}")
+            data = f.read()
+        if len(data) != t.size:
+            raise SourceChanged(f"source changed while it was read: {t.src}")
+        return data
+
+    def _send(self, sink: SinkChannel, group: list[int]) -> None:
+        r = self.r
+        t0 = time.monotonic()
+        items: list[tuple[int, FileTask, bytes, str | None]] = []
+        for i in group:
+            t = r.tasks[i]
+            t.attempts += 1
+            resume.restart(t, self.s.journal)  # sent whole: ranges of an earlier attempt no longer count
+            try:
+                data = self._read(t)
+            except OSError as exc:
+                r.failed(i, exc, 0.0, t.src)
+                continue
+            items.append((i, t, data, digest_bytes(r.alg, data) if r.alg else None))
+        if not items:
+            return
+        try:
+            results = sink.commit([(t, data, digest) for _, t, data, digest in items], r.alg)
+        except (OSError, EOFError, ValueError) as exc:
+            # The channel broke mid-group: nothing of it is known to be in place; every file
+            # goes again (whole: they are small), over a new connection.
+            for i, t, _, _ in items:
+                r.failed(i, ConnectionError(f"connection lost during a bundle: {exc}"), 0.0, t.dst)
+            raise ConnectionError(f"bundle channel lost: {exc}") from exc
+        seconds = time.monotonic() - t0
+        with self.lock:
+            self.groups += 1
+            self.bundled += len(items)
+        with self.state.lock:
+            self.state.groups += 1
+            self.state.files += len(items)
+        for (i, t, data, digest), res in zip(items, results, strict=True):
+            t.moved_total += len(data)
+            count_progress(t, self.s.stats, len(data))
+            if res.get("ok"):
+                self.state.count(verified=r.alg is not None, repaired=bool(t.mismatches))
+                r.finish(i, True, seconds, None)
+                continue
+            code = str(res.get("code") or "")
+            if code == "EMISMATCH":
+                t.mismatches += 1
+                self.state.count(mismatched=True)
+                got = str(res.get("digest") or "")
+                why: BaseException = ChecksumMismatch(
+                    f"checksum mismatch ({r.alg}): source {str(digest)[:16]}, destination {got[:16]}"
+                )
+            else:
+                why = OSError(getattr(errno, code, errno.EIO), str(res.get("error") or code), t.dst)
+            r.failed(i, why, seconds, t.dst)

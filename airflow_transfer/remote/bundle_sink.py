@@ -1,0 +1,453 @@
+"""Destination-side bundle sink: stdlib only, python3 >= 3.8, one file.
+
+Many small files travel as ONE framed stream over one SSH exec channel, one
+round trip per group of files instead of several per file. It is started as
+
+    python3 -I -c 'import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))'
+
+and the client writes b"<length>\\n", this source, then requests on the same
+stdin (run directly, `python3 bundle_sink.py` serves stdin at once). A
+request is a JSON object on one line; replies are JSON lines, ASCII, flushed.
+
+  {"op": "hello", "id": 1} -> helper, version, algorithms, durability
+      ("syncfs" or "fsync"), max_pending (the most puts one group may hold).
+  {"op": "put", "id": 2, "tmp": "/d/.f.atpart", "path": "/d/f", "size": N,
+   "mode": 420, "mtime": 1700000000.5, "algo": "sha256", "digest": hex}
+      and then exactly N raw bytes; no reply. The bytes go to tmp, created
+      anew (0o600), then mode & 0o7777 and mtime (as atime and mtime) are set
+      there, so the commit's flush covers them too. mode and mtime may be
+      null; algo and digest are null together (no verification). An error
+      is kept for the commit; all N bytes are read whatever happens.
+  {"op": "commit", "id": 3, "fsync": true, "drop_cache": true} -> "durability"
+      and "files": per put since the last commit, in order, {"id", "ok": true,
+      "digest", "fsynced", "cache_dropped"} or {"id", "ok": false, "code",
+      "error"}, plus "digest" and "expected" for EMISMATCH.
+
+A commit makes the group durable (one syncfs per filesystem, else an fsync per
+file; "none" with fsync false), reads each file back, compares digests,
+renames each verified file to its final name and fsyncs each directory it
+renamed into. A file that does not match is removed; its final name is never
+touched. To read from disk, not memory, posix_fadvise(DONTNEED) drops the
+flushed file's pages first (and again after, so verification evicts no useful
+cache); cache_dropped is true only for a flushed file. Limits: DONTNEED is
+advice; caches below the kernel (RAID controller, drive, NFS/Lustre servers,
+hypervisor) are not touched; before Linux 5.8 syncfs does not report writeback
+errors (only the digest of the read-back would show them); syncfs also flushes
+other writers' data on that filesystem. A crash leaves temporary names only;
+EOF on stdin exits 0 and leaves pending temporaries for the client's journal
+to judge.
+
+Codes: errno names, EBADREQ (malformed or unsafe request), ENOALGO, EMISMATCH,
+ECHANGED (tmp was replaced by another writer before its rename; left alone),
+EMFILE (a put past max_pending in one group), EINTERNAL (a bug here; the sink
+keeps serving). A put without a whole size >= 0 (or a line over 1 MiB) cannot
+be skipped: the sink answers EBADREQ with "fatal": true and exits 2 rather
+than read file data as requests.
+
+Safety: tmp and path are absolute, normalised, in one directory, with
+different names, tmp's starting with "."; no directory is created; a symlink
+at tmp is refused; a stale file there is unlinked, never written through (it
+may be a hard link), as tmp is created with O_EXCL; a put naming another
+pending put's tmp (or a tmp naming a pending path) is refused; the rename
+first checks that tmp is still the inode verified. Nothing from a request is
+evaluated, imported or given to a shell. Memory stays bounded: data moves in
+pieces of at most 1 MiB.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import stat
+import sys
+import zlib
+
+HELPER = "airflow-transfer-bundle"
+VERSION = 1
+PIECE = 1 << 20
+UNSUPPORTED = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP)  # fsync refused by the filesystem, not failed
+# O_NOATIME: the read-back must not move the atime just set (allowed: the sink owns what it creates).
+CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOATIME", 0)
+HEX = "0123456789abcdefABCDEF"
+
+
+class _Checksum32:
+    """A 32-bit running checksum (zlib's calling convention) with hashlib's update/hexdigest."""
+
+    def __init__(self, update, start):
+        self._update, self.value = update, start
+
+    def update(self, data):
+        self.value = self._update(data, self.value)
+
+    def hexdigest(self):
+        return "%08x" % self.value
+
+
+ALGORITHMS = {
+    "md5": hashlib.md5,
+    "sha1": hashlib.sha1,
+    "sha256": hashlib.sha256,
+    "blake2b": hashlib.blake2b,
+    "adler32": lambda: _Checksum32(zlib.adler32, 1),
+    "crc32": lambda: _Checksum32(zlib.crc32, 0),
+}
+
+
+def _load_syncfs():
+    # AIRFLOW_TRANSFER_BUNDLE_SYNC=fsync forces the per-file path (tests; a filesystem whose syncfs lies).
+    if os.environ.get("AIRFLOW_TRANSFER_BUNDLE_SYNC") == "fsync" or not sys.platform.startswith("linux"):
+        return None
+    try:
+        # optional: a remote Python may be built without ctypes; then every file is fsynced
+        import ctypes
+
+        call = ctypes.CDLL(None, use_errno=True).syncfs
+    except (ImportError, OSError, AttributeError):
+        return None
+    call.argtypes, call.restype = [ctypes.c_int], ctypes.c_int
+    return lambda fd: 0 if call(fd) == 0 else (ctypes.get_errno() or errno.EIO)
+
+
+def _max_pending():
+    # Every pending put keeps its fd until the commit: a group is bounded by the fd limit.
+    try:
+        # optional: not every platform has the resource module
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        soft = 256
+    return max(8, (soft if 0 <= soft <= 1 << 16 else 1 << 16) - 32)
+
+
+SYNCFS = _load_syncfs()
+MAX_PENDING = _max_pending()
+
+
+class RequestError(Exception):
+    def __init__(self, code, message):
+        Exception.__init__(self, message)
+        self.code = code
+
+
+def _error(exc):
+    """(code, one-line message) for an exception."""
+    if isinstance(exc, RequestError):
+        return exc.code, str(exc)
+    if isinstance(exc, OSError):
+        code = errno.errorcode.get(exc.errno, "EIO") if exc.errno else "EIO"
+        return code, "%s: %s" % (exc.strerror or exc, exc.filename if exc.filename is not None else "")
+    if isinstance(exc, UnicodeError):  # a name with a lone surrogate cannot become bytes
+        return "EBADREQ", "%s: %s" % (type(exc).__name__, exc)
+    return "EINTERNAL", "%s: %s" % (type(exc).__name__, exc)
+
+
+def _drop_cache(fd):
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
+class Put:
+    """One file of a group, from its header to its entry in the commit's reply."""
+
+    __slots__ = tuple("id tmp path folder mode mtime algo expected fd created error digest synced dropped".split())
+
+    def __init__(self, request_id):
+        self.id, self.tmp, self.path, self.folder = request_id, "", "", ""
+        self.mode = self.mtime = self.algo = self.expected = self.fd = self.error = self.digest = None
+        self.created = self.synced = self.dropped = False
+
+    def fail(self, code, message, **extra):
+        if self.error is None:
+            self.error = dict(extra, code=code, error=message)
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the put has failed already; a write-back error on close changes nothing
+        if self.created:
+            self.created = False
+            try:
+                os.unlink(self.tmp)
+            except OSError:
+                pass  # gone already; a temporary name is never final anyway
+
+    def guard(self, step, *args):
+        """Run one step unless the put failed already; an error fails this put only."""
+        if self.error is None:
+            try:
+                step(*args)
+            except Exception as exc:  # noqa: BLE001 - one file's error must not desynchronise the stream
+                self.fail(*_error(exc))
+
+    def reply(self):
+        if self.error is not None:
+            return dict(self.error, id=self.id, ok=False)
+        return dict(id=self.id, ok=True, digest=self.digest, fsynced=self.synced, cache_dropped=self.dropped)
+
+
+def _split(name, value):
+    # normpath leaves a leading "//" alone, hence the explicit test.
+    if (
+        not isinstance(value, str)
+        or value[:1] != "/"
+        or "\0" in value
+        or "//" in value
+        or os.path.normpath(value) != value
+    ):
+        raise RequestError("EBADREQ", "%s must be an absolute normalised path (got %r)" % (name, value))
+    return os.path.split(value)
+
+
+class Sink:
+    def __init__(self, stdin, stdout):
+        # read1: at most one read(2) per call, and what the bootstrap's readline buffered comes first.
+        self.read, self.out = getattr(stdin, "read1", None) or stdin.read, stdout
+        self.buf, self.pos, self.view = b"", 0, memoryview(bytearray(PIECE))
+        self.pending, self.tmps, self.paths, self.exit_code = [], set(), set(), None
+
+    def _more(self, keep):
+        data = self.read(PIECE)
+        if data:
+            self.buf, self.pos = (self.buf[self.pos :] + data if keep else data), 0
+        return bool(data)
+
+    def line(self):
+        """The next line; b"" at EOF (a last line without its newline was cut short); None past 1 MiB."""
+        while True:
+            end = self.buf.find(b"\n", self.pos)
+            if end >= 0:
+                line, self.pos = self.buf[self.pos : end + 1], end + 1
+                return line
+            if len(self.buf) - self.pos > PIECE:
+                return None
+            if not self._more(True):
+                return b""
+
+    def take(self, n):
+        """Up to n of the next bytes of the stream, without copying them; empty at EOF."""
+        if self.pos >= len(self.buf) and not self._more(False):
+            return b""
+        end = min(len(self.buf), self.pos + n)
+        piece, self.pos = memoryview(self.buf)[self.pos : end], end
+        return piece
+
+    def hello(self, request):
+        return {
+            "ok": True,
+            "helper": HELPER,
+            "version": VERSION,
+            "python": "%d.%d.%d" % sys.version_info[:3],
+            "algorithms": sorted(ALGORITHMS),
+            "durability": "fsync" if SYNCFS is None else "syncfs",
+            "max_pending": MAX_PENDING,
+        }
+
+    def _create(self, put, request):
+        folder, name = _split("tmp", request.get("tmp"))
+        path_folder, path_name = _split("path", request.get("path"))
+        if path_folder != folder or name[:1] != "." or not path_name or name == path_name:
+            raise RequestError("EBADREQ", "tmp must be another .name in path's directory: %r" % (request,))
+        put.tmp, put.path, put.folder = request["tmp"], request["path"], folder
+        if put.tmp in self.tmps or put.tmp in self.paths or put.path in self.tmps:
+            # else one rename of the group could move another put's file, or put it under a wrong name
+            raise RequestError("EBADREQ", "tmp or path is another pending put's tmp or path: %s" % put.tmp)
+        mode, mtime, algo, digest = (request.get(key) for key in ("mode", "mtime", "algo", "digest"))
+        if not (mode is None or (type(mode) is int and mode >= 0)):
+            raise RequestError("EBADREQ", "mode must be null or a whole number >= 0 (got %r)" % (mode,))
+        if not (mtime is None or (type(mtime) in (int, float) and -1e15 < mtime < 1e15)):  # NaN fails too
+            raise RequestError("EBADREQ", "mtime must be null or a number of seconds (got %r)" % (mtime,))
+        if algo is not None and algo not in ALGORITHMS:
+            raise RequestError("ENOALGO", "%r is not available here; available: %s" % (algo, ", ".join(ALGORITHMS)))
+        hex_digest = isinstance(digest, str) and digest != "" and digest.strip(HEX) == ""
+        if (algo is None) != (digest is None) or (digest is not None and not hex_digest):
+            raise RequestError(
+                "EBADREQ", "digest must be hex with an algo, or null with algo null (got %r)" % (digest,)
+            )
+        if len(self.pending) >= MAX_PENDING:
+            raise RequestError("EMFILE", "more than %d puts pending; commit smaller groups" % MAX_PENDING)
+        put.mode, put.mtime, put.algo, put.expected = mode, mtime, algo, digest and digest.lower()
+        try:
+            put.fd = os.open(put.tmp, CREATE, 0o600)
+        except FileExistsError:
+            if stat.S_ISLNK(os.lstat(put.tmp).st_mode):
+                raise RequestError("EBADREQ", "tmp is a symbolic link (not followed): %s" % put.tmp) from None
+            os.unlink(put.tmp)  # a stale temporary: replaced, never written through
+            put.fd = os.open(put.tmp, CREATE, 0o600)
+        put.created = True
+        self.tmps.add(put.tmp)
+        self.paths.add(put.path)
+
+    def _write(self, put, piece):
+        while piece:
+            piece = piece[os.write(put.fd, piece) :]
+
+    def _finish(self, put):
+        if put.mode is not None:
+            os.fchmod(put.fd, put.mode & 0o7777)
+        if put.mtime is not None:
+            os.utime(put.fd, (put.mtime, put.mtime))
+
+    def put(self, request):
+        size = request.get("size")
+        if type(size) is not int or size < 0:
+            self.exit_code = 2
+            raise RequestError("EBADREQ", "put size must be a whole number >= 0 (got %r); stream unframed" % (size,))
+        put = Put(request.get("id"))
+        put.guard(self._create, put, request)
+        while size:
+            piece = self.take(size)
+            if not piece:  # EOF inside the data: a truncated file is worth nothing
+                put.fail("EIO", "stream ended inside the data")
+                self.exit_code = 0
+                return
+            size -= len(piece)
+            put.guard(self._write, put, piece)
+        put.guard(self._finish, put)
+        self.pending.append(put)
+
+    def _flush(self, puts):
+        """Make every live put durable: one syncfs per filesystem, an fsync per file where that fails."""
+        rest = puts
+        if SYNCFS is not None:
+            devices, by_device, rest = {}, {}, []
+            for put in puts:
+                if put.folder not in devices:
+                    devices[put.folder] = os.fstat(put.fd).st_dev
+                by_device.setdefault(devices[put.folder], []).append(put)
+            for group in by_device.values():
+                if SYNCFS(group[0].fd) == 0:
+                    for put in group:
+                        put.synced = True
+                else:
+                    rest.extend(group)  # an fsync per file tells which files an error concerns
+        for put in rest:
+            try:
+                os.fsync(put.fd)
+                put.synced = True
+            except OSError as exc:
+                if exc.errno not in UNSUPPORTED:
+                    put.fail(*_error(exc))
+        return "syncfs" if SYNCFS is not None and not rest else "fsync"
+
+    def _verify(self, put, drop):
+        if put.algo is None:
+            return
+        fd, view, hasher = put.fd, self.view, ALGORITHMS[put.algo]()
+        # Dirty pages survive DONTNEED: only a flushed file is read back from storage.
+        put.dropped = drop and _drop_cache(fd) and put.synced
+        os.lseek(fd, 0, os.SEEK_SET)
+        got = os.readv(fd, [view])
+        while got:
+            hasher.update(view[:got])
+            got = os.readv(fd, [view])
+        if drop:
+            _drop_cache(fd)
+        put.digest = hasher.hexdigest()
+        if put.digest != put.expected:
+            message = "%s of %s is %s, the source's is %s" % (put.algo, put.tmp, put.digest, put.expected)
+            put.fail("EMISMATCH", message, digest=put.digest, expected=put.expected)
+
+    def _rename(self, put):
+        mine = os.fstat(put.fd)
+        put.created = False  # from here on the name may not be ours: an error leaves it alone
+        there = os.lstat(put.tmp)
+        if (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino):
+            # Another writer (say a sink left over from a lost connection) replaced tmp after it was verified.
+            raise RequestError("ECHANGED", "%s was replaced by another writer before its rename" % put.tmp)
+        fd, put.fd = put.fd, None
+        os.close(fd)
+        try:
+            os.replace(put.tmp, put.path)
+        except OSError:
+            put.created = True  # still the file checked above, verified but impossible to place: removed
+            raise
+
+    def commit(self, request):
+        want_fsync, want_drop = request.get("fsync", True), request.get("drop_cache", True)
+        if type(want_fsync) is not bool or type(want_drop) is not bool:
+            raise RequestError("EBADREQ", "fsync and drop_cache must be true or false: %r" % (request,))
+        puts, self.pending, self.tmps, self.paths = self.pending, [], set(), set()
+        try:
+            durability = self._flush([p for p in puts if p.fd is not None]) if want_fsync else "none"
+            renamed = {}
+            for put in puts:
+                put.guard(self._verify, put, want_drop)
+                put.guard(self._rename, put)
+                if put.error is None:
+                    renamed.setdefault(put.folder, []).append(put)
+            for folder, done in renamed.items() if want_fsync else ():
+                try:  # the renames survive a crash only once their directory is synced
+                    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                except OSError as exc:
+                    for put in done if exc.errno not in UNSUPPORTED else ():
+                        put.synced = False
+        finally:
+            for put in puts:
+                if put.fd is not None:
+                    os.close(put.fd)
+        return {"ok": True, "durability": durability, "files": [put.reply() for put in puts]}
+
+    def handle(self, line):
+        request_id = op = None
+        try:
+            try:
+                request = json.loads(line)
+            except ValueError as exc:
+                raise RequestError("EBADREQ", "request is not valid JSON: %s" % exc) from exc
+            if not isinstance(request, dict):
+                raise RequestError("EBADREQ", "request must be a JSON object")
+            request_id, op = request.get("id"), request.get("op")
+            if op == "put":
+                return self.put(request)  # answered at the commit
+            if op not in ("hello", "commit"):
+                raise RequestError("EBADREQ", "unknown op %r; known: commit, hello, put" % (op,))
+            reply = self.hello(request) if op == "hello" else self.commit(request)
+        except Exception as exc:  # noqa: BLE001 - keep serving: one bad request must not end the session
+            reply = dict(zip(("code", "error"), _error(exc)), ok=False)
+            if op == "put" and not isinstance(exc, RequestError):
+                self.exit_code = 2  # a bug mid-put: how much of its data was read is unknown
+        if self.exit_code is not None:
+            reply["fatal"] = True
+        reply["id"] = request_id
+        return reply
+
+    def send(self, reply):
+        self.out.write(json.dumps(reply, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n")
+        self.out.flush()
+
+    def serve(self):
+        while self.exit_code is None:
+            line = self.line()
+            if line is None:
+                self.exit_code = 2
+                self.send({"id": None, "ok": False, "code": "EBADREQ", "error": "line over 1 MiB", "fatal": True})
+            elif not line:
+                return 0
+            elif line.strip():
+                reply = self.handle(line)
+                if reply is not None:
+                    self.send(reply)
+        return self.exit_code
+
+
+def main(stdin=None, stdout=None):
+    try:
+        return Sink(stdin or sys.stdin.buffer, stdout or sys.stdout.buffer).serve()
+    except BrokenPipeError:
+        return 1  # the client went away; pending temporaries stay for its journal
+
+
+if __name__ == "__main__":
+    sys.exit(main())

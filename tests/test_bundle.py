@@ -1,0 +1,187 @@
+"""Small files in bundles over SSH exec (engine/bundle.py, remote/bundle_sink.py), against a real sshd."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_transfer.engine import bundle
+from airflow_transfer.engine.params import TransferParams
+from airflow_transfer.job import CopyRequest, run_copy
+from airflow_transfer.protocols.endpoint import Endpoint
+from airflow_transfer.protocols.ssh import SSHTarget
+from tests.support.cli import ssh_args
+from tests.support.data import temp_files, tree_digest, write_random
+from tests.support.sshd import chown_to_user, restricted_sshd
+
+
+def _target(sshd) -> SSHTarget:
+    return SSHTarget(
+        host=sshd.host,
+        port=sshd.port,
+        username=sshd.user,
+        key_filenames=[str(sshd.client_key)],
+        known_hosts=[str(sshd.known_hosts)],
+        look_for_keys=False,
+    )
+
+
+def _tree(root: Path, n: int, seed: int, big: int = 0) -> Path:
+    rng = random.Random(seed)
+    for i in range(n):
+        write_random(root / f"d{i % 7}" / f"s{i:04d}.bin", rng.choice([0, 1, 700, 4096, 65536, 200_000]), seed=i)
+    for i in range(big):
+        write_random(root / "big" / f"b{i}.bin", 3 * 1024 * 1024 + i, seed=1000 + i)
+    for d in [root, *[p for p in root.rglob("*") if p.is_dir()]]:
+        os.chmod(d, 0o755)
+    return root
+
+
+def _copy(sshd, src: Path, dst: Path, **kw):
+    return run_copy(
+        CopyRequest(
+            Endpoint("file", str(src)),
+            Endpoint("sftp", str(dst), _target(sshd)),
+            TransferParams(pp=8, cc=2),
+            **kw,
+        )
+    )
+
+
+def _sftp_opens(sshd, mark: int) -> int:
+    return sum(1 for e in sshd.sftp_events(mark) if e[1] == "open")
+
+
+def test_small_files_travel_in_bundles_verified_and_big_ones_over_sftp(sshd, local_dir, remote_dir):
+    src = _tree(local_dir / "mixed", 300, seed=1, big=2)
+    dst = remote_dir / "mixed"
+    mark = sshd.log_mark()
+    s = _copy(sshd, src, dst, use_store=False)
+    assert s["failed"] == []
+    assert tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+    v = s["verify"]
+    assert v["verified"] == 302 and v["mismatched"] == 0
+    assert v["bundled_files"] == 300 and "bundle sink" in v["where"]
+    assert any("bundle: 300 files" in c.get("transport", "") for c in s["chunks"]), s["chunks"]
+    # Only the two big files were opened over SFTP (their temporary names), never a small one.
+    assert _sftp_opens(sshd, mark) >= 2
+    opened = {os.path.basename(p) for _, op, p in sshd.sftp_events(mark) if op == "open"}
+    assert not any(n.startswith(".s") for n in opened), sorted(opened)[:5]
+    # Mode and mtime as the source's.
+    a, b = src / "d1" / "s0001.bin", dst / "d1" / "s0001.bin"
+    assert int(a.stat().st_mtime) == int(b.stat().st_mtime)
+    assert (a.stat().st_mode & 0o777) == (b.stat().st_mode & 0o777)
+
+
+def test_a_byte_flipped_on_the_way_is_caught_and_only_that_file_sent_again(sshd, local_dir, remote_dir, monkeypatch):
+    src = _tree(local_dir / "flip", 60, seed=2)
+    dst = remote_dir / "flip"
+    flipped: list[str] = []
+
+    def corrupting_send(self, sink, group):
+        orig = sink.commit
+
+        def commit(items, algorithm):
+            out = []
+            for t, data, digest in items:
+                if t.rel.endswith("s0013.bin") and not flipped and data:
+                    flipped.append(t.rel)
+                    data = bytes([data[0] ^ 0xFF]) + data[1:]  # after the source digest: a flip in transit
+                out.append((t, data, digest))
+            return orig(out, algorithm)
+
+        sink.commit = commit
+        try:
+            return real_send(self, sink, group)
+        finally:
+            sink.commit = orig
+
+    real_send = bundle.BundleMover._send
+    monkeypatch.setattr(bundle.BundleMover, "_send", corrupting_send)
+    s = _copy(sshd, src, dst, use_store=False)
+    assert flipped == ["d6/s0013.bin"]
+    assert s["failed"] == []
+    v = s["verify"]
+    assert v["mismatched"] == 1 and v["repaired"] == 1 and v["verified"] == 60
+    assert s["files_retried"] == 1  # that file alone went again
+    assert tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+
+
+def test_kill_mid_group_then_resume_sends_only_the_unfinished(sshd, local_dir, remote_dir, tmp_path):
+    src = _tree(local_dir / "killed", 2000, seed=3)
+    dst = remote_dir / "killed"
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    args = ["copy", str(src), sshd.url(str(dst)), "--store", store, "-c", "2", *ssh_args(sshd)]
+    proc = subprocess.Popen([sys.executable, "-m", "airflow_transfer.cli", *args], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    done = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        done = sum(1 for p in dst.rglob("s*.bin")) if dst.exists() else 0
+        if done >= 300:
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None, "the copy ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = {p: p.stat().st_mtime_ns for p in dst.rglob("s*.bin")}
+    assert 0 < len(before) < 2000
+    res = subprocess.run(
+        [sys.executable, "-m", "airflow_transfer.cli", *args, "--json"], capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    import json
+
+    s = json.loads(res.stdout)
+    assert s["failed"] == []
+    assert tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+    # Files complete before the kill were skipped, not sent again.
+    assert s["files_skipped"] >= len(before) - 256  # at most the group in flight was not yet journaled
+    unchanged = sum(1 for p, m in before.items() if p.stat().st_mtime_ns == m)
+    assert unchanged == len(before)
+
+
+def test_sftp_only_server_runs_the_same_copy_over_sftp_and_says_why(test_base, local_dir):
+    base = test_base / "sshd-bundle-no-exec"
+    server = restricted_sshd(base, "no-exec")
+    try:
+        dst = base / "dst"
+        dst.mkdir()
+        chown_to_user(dst, server.user)
+        src = _tree(local_dir / "noexec", 50, seed=4)
+        s = _copy(server, src, dst / "x", use_store=False)
+        assert s["failed"] == []
+        assert tree_digest(dst / "x") == tree_digest(src)
+        assert s["verify"]["verified"] == 50 and "bundled_files" not in s["verify"]
+        why = [c.get("transport", "") for c in s["chunks"]]
+        assert any(w.startswith("sftp (") and "exec" in w for w in why), why
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_verify_none_still_lands_every_file_under_its_final_name_only_whole(sshd, local_dir, remote_dir):
+    src = _tree(local_dir / "noverify", 120, seed=5)
+    dst = remote_dir / "noverify"
+    s = _copy(sshd, src, dst, use_store=False, verify=None)
+    assert s["failed"] == [] and s["verify"]["verified"] == 0
+    assert any("bundle:" in c.get("transport", "") for c in s["chunks"])
+    assert tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+
+
+@pytest.mark.parametrize("size", [bundle.BUNDLE_MAX_FILE, bundle.BUNDLE_MAX_FILE + 1])
+def test_the_size_limit_decides_the_path(sshd, local_dir, remote_dir, size):
+    src = local_dir / f"limit-{size}"
+    write_random(src / "one.bin", size, seed=size)
+    write_random(src / "tiny.bin", 10, seed=1)
+    dst = remote_dir / f"limit-{size}"
+    s = _copy(sshd, src, dst, use_store=False)
+    assert s["failed"] == [] and tree_digest(dst) == tree_digest(src)
+    assert s["verify"]["bundled_files"] == (2 if size == bundle.BUNDLE_MAX_FILE else 1)

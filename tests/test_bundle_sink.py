@@ -1,0 +1,440 @@
+"""The bundle sink (airflow_transfer/remote/bundle_sink.py) as a real subprocess, over the bootstrap line."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import queue
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import zlib
+from pathlib import Path
+
+import pytest
+
+from airflow_transfer.integrity.algorithms import digest_bytes
+
+SINK_FILE = Path(__file__).resolve().parents[1] / "airflow_transfer" / "remote" / "bundle_sink.py"
+BOOT = "import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))"
+PYTHON3 = shutil.which("python3") or sys.executable
+PYTHON38 = os.path.expanduser("~/.pyenv/versions/3.8.18/bin/python3")
+REPLY_TIMEOUT = 120.0  # a hang guard only: nothing here asserts on time
+
+
+class Sink:
+    """A running sink and a small client: puts are framed and unanswered, everything else answered."""
+
+    def __init__(self, python: str = PYTHON3, env: dict[str, str] | None = None, fd_limit: int = 0) -> None:
+        argv = [python, "-I", "-c", BOOT]
+        if fd_limit:
+            argv = ["sh", "-c", 'ulimit -n %d && exec "$@"' % fd_limit, "sh", *argv]
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **(env or {})},
+        )
+        self.lines: queue.Queue[bytes] = queue.Queue()
+        # A reader thread: a sink that wrongly stops answering fails the test instead of hanging it.
+        threading.Thread(target=self._pump, daemon=True).start()
+        source = SINK_FILE.read_bytes()
+        self.send_raw(b"%d\n" % len(source) + source)
+        self.next_id = 1
+
+    def _pump(self) -> None:
+        for line in iter(self.proc.stdout.readline, b""):
+            self.lines.put(line)
+        self.lines.put(b"")
+
+    def send_raw(self, data: bytes) -> None:
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def _id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def reply(self) -> dict:
+        line = self.lines.get(timeout=REPLY_TIMEOUT)
+        assert line, "the sink closed stdout: %r" % self.proc.stderr.read()
+        assert line.isascii() and line.endswith(b"\n")
+        return json.loads(line)
+
+    def request(self, **req) -> dict:
+        req.setdefault("id", self._id())
+        self.send_raw(json.dumps(req).encode() + b"\n")
+        reply = self.reply()
+        assert reply["id"] == req["id"]
+        return reply
+
+    def put(self, tmp, path, data: bytes, algo="sha256", digest: str | None = "auto", **extra) -> int:
+        if digest == "auto":
+            digest = hashlib.new(algo, data).hexdigest() if algo else None
+        tmp, path = (p if p is None else str(p) for p in (tmp, path))
+        head = {"op": "put", "id": self._id(), "tmp": tmp, "path": path, "size": len(data)}
+        head.update({"mode": 0o644, "mtime": 1700000000.5, "algo": algo, "digest": digest}, **extra)
+        self.send_raw(json.dumps(head).encode() + b"\n" + data)
+        return head["id"]
+
+    def commit(self, **req) -> dict:
+        reply = self.request(op="commit", **req)
+        assert reply["ok"] is True, reply
+        return reply
+
+    def close(self) -> int:
+        try:
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass  # the sink stopped reading on its own (a fatal request)
+        code = self.proc.wait(timeout=REPLY_TIMEOUT)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        return code
+
+
+@pytest.fixture
+def sink():
+    s = Sink()
+    yield s
+    if s.proc.poll() is None:
+        assert s.close() == 0
+
+
+def tmp_of(path: Path) -> Path:
+    return path.with_name("." + path.name + ".atpart")
+
+
+def leftovers(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.name.endswith(".atpart"))
+
+
+def test_hello_lists_algorithms_and_durability(sink: Sink) -> None:
+    hello = sink.request(op="hello")
+    assert hello["ok"] is True and hello["helper"] == "airflow-transfer-bundle" and hello["version"] == 1
+    assert {"sha256", "sha1", "md5", "blake2b", "adler32", "crc32"} <= set(hello["algorithms"])
+    expected = "syncfs" if sys.platform.startswith("linux") else "fsync"
+    assert hello["durability"] == expected
+    assert isinstance(hello["max_pending"], int) and hello["max_pending"] >= 8
+
+
+@pytest.mark.parametrize("sync", ["syncfs", "fsync"])
+def test_group_of_200_small_files(tmp_path: Path, sync: str) -> None:
+    rng = random.Random(200)
+    sink = Sink(env={"AIRFLOW_TRANSFER_BUNDLE_SYNC": sync})
+    assert sink.request(op="hello")["durability"] == sync
+    modes = [0o644, 0o600, 0o755, 0o640, 0o444, 0o700]
+    expect = {}
+    for i in range(200):
+        size = 0 if i % 37 == 0 else rng.randint(0, 64 * 1024)
+        data = rng.randbytes(size)
+        path = tmp_path / ("f%03d.bin" % i)
+        mode, seconds = modes[i % len(modes)], 1600000000 + i
+        ident = sink.put(tmp_of(path), path, data, mode=mode, mtime=seconds + 0.25)
+        expect[ident] = (path, data, mode, seconds * 10**9 + 250_000_000)
+    reply = sink.commit()
+    assert reply["durability"] == sync
+    assert [f["id"] for f in reply["files"]] == list(expect)
+    for entry in reply["files"]:
+        path, data, mode, mtime_ns = expect[entry["id"]]
+        assert entry == {
+            "id": entry["id"],
+            "ok": True,
+            "digest": hashlib.sha256(data).hexdigest(),
+            "fsynced": True,
+            "cache_dropped": True,
+        }
+        st = path.stat()  # before reading it here: the sink's read-back left the atime alone
+        assert st.st_mode & 0o7777 == mode and st.st_mtime_ns == mtime_ns and st.st_atime_ns == mtime_ns
+        assert path.read_bytes() == data
+    assert any(not expect[f["id"]][1] for f in reply["files"])  # empty files were in the group
+    assert leftovers(tmp_path) == [] and len(list(tmp_path.iterdir())) == 200
+    assert sink.close() == 0
+
+
+def test_every_stdlib_algorithm_and_a_large_file(sink: Sink, tmp_path: Path) -> None:
+    data = os.urandom(3 * (1 << 20) + 7)  # more than one 1 MiB piece each way
+    data += b'\n{"op": "commit", "id": 99}\n'  # file data is never read as a request
+    ids = {}
+    for algo in ("md5", "sha1", "sha256", "blake2b", "adler32", "crc32"):
+        want = "%08x" % zlib.crc32(data) if algo == "crc32" else digest_bytes(algo, data)
+        ids[sink.put(tmp_path / (".%s.atpart" % algo), tmp_path / algo, data, algo=algo, digest=want.upper())] = want
+    reply = sink.commit()
+    assert [(f["id"], f["ok"], f["digest"]) for f in reply["files"]] == [(i, True, d) for i, d in ids.items()]
+    assert all((tmp_path / algo).read_bytes() == data for algo in ("md5", "crc32"))
+
+
+def test_mismatch_removes_the_file_and_leaves_the_final_name_alone(sink: Sink, tmp_path: Path) -> None:
+    victim = tmp_path / "f2"
+    victim.write_bytes(b"the previous, good version")
+    os.utime(victim, (1000, 1000))
+    datas = [b"zero", b"one", b"two", b"three", b""]
+    ids = []
+    for i, data in enumerate(datas):
+        path = tmp_path / ("f%d" % i)
+        digest = hashlib.sha256(b"not " + data).hexdigest() if i == 2 else "auto"
+        ids.append(sink.put(tmp_of(path), path, data, digest=digest))
+    files = sink.commit()["files"]
+    assert [f["ok"] for f in files] == [True, True, False, True, True]
+    bad = files[2]
+    assert bad["id"] == ids[2] and bad["code"] == "EMISMATCH"
+    assert bad["digest"] == hashlib.sha256(b"two").hexdigest()
+    assert bad["expected"] == hashlib.sha256(b"not two").hexdigest()
+    assert victim.read_bytes() == b"the previous, good version" and victim.stat().st_mtime == 1000
+    assert [(tmp_path / ("f%d" % i)).read_bytes() for i in (0, 1, 3, 4)] == [b"zero", b"one", b"three", b""]
+    assert leftovers(tmp_path) == []
+
+
+def test_algo_null_renames_without_a_digest(sink: Sink, tmp_path: Path) -> None:
+    path = tmp_path / "plain"
+    ident = sink.put(tmp_of(path), path, b"no verification asked", algo=None, mode=0o600)
+    [entry] = sink.commit()["files"]
+    assert entry == {"id": ident, "ok": True, "digest": None, "fsynced": True, "cache_dropped": False}
+    assert path.read_bytes() == b"no verification asked" and not tmp_of(path).exists()
+
+
+def test_missing_directory_is_reported_and_the_stream_stays_framed(sink: Sink, tmp_path: Path) -> None:
+    lost = tmp_path / "nope" / "f"
+    good = tmp_path / "g"
+    payload = b'{"op": "hello", "id": 5}\n' * 1000  # would answer if the sink lost its place
+    first = sink.put(tmp_of(lost), lost, payload)
+    second = sink.put(tmp_of(good), good, b"fine")
+    files = sink.commit()["files"]
+    assert [f["id"] for f in files] == [first, second]
+    assert files[0]["ok"] is False and files[0]["code"] == "ENOENT" and str(lost.parent) in files[0]["error"]
+    assert files[1]["ok"] is True and good.read_bytes() == b"fine"
+    assert not lost.parent.exists()  # no directory is created
+    assert sink.request(op="hello")["ok"] is True
+
+
+def test_unsafe_paths_are_refused_and_nothing_is_written_outside(sink: Sink, tmp_path: Path) -> None:
+    d = tmp_path / "dest"
+    other = tmp_path / "other"
+    d.mkdir()
+    other.mkdir()
+    precious = other / "precious"
+    precious.write_bytes(b"keep me")
+    (d / ".link.atpart").symlink_to(precious)
+    (d / ".dangling.atpart").symlink_to(other / "created-through-link")
+    cases = [
+        (f"{d}/sub/../.x.atpart", f"{d}/x"),  # ".."
+        (f"{d}/../other/.x.atpart", f"{other}/x"),
+        (".x.atpart", "x"),  # relative
+        (f"{d}/.x.atpart", f"{other}/x"),  # different directories
+        (f"{d}/x.atpart", f"{d}/x"),  # no leading dot
+        (f"{d}/.x", f"{d}/.x"),  # same name
+        (f"{d}//.x.atpart", f"{d}//x"),
+        (f"{d}/.x.atpart/", f"{d}/x/"),
+        (f"{d}/.x\0.atpart", f"{d}/x"),
+        ("/.x.atpart", "/"),
+        (f"{d}/.link.atpart", f"{d}/link"),  # a symlink at tmp is not followed
+        (f"{d}/.dangling.atpart", f"{d}/dangling"),
+        (None, f"{d}/x"),
+    ]
+    ids = [sink.put(tmp, path, b"attack " * 100) for tmp, path in cases]
+    good = sink.put(tmp_of(d / "ok"), d / "ok", b"fine")
+    files = sink.commit()["files"]
+    assert [f["id"] for f in files] == ids + [good]
+    assert [f.get("code") for f in files[:-1]] == ["EBADREQ"] * len(cases), files
+    assert files[-1]["ok"] is True
+    assert precious.read_bytes() == b"keep me" and sorted(p.name for p in other.iterdir()) == ["precious"]
+    assert sorted(p.name for p in d.iterdir()) == [".dangling.atpart", ".link.atpart", "ok"]
+    assert (d / ".link.atpart").is_symlink() and not (d / "link").exists()
+    assert not Path("/x").exists() and not Path("/.x.atpart").exists()
+
+
+def test_a_stale_temporary_is_replaced_not_written_through(sink: Sink, tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    elsewhere = tmp_path / "hardlinked"
+    elsewhere.write_bytes(b"another file's data")
+    os.link(elsewhere, tmp_of(path))  # a temporary left by something else, sharing an inode
+    sink.put(tmp_of(path), path, b"new")
+    assert sink.commit()["files"][0]["ok"] is True
+    assert path.read_bytes() == b"new" and elsewhere.read_bytes() == b"another file's data"
+
+
+def test_same_tmp_twice_in_a_group_is_refused(sink: Sink, tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    sink.put(tmp_of(path), path, b"first")
+    sink.put(tmp_of(path), path, b"second")
+    files = sink.commit()["files"]
+    assert [f["ok"] for f in files] == [True, False] and files[1]["code"] == "EBADREQ"
+    assert path.read_bytes() == b"first"
+
+
+def test_names_shared_between_pending_puts_are_refused(sink: Sink, tmp_path: Path) -> None:
+    a, dotted = tmp_path / "a", tmp_path / ".dotted"
+    sink.put(tmp_of(a), a, b"a")
+    sink.put(tmp_path / ".x", tmp_of(a), b"would land on a's tmp")  # path = a pending tmp
+    sink.put(tmp_path / "..dotted.atpart", dotted, b"dotted")
+    sink.put(dotted, tmp_path / "b", b"tmp = a pending path")
+    files = sink.commit()["files"]
+    assert [f.get("code") for f in files] == [None, "EBADREQ", None, "EBADREQ"]
+    assert a.read_bytes() == b"a" and dotted.read_bytes() == b"dotted" and not (tmp_path / "b").exists()
+
+
+def test_a_tmp_replaced_after_verification_is_not_renamed(sink: Sink, tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    sink.put(tmp_of(path), path, b"verified bytes")
+    sink.request(op="hello")  # the put has been written once the sink answers what follows it
+    intruder = tmp_path / "intruder"
+    intruder.write_bytes(b"someone else's half-written file")
+    os.replace(intruder, tmp_of(path))  # say a sink left over from a lost connection
+    [entry] = sink.commit()["files"]
+    assert entry["ok"] is False and entry["code"] == "ECHANGED"
+    assert not path.exists() and tmp_of(path).read_bytes() == b"someone else's half-written file"
+
+
+def test_a_verified_file_that_cannot_be_placed_is_removed(sink: Sink, tmp_path: Path) -> None:
+    path = tmp_path / "taken"
+    (path / "child").mkdir(parents=True)  # a non-empty directory holds the final name
+    sink.put(tmp_of(path), path, b"data")
+    [entry] = sink.commit()["files"]
+    assert entry["ok"] is False and entry["code"] in ("EISDIR", "ENOTEMPTY", "EEXIST")
+    assert leftovers(tmp_path) == [] and (path / "child").is_dir()
+
+
+def test_bad_requests_are_answered_and_the_sink_keeps_serving(sink: Sink, tmp_path: Path) -> None:
+    sink.send_raw(b"{not json\n")
+    bad = sink.reply()
+    assert (bad["id"], bad["ok"], bad["code"]) == (None, False, "EBADREQ") and "not valid JSON" in bad["error"]
+    sink.send_raw(b"[1, 2]\n\n   \n")
+    assert sink.reply()["code"] == "EBADREQ"
+    assert sink.request(op="frobnicate", id=7)["code"] == "EBADREQ"
+    assert sink.request(op="hello", id="h")["id"] == "h"
+    path = tmp_path / "f"
+    ident = sink.put(tmp_of(path), path, b"data")
+    refused = sink.request(op="commit", fsync="yes")
+    assert refused["ok"] is False and refused["code"] == "EBADREQ"
+    assert not path.exists()  # the pending put waits for a proper commit
+    other = tmp_path / "g"
+    whirl = sink.put(tmp_of(other), other, b"x", algo="whirlpool", digest="00")
+    nodigest = sink.put(tmp_of(other), other, b"x", digest="not hex")
+    badmode = sink.put(tmp_of(other), other, b"x", mode="0644")
+    badtime = sink.put(tmp_of(other), other, b"x", mtime=float("nan"))
+    files = sink.commit()["files"]
+    assert [(f["id"], f["ok"], f.get("code")) for f in files] == [
+        (ident, True, None),
+        (whirl, False, "ENOALGO"),
+        (nodigest, False, "EBADREQ"),
+        (badmode, False, "EBADREQ"),
+        (badtime, False, "EBADREQ"),
+    ]
+    assert path.read_bytes() == b"data" and not other.exists() and leftovers(tmp_path) == []
+
+
+def test_unframed_put_is_fatal(sink: Sink, tmp_path: Path) -> None:
+    head = {"op": "put", "id": 3, "tmp": str(tmp_path / ".f.atpart"), "path": str(tmp_path / "f"), "size": -1}
+    sink.send_raw(json.dumps(head).encode() + b"\n" + b'{"op": "hello", "id": 4}\n')
+    reply = sink.reply()
+    assert reply["id"] == 3 and reply["code"] == "EBADREQ" and reply["fatal"] is True
+    assert sink.close() == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_eof_exits_zero_and_leaves_pending_temporaries(sink: Sink, tmp_path: Path) -> None:
+    pending, cut = tmp_path / "pending", tmp_path / "cut"
+    sink.put(tmp_of(pending), pending, b"complete but uncommitted")
+    head = {"op": "put", "id": 9, "tmp": str(tmp_of(cut)), "path": str(cut), "size": 100}
+    head.update(mode=0o644, mtime=1.0, algo=None, digest=None)
+    sink.send_raw(json.dumps(head).encode() + b"\n" + b"only part")
+    assert sink.close() == 0
+    assert tmp_of(pending).read_bytes() == b"complete but uncommitted" and not pending.exists()
+    assert not tmp_of(cut).exists() and not cut.exists()
+
+
+def test_empty_commit_and_no_fsync(sink: Sink, tmp_path: Path) -> None:
+    assert sink.commit()["files"] == []
+    path = tmp_path / "f"
+    sink.put(tmp_of(path), path, b"quick")
+    reply = sink.commit(fsync=False)
+    assert reply["durability"] == "none"
+    # Unflushed pages may be dirty, and DONTNEED leaves those: the read-back is not claimed to be from disk.
+    assert reply["files"][0]["fsynced"] is False and reply["files"][0]["cache_dropped"] is False
+    assert reply["files"][0]["digest"] == hashlib.sha256(b"quick").hexdigest() and path.read_bytes() == b"quick"
+
+
+def test_group_bounded_by_the_fd_limit(tmp_path: Path) -> None:
+    sink = Sink(fd_limit=64)
+    limit = sink.request(op="hello")["max_pending"]
+    assert limit == 32
+    for i in range(limit + 5):
+        path = tmp_path / ("f%d" % i)
+        sink.put(tmp_of(path), path, b"%d" % i)
+    files = sink.commit()["files"]
+    assert [f["ok"] for f in files] == [True] * limit + [False] * 5
+    assert {f["code"] for f in files[limit:]} == {"EMFILE"}
+    assert len(list(tmp_path.iterdir())) == limit and leftovers(tmp_path) == []
+    path = tmp_path / "after"
+    sink.put(tmp_of(path), path, b"next group")
+    assert sink.commit()["files"][0]["ok"] is True  # fds of the last group were all released
+    assert sink.close() == 0
+
+
+def test_requests_sent_with_the_source_in_one_write(tmp_path: Path) -> None:
+    """What the bootstrap's readline buffered past the source is the start of the stream."""
+    path = tmp_path / "f"
+    head = {"op": "put", "id": 2, "tmp": str(tmp_of(path)), "path": str(path), "size": 5}
+    head.update(mode=0o600, mtime=7.0, algo="sha1", digest=hashlib.sha1(b"hello").hexdigest())
+    source = SINK_FILE.read_bytes()
+    stdin = b"%d\n" % len(source) + source + b'{"op":"hello","id":1}\n' + json.dumps(head).encode() + b"\nhello"
+    stdin += b'{"op":"commit","id":3}\n'
+    done = subprocess.run([PYTHON3, "-I", "-c", BOOT], input=stdin, capture_output=True, timeout=REPLY_TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["id"] for r in replies] == [1, 3] and replies[1]["files"][0]["ok"] is True
+    assert path.read_bytes() == b"hello"
+
+
+def test_a_line_over_1_mib_is_fatal(sink: Sink) -> None:
+    try:
+        sink.send_raw(b'{"op": "hello", "id": "' + b"x" * (2 << 20))
+    except BrokenPipeError:
+        pass  # the sink stops reading after 1 MiB, as it should
+    reply = sink.reply()
+    assert reply["code"] == "EBADREQ" and reply["fatal"] is True and reply["id"] is None
+    assert sink.close() == 2
+
+
+def test_run_directly_as_a_script(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    head = {"op": "put", "id": 2, "tmp": str(tmp_of(path)), "path": str(path), "size": 3}
+    head.update(mode=0o640, mtime=5.0, algo="md5", digest=hashlib.md5(b"abc").hexdigest())
+    stdin = b'{"op": "hello", "id": 1}\n' + json.dumps(head).encode() + b"\nabc" + b'{"op": "commit", "id": 3}\n'
+    done = subprocess.run([PYTHON3, str(SINK_FILE)], input=stdin, capture_output=True, timeout=REPLY_TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["id"] for r in replies] == [1, 3] and replies[1]["files"][0]["ok"] is True
+    assert path.read_bytes() == b"abc" and path.stat().st_mode & 0o777 == 0o640
+
+
+def test_source_is_stdlib_only_and_python38_syntax() -> None:
+    source = SINK_FILE.read_text(encoding="ascii")
+    tree = ast.parse(source, feature_version=(3, 8))
+    imports = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imports |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imports.add((node.module or "").split(".")[0])
+    assert imports <= set(sys.stdlib_module_names) and not imports & {"subprocess", "shlex", "importlib"}
+    calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert not calls & {"eval", "exec", "compile", "__import__"}
+
+
+@pytest.mark.skipif(not os.access(PYTHON38, os.X_OK), reason="no python 3.8 here to prove the floor")
+def test_python38_runs_a_group(tmp_path: Path) -> None:
+    sink = Sink(python=PYTHON38)
+    hello = sink.request(op="hello")
+    assert hello["python"].startswith("3.8.") and "sha256" in hello["algorithms"]
+    paths = [tmp_path / ("f%d" % i) for i in range(20)]
+    for i, path in enumerate(paths):
+        sink.put(tmp_of(path), path, b"x" * i * 100)
+    assert all(f["ok"] and f["fsynced"] for f in sink.commit()["files"])
+    assert [p.read_bytes() for p in paths] == [b"x" * i * 100 for i in range(20)]
+    assert sink.close() == 0
