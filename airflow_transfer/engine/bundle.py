@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .transfer import TransferSession
 
 BUNDLE_MAX_FILE = 1 << 20  # files up to 1 MiB travel in bundles; larger ones stream over SFTP
-GROUP_FILES = 256  # files per commit
+GROUP_FILES = 1024  # files per commit (and so per syncfs); the sink may allow fewer (its fd limit)
 GROUP_BYTES = 16 << 20  # bytes per commit: bounds the memory a group holds on both ends
 HELLO_TIMEOUT = 10.0  # the sink answers at once where python3 runs; a forced command never does
 COMMIT_TIMEOUT = 300.0  # a group's fsync and read-back on a slow disk
@@ -102,6 +102,7 @@ class SinkChannel:
             self.close()
             raise BundleUnavailable(f"the server answered the bundle sink with something else: {str(hello)[:120]}")
         self.algorithms = set(hello.get("algorithms") or ())
+        self.max_files = max(1, min(GROUP_FILES, int(hello.get("max_pending") or GROUP_FILES)))
         self.durability = str(hello.get("durability") or "")
         self.chan.settimeout(COMMIT_TIMEOUT)
 
@@ -200,7 +201,7 @@ class BundleMover(SFTPMover):
         sink = self._sink(conn)
         if sink is not None:
             while not self.r.schedule.surplus():
-                group = self._take_group()
+                group = self._take_group(sink.max_files)
                 if not group:
                     break
                 self._send(sink, group)
@@ -224,11 +225,11 @@ class BundleMover(SFTPMover):
         self.sinks[id(conn)] = sink
         return sink
 
-    def _take_group(self) -> list[int]:
+    def _take_group(self, limit: int) -> list[int]:
         r = self.r
         group: list[int] = []
         size = 0
-        while len(group) < GROUP_FILES and size < GROUP_BYTES:
+        while len(group) < limit and size < GROUP_BYTES:
             i = r.schedule.pop(want=lambda k: self.small(r.tasks[k]))
             if i is None:
                 break
