@@ -62,7 +62,6 @@ import json
 import os
 import stat
 import sys
-import zlib
 
 HELPER = "airflow-transfer-bundle"
 VERSION = 1
@@ -73,27 +72,9 @@ CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLO
 HEX = "0123456789abcdefABCDEF"
 
 
-class _Checksum32:
-    """A 32-bit running checksum (zlib's calling convention) with hashlib's update/hexdigest."""
-
-    def __init__(self, update, start):
-        self._update, self.value = update, start
-
-    def update(self, data):
-        self.value = self._update(data, self.value)
-
-    def hexdigest(self):
-        return "%08x" % self.value
-
-
-ALGORITHMS = {
-    "md5": hashlib.md5,
-    "sha1": hashlib.sha1,
-    "sha256": hashlib.sha256,
-    "blake2b": hashlib.blake2b,
-    "adler32": lambda: _Checksum32(zlib.adler32, 1),
-    "crc32": lambda: _Checksum32(zlib.crc32, 0),
-}
+# hashlib's digests only: a copy verified with another algorithm (adler32, crc32c, xxh128, blake3)
+# sends its small files over SFTP, where the checksum helper computes them.
+ALGORITHMS = {"md5": hashlib.md5, "sha1": hashlib.sha1, "sha256": hashlib.sha256, "blake2b": hashlib.blake2b}
 
 
 def _load_syncfs():
@@ -131,6 +112,17 @@ class RequestError(Exception):
     def __init__(self, code, message):
         Exception.__init__(self, message)
         self.code = code
+
+
+def _request(line):
+    """The JSON object a request line holds; anything else is a bad request."""
+    try:
+        request = json.loads(line)
+    except ValueError as exc:
+        raise RequestError("EBADREQ", "request is not valid JSON: %s" % exc) from exc
+    if isinstance(request, dict):
+        return request
+    raise RequestError("EBADREQ", "request must be a JSON object")
 
 
 def _error(exc):
@@ -240,15 +232,19 @@ class Sink:
         return piece
 
     def hello(self, request):
-        return {
-            "ok": True,
-            "helper": HELPER,
-            "version": VERSION,
-            "python": "%d.%d.%d" % sys.version_info[:3],
-            "algorithms": sorted(ALGORITHMS),
-            "durability": "fsync" if SYNCFS is None else "syncfs",
-            "max_pending": MAX_PENDING,
-        }
+        # What the client needs to choose this path: who answers, what it can digest, how a
+        # group is made durable, and how many files one group may hold.
+        durability = "fsync" if SYNCFS is None else "syncfs"
+        python = "%d.%d.%d" % sys.version_info[:3]
+        return dict(
+            ok=True,
+            helper=HELPER,
+            version=VERSION,
+            python=python,
+            algorithms=sorted(ALGORITHMS),
+            durability=durability,
+            max_pending=MAX_PENDING,
+        )
 
     def _create(self, put, request):
         folder, name = _split("tmp", request.get("tmp"))
@@ -402,12 +398,7 @@ class Sink:
     def handle(self, line):
         request_id = op = None
         try:
-            try:
-                request = json.loads(line)
-            except ValueError as exc:
-                raise RequestError("EBADREQ", "request is not valid JSON: %s" % exc) from exc
-            if not isinstance(request, dict):
-                raise RequestError("EBADREQ", "request must be a JSON object")
+            request = _request(line)
             request_id, op = request.get("id"), request.get("op")
             if op == "put":
                 return self.put(request)  # answered at the commit
