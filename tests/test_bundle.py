@@ -86,26 +86,18 @@ def test_a_byte_flipped_on_the_way_is_caught_and_only_that_file_sent_again(sshd,
     dst = remote_dir / "flip"
     flipped: list[str] = []
 
-    def corrupting_send(self, sink, group):
-        orig = sink.commit
+    real_send = bundle.SinkChannel.send
 
-        def commit(items, algorithm):
-            out = []
-            for t, data, digest in items:
-                if t.rel.endswith("s0013.bin") and not flipped and data:
-                    flipped.append(t.rel)
-                    data = bytes([data[0] ^ 0xFF]) + data[1:]  # after the source digest: a flip in transit
-                out.append((t, data, digest))
-            return orig(out, algorithm)
+    def corrupting_send(self, items, algorithm):
+        out = []
+        for t, data, digest in items:
+            if t.rel.endswith("s0013.bin") and not flipped and data:
+                flipped.append(t.rel)
+                data = bytes([data[0] ^ 0xFF]) + data[1:]  # after the source digest: a flip in transit
+            out.append((t, data, digest))
+        return real_send(self, out, algorithm)
 
-        sink.commit = commit
-        try:
-            return real_send(self, sink, group)
-        finally:
-            sink.commit = orig
-
-    real_send = bundle.BundleMover._send
-    monkeypatch.setattr(bundle.BundleMover, "_send", corrupting_send)
+    monkeypatch.setattr(bundle.SinkChannel, "send", corrupting_send)
     s = _copy(sshd, src, dst, use_store=False)
     assert flipped == ["d6/s0013.bin"]
     assert s["failed"] == []

@@ -98,6 +98,7 @@ def test_experiment1_two_outages_two_switches_each_way(wan_testbed):
             "4",
             "--pp",
             "4",
+            "--no-bundle",  # files moved by ftp are told apart by sftp-server's log of SFTP opens
             "--json",
             "--identity",
             str(sshd.client_key),

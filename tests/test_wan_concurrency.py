@@ -38,6 +38,7 @@ def test_cc4_moves_files_on_four_connections_at_once(wan_testbed):
             "4",
             "-p",
             "1",
+            "--no-bundle",  # the SFTP path: one file per connection at a time, seen in sftp-server's log
             *ssh_args(tb.sshd),
         ],
         timeout=300,

@@ -31,6 +31,7 @@ def _copy_in_src(tb, src, dst_path, pp):
             "1",
             "--verify",
             "none",
+            "--no-bundle",  # pp is the SFTP path's knob
             "--json",
             "--identity",
             str(tb.sshd.client_key),

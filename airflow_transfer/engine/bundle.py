@@ -138,6 +138,10 @@ class SinkChannel:
 
     def commit(self, items: list[tuple[FileTask, bytes, str | None]], algorithm: str | None) -> list[dict]:
         """Send every file of a group and commit it: one entry per file, in order."""
+        return self.result(self.send(items, algorithm), len(items))
+
+    def send(self, items: list[tuple[FileTask, bytes, str | None]], algorithm: str | None) -> int:
+        """Send a group and its commit without waiting for the reply; the commit's request id."""
         frames = []
         for t, data, digest in items:
             head = {
@@ -153,10 +157,17 @@ class SinkChannel:
             }
             frames.append(json.dumps(head, separators=(",", ":")).encode("ascii") + b"\n")
             frames.append(data)
+        commit_id = self._id()
+        commit = {"op": "commit", "id": commit_id, "fsync": True, "drop_cache": True}
+        frames.append(json.dumps(commit, separators=(",", ":")).encode("ascii") + b"\n")
         self.chan.sendall(b"".join(frames))
-        reply = self._request({"op": "commit", "fsync": True, "drop_cache": True})
+        return commit_id
+
+    def result(self, commit_id: int, count: int) -> list[dict]:
+        """The reply to a commit sent with `send`: one entry per file of its group, in order."""
+        reply = self._reply(commit_id)
         files = reply.get("files")
-        if not reply.get("ok") or not isinstance(files, list) or len(files) != len(items):
+        if not reply.get("ok") or not isinstance(files, list) or len(files) != count:
             raise ValueError(f"the bundle sink refused the commit: {str(reply)[:200]}")
         return files
 
@@ -200,12 +211,33 @@ class BundleMover(SFTPMover):
     def drain(self, conn: Any, gone: list[bool]) -> None:
         sink = self._sink(conn)
         if sink is not None:
-            while not self.r.schedule.surplus():
-                group = self._take_group(sink.max_files)
-                if not group:
-                    break
-                self._send(sink, group)
+            self._bundles(sink)
         super().drain(conn, gone)  # what is left: files too big for a bundle, or no sink
+
+    def _bundles(self, sink: SinkChannel) -> None:
+        """Groups one after another on this channel, the next sent while the sink commits the
+        one before (it reads them in order; its replies are small), so sending and the sink's
+        flush and read-back overlap."""
+        waiting: Group | None = None
+        try:
+            while not self.r.schedule.surplus():
+                group = self._prepare(self._take_group(sink.max_files))
+                if group is None:
+                    break
+                group.commit_id = sink.send([(t, data, digest) for _, t, data, digest in group.items], self.r.alg)
+                if waiting is not None:
+                    self._settle(waiting, sink.result(waiting.commit_id, len(waiting.items)))
+                waiting, group = group, None
+            if waiting is not None:
+                self._settle(waiting, sink.result(waiting.commit_id, len(waiting.items)))
+                waiting = None
+        except (OSError, EOFError, ValueError) as exc:
+            # The channel broke: nothing of the groups in flight is known to be in place; every
+            # file goes again (whole: they are small), over a new connection.
+            for lost in (waiting, group):
+                for i, t, _, _ in lost.items if lost is not None else ():
+                    self.r.failed(i, ConnectionError(f"connection lost during a bundle: {exc}"), 0.0, t.dst)
+            raise ConnectionError(f"bundle channel lost: {exc}") from exc
 
     def _sink(self, conn: Any) -> SinkChannel | None:
         if self.state.off:
@@ -247,11 +279,14 @@ class BundleMover(SFTPMover):
             raise SourceChanged(f"source changed while it was read: {t.src}")
         return data
 
-    def _send(self, sink: SinkChannel, group: list[int]) -> None:
+    def _prepare(self, indices: list[int]) -> Group | None:
+        """Read and digest a group's files (a file that cannot be read fails alone); None when
+        nothing is left to send."""
         r = self.r
-        t0 = time.monotonic()
-        items: list[tuple[int, FileTask, bytes, str | None]] = []
-        for i in group:
+        if not indices:
+            return None
+        group = Group()
+        for i in indices:
             t = r.tasks[i]
             t.attempts += 1
             resume.restart(t, self.s.journal)  # sent whole: ranges of an earlier attempt no longer count
@@ -260,25 +295,20 @@ class BundleMover(SFTPMover):
             except OSError as exc:
                 r.failed(i, exc, 0.0, t.src)
                 continue
-            items.append((i, t, data, digest_bytes(r.alg, data) if r.alg else None))
-        if not items:
-            return
-        try:
-            results = sink.commit([(t, data, digest) for _, t, data, digest in items], r.alg)
-        except (OSError, EOFError, ValueError) as exc:
-            # The channel broke mid-group: nothing of it is known to be in place; every file
-            # goes again (whole: they are small), over a new connection.
-            for i, t, _, _ in items:
-                r.failed(i, ConnectionError(f"connection lost during a bundle: {exc}"), 0.0, t.dst)
-            raise ConnectionError(f"bundle channel lost: {exc}") from exc
-        seconds = time.monotonic() - t0
+            group.items.append((i, t, data, digest_bytes(r.alg, data) if r.alg else None))
+        return group if group.items else self._prepare(self._take_group(GROUP_FILES))
+
+    def _settle(self, group: Group, results: list[dict]) -> None:
+        """Each file's outcome from the sink's reply to its group's commit."""
+        r = self.r
+        seconds = time.monotonic() - group.t0
         with self.lock:
             self.groups += 1
-            self.bundled += len(items)
+            self.bundled += len(group.items)
         with self.state.lock:
             self.state.groups += 1
-            self.state.files += len(items)
-        for (i, t, data, digest), res in zip(items, results, strict=True):
+            self.state.files += len(group.items)
+        for (i, t, data, digest), res in zip(group.items, results, strict=True):
             t.moved_total += len(data)
             count_progress(t, self.s.stats, len(data))
             if res.get("ok"):
@@ -296,3 +326,12 @@ class BundleMover(SFTPMover):
             else:
                 why = OSError(getattr(errno, code, errno.EIO), str(res.get("error") or code), t.dst)
             r.failed(i, why, seconds, t.dst)
+
+
+class Group:
+    """One bundle in flight: its files (index, task, bytes, source digest) and its commit."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[int, FileTask, bytes, str | None]] = []
+        self.commit_id = 0
+        self.t0 = time.monotonic()
