@@ -136,10 +136,6 @@ class SinkChannel:
             raise ValueError(f"the bundle sink answered request {reply.get('id')} instead of {want}")
         return reply
 
-    def commit(self, items: list[tuple[FileTask, bytes, str | None]], algorithm: str | None) -> list[dict]:
-        """Send every file of a group and commit it: one entry per file, in order."""
-        return self.result(self.send(items, algorithm), len(items))
-
     def send(self, items: list[tuple[FileTask, bytes, str | None]], algorithm: str | None) -> int:
         """Send a group and its commit without waiting for the reply; the commit's request id."""
         frames = []
@@ -221,7 +217,7 @@ class BundleMover(SFTPMover):
         waiting: Group | None = None
         try:
             while not self.r.schedule.surplus():
-                group = self._prepare(self._take_group(sink.max_files))
+                group = self._prepare(sink.max_files)
                 if group is None:
                     break
                 group.commit_id = sink.send([(t, data, digest) for _, t, data, digest in group.items], self.r.alg)
@@ -279,24 +275,26 @@ class BundleMover(SFTPMover):
             raise SourceChanged(f"source changed while it was read: {t.src}")
         return data
 
-    def _prepare(self, indices: list[int]) -> Group | None:
-        """Read and digest a group's files (a file that cannot be read fails alone); None when
-        nothing is left to send."""
+    def _prepare(self, limit: int) -> Group | None:
+        """The next group, read and digested (a file that cannot be read fails alone and the
+        next ones are taken instead); None when no small file is left to send."""
         r = self.r
-        if not indices:
-            return None
         group = Group()
-        for i in indices:
-            t = r.tasks[i]
-            t.attempts += 1
-            resume.restart(t, self.s.journal)  # sent whole: ranges of an earlier attempt no longer count
-            try:
-                data = self._read(t)
-            except OSError as exc:
-                r.failed(i, exc, 0.0, t.src)
-                continue
-            group.items.append((i, t, data, digest_bytes(r.alg, data) if r.alg else None))
-        return group if group.items else self._prepare(self._take_group(GROUP_FILES))
+        while not group.items:
+            indices = self._take_group(limit)
+            if not indices:
+                return None
+            for i in indices:
+                t = r.tasks[i]
+                t.attempts += 1
+                resume.restart(t, self.s.journal)  # sent whole: ranges of an earlier attempt no longer count
+                try:
+                    data = self._read(t)
+                except OSError as exc:
+                    r.failed(i, exc, 0.0, t.src)
+                    continue
+                group.items.append((i, t, data, digest_bytes(r.alg, data) if r.alg else None))
+        return group
 
     def _settle(self, group: Group, results: list[dict]) -> None:
         """Each file's outcome from the sink's reply to its group's commit."""

@@ -175,7 +175,7 @@ class Runner:
         reason; on a stop or a protocol switch it is left not finished (the journal keeps it)."""
         sched = self.schedule
         reason = sched.fatal or (self.worker_errors[-1] if self.worker_errors else RuntimeError("no worker ran"))
-        left = sched.take_left(len(self.tasks))
+        left = sched.take_left()
         extra = [i for i in range(len(self.tasks)) if i not in self.outcomes and i not in left]
         with sched.lock:
             sched.running += len(extra)

@@ -130,9 +130,9 @@ class Schedule:
             self.fatal = exc
             self.wake.notify_all()
 
-    def take_left(self, count: int) -> list[int]:
-        """Every file not handed out (queued or waiting to retry), now counted as running; of
-        `count` files, also those with no outcome (`settle` ends each)."""
+    def take_left(self) -> list[int]:
+        """Every file not handed out (queued or waiting to retry), now counted as running
+        (`settle` ends each)."""
         with self.lock:
             left = list(self.queue) + [i for _, i in self.delayed]
             self.queue.clear()
