@@ -177,3 +177,33 @@ def test_the_size_limit_decides_the_path(sshd, local_dir, remote_dir, size):
     s = _copy(sshd, src, dst, use_store=False)
     assert s["failed"] == [] and tree_digest(dst) == tree_digest(src)
     assert s["verify"]["bundled_files"] == (2 if size == bundle.BUNDLE_MAX_FILE else 1)
+
+
+def test_a_sink_serves_every_chunk_of_its_connection(sshd, local_dir, remote_dir, monkeypatch):
+    # Eight chunks of small files (adaptive-cc) over at most four connections: python3 and the
+    # sink's hello are paid once per connection, not once per chunk.
+    started = []
+    real_init = bundle.SinkChannel.__init__
+
+    def counting_init(self, transport):
+        started.append(transport)
+        real_init(self, transport)
+
+    monkeypatch.setattr(bundle.SinkChannel, "__init__", counting_init)
+    src = local_dir / "many"
+    for i in range(400):
+        write_random(src / f"d{i % 4}" / f"f{i:04d}", 512 + i, seed=i)
+    dst = remote_dir / "many"
+    s = run_copy(
+        CopyRequest(
+            Endpoint("file", str(src)),
+            Endpoint("sftp", str(dst), _target(sshd)),
+            TransferParams(pp=8, cc=2),
+            algorithm="adaptive-cc",
+            use_store=False,
+        )
+    )
+    assert s["failed"] == [] and tree_digest(dst) == tree_digest(src)
+    assert len(s["chunks"]) >= 4 and all("bundle:" in c["transport"] for c in s["chunks"]), s["chunks"]
+    opened = max(c["cc"] for c in s["chunks"])
+    assert 1 <= len(started) <= opened + 1 < len(s["chunks"]), (len(started), opened, len(s["chunks"]))

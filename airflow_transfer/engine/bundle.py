@@ -91,6 +91,7 @@ class SinkChannel:
             raise BundleUnavailable(f"the server runs no commands over SSH exec ({exc})") from exc
         self.out = self.chan.makefile("rb")
         self.next_id = 1
+        self.in_flight = 0  # commits sent and not yet answered: the channel is reusable at 0 only
         try:
             self.chan.sendall(sink_preamble())
             hello = self._request({"op": "hello"})
@@ -156,12 +157,14 @@ class SinkChannel:
         commit_id = self._id()
         commit = {"op": "commit", "id": commit_id, "fsync": True, "drop_cache": True}
         frames.append(json.dumps(commit, separators=(",", ":")).encode("ascii") + b"\n")
+        self.in_flight += 1
         self.chan.sendall(b"".join(frames))
         return commit_id
 
     def result(self, commit_id: int, count: int) -> list[dict]:
         """The reply to a commit sent with `send`: one entry per file of its group, in order."""
         reply = self._reply(commit_id)
+        self.in_flight -= 1
         files = reply.get("files")
         if not reply.get("ok") or not isinstance(files, list) or len(files) != count:
             raise ValueError(f"the bundle sink refused the commit: {str(reply)[:200]}")
@@ -180,16 +183,17 @@ class BundleMover(SFTPMover):
 
     def __init__(self, session: TransferSession, runner: Runner) -> None:
         super().__init__(session, runner)
-        self.sinks: dict[int, SinkChannel] = {}
         self.state: BundleState = session.bundle
         self.lock = threading.Lock()
         self.groups = 0
         self.bundled = 0
 
     def release(self, conn: Any, broken: bool) -> None:
-        sink = self.sinks.pop(id(conn), None)
-        if sink is not None:
-            sink.close()
+        # The sink stays with its connection for the next chunk (python3's start and the hello
+        # once per connection, not per chunk) unless a reply is still owed on it.
+        sink = conn.companions.get(SINK_NAME)
+        if sink is not None and (broken or sink.in_flight):
+            conn.companions.pop(SINK_NAME).close()
         super().release(conn, broken)
 
     def describe(self) -> str:
@@ -238,7 +242,7 @@ class BundleMover(SFTPMover):
     def _sink(self, conn: Any) -> SinkChannel | None:
         if self.state.off:
             return None
-        sink = self.sinks.get(id(conn))
+        sink = conn.companions.get(SINK_NAME)
         if sink is not None:
             return sink
         try:
@@ -250,7 +254,7 @@ class BundleMover(SFTPMover):
             sink.close()
             self.state.off = f"the bundle sink there cannot compute {self.r.alg}"
             return None
-        self.sinks[id(conn)] = sink
+        conn.companions[SINK_NAME] = sink
         return sink
 
     def _take_group(self, limit: int) -> list[int]:

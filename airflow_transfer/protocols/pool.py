@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..errors import UsageError
 from . import openssh
@@ -50,6 +50,9 @@ class Conn:
     target: SSHTarget | None = None
     home: str = ""
     _control: Carrier | None = None  # a paramiko Transport for exec channels over an OpenSSH carrier
+    # Channels that live as long as this connection (the bundle sink, started once and kept
+    # across chunks), by name; each has close(), called when the connection closes.
+    companions: dict[str, Any] = field(default_factory=dict)
 
     @property
     def client(self) -> str:
@@ -71,6 +74,12 @@ class Conn:
         return not self.wire.closed and self.carrier.is_active()
 
     def close(self) -> None:
+        for companion in self.companions.values():
+            try:
+                companion.close()
+            except Exception:  # noqa: BLE001 - its channel dies with the connection anyway
+                pass
+        self.companions.clear()
         self.wire.close()
         for part in (self.carrier, self._control):
             try:
