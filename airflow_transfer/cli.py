@@ -119,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument(
         "--no-bundle",
         action="store_true",
-        help="upload small files over SFTP one by one, not in bundles over SSH exec (docs/transfers.md)",
+        help="move small files over SFTP one by one (both directions), not in bundles over SSH exec (docs/transfers.md)",
     )
     cp.add_argument("--no-skip", action="store_true", help="re-send files already present with same size and mtime")
     cp.add_argument("--progress-interval", type=float, default=None, help="seconds between progress lines")

@@ -115,7 +115,8 @@ def leftovers(root: Path) -> list[Path]:
 
 def test_hello_lists_algorithms_and_durability(sink: Sink) -> None:
     hello = sink.request(op="hello")
-    assert hello["ok"] is True and hello["helper"] == "airflow-transfer-bundle" and hello["version"] == 1
+    assert hello["ok"] is True and hello["helper"] == "airflow-transfer-bundle" and hello["version"] == 2
+    assert hello["ops"] == ["commit", "get", "hello", "put"]
     assert set(hello["algorithms"]) == {"sha256", "sha1", "md5", "blake2b"}
     expected = "syncfs" if sys.platform.startswith("linux") else "fsync"
     assert hello["durability"] == expected
@@ -437,3 +438,71 @@ def test_python38_runs_a_group(tmp_path: Path) -> None:
     assert all(f["ok"] and f["fsynced"] for f in sink.commit()["files"])
     assert [p.read_bytes() for p in paths] == [b"x" * i * 100 for i in range(20)]
     assert sink.close() == 0
+
+
+def _gets(requests: list[dict], python: str = PYTHON3) -> list[tuple[dict, bytes]]:
+    """Send hello and the gets in one write, then EOF; parse every reply (and its bytes)."""
+    source = SINK_FILE.read_bytes()
+    lines = [json.dumps({"op": "hello", "id": 0})] + [
+        json.dumps(dict(r, op="get", id=i + 1)) for i, r in enumerate(requests)
+    ]
+    stdin = b"%d\n" % len(source) + source + "".join(line + "\n" for line in lines).encode()
+    proc = subprocess.run([python, "-I", "-c", BOOT], input=stdin, capture_output=True, timeout=REPLY_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    out, pos, replies = proc.stdout, 0, []
+    while pos < len(out):
+        end = out.index(b"\n", pos)
+        head = json.loads(out[pos:end])
+        size = head.get("size", 0) if head.get("ok") and head["id"] != 0 else 0
+        replies.append((head, out[end + 1 : end + 1 + size]))
+        pos = end + 1 + size
+    assert replies[0][0]["helper"] == "airflow-transfer-bundle"
+    return replies[1:]
+
+
+def test_get_sends_each_file_with_its_digest_mode_and_mtime(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    files = []
+    for i, size in enumerate([0, 1, 10, 4096, 65536, 1 << 20, 3 * (1 << 20) + 5]):
+        path = tmp_path / f"f{i}"
+        path.write_bytes(rng.randbytes(size))
+        os.chmod(path, [0o644, 0o600, 0o755][i % 3])
+        os.utime(path, (1_700_000_000.25 + i, 1_700_000_000.25 + i))
+        files.append(path)
+    replies = _gets([{"path": str(p), "algo": "sha256"} for p in files])
+    assert [h["id"] for h, _ in replies] == list(range(1, len(files) + 1))
+    for path, (head, data) in zip(files, replies):
+        assert head["ok"] is True and data == path.read_bytes() and head["size"] == len(data)
+        assert head["digest"] == hashlib.sha256(data).hexdigest()
+        assert head["mode"] == path.stat().st_mode & 0o7777 and head["mtime"] == path.stat().st_mtime
+
+
+def test_get_refuses_what_it_must_not_read_and_keeps_serving(tmp_path: Path) -> None:
+    good = tmp_path / "good"
+    good.write_bytes(b"payload")
+    (tmp_path / "link").symlink_to(good)
+    (tmp_path / "dir").mkdir()
+    replies = _gets(
+        [
+            {"path": str(tmp_path / "missing"), "algo": "sha256"},
+            {"path": str(tmp_path / "link"), "algo": "sha256"},
+            {"path": str(tmp_path / "dir"), "algo": "sha256"},
+            {"path": "relative/name", "algo": "sha256"},
+            {"path": str(tmp_path / ".." / tmp_path.name / "good"), "algo": "sha256"},
+            {"path": str(good), "algo": "crc-nonsense"},
+            {"path": str(good), "algo": None},
+            {"path": str(good), "algo": "md5"},
+        ]
+    )
+    codes = [h.get("code") for h, _ in replies]
+    assert codes == ["ENOENT", "ELOOP", "EBADREQ", "EBADREQ", "EBADREQ", "ENOALGO", None, None], replies
+    assert all(data == b"" for h, data in replies[:6])
+    assert replies[6][0]["digest"] is None and replies[6][1] == b"payload"
+    assert replies[7][0]["digest"] == hashlib.md5(b"payload").hexdigest() and replies[7][1] == b"payload"
+
+
+@pytest.mark.skipif(not os.access(PYTHON38, os.X_OK), reason="no python 3.8 here to prove the floor")
+def test_python38_serves_gets(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"x" * 5000)
+    [(head, data)] = _gets([{"path": str(tmp_path / "f"), "algo": "blake2b"}], python=PYTHON38)
+    assert data == b"x" * 5000 and head["digest"] == hashlib.blake2b(data).hexdigest()

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..integrity.algorithms import digest_bytes
 from . import resume
+from .bundle_pull import Group, pull_groups
 from .failures import ChecksumMismatch
 from .sftp_jobs import FileTask, SourceChanged, count_progress, mtime_changed
 from .sftp_mover import SFTPMover
@@ -79,6 +80,46 @@ def sink_preamble() -> bytes:
     return b"%d\n" % len(source) + source
 
 
+class ChannelReader:
+    """Lines and exact byte counts from a channel, in large reads: paramiko's file wrapper moves
+    its whole buffer on every small read, which is quadratic in the size of a group's reply."""
+
+    READ_SIZE = 4 << 20
+
+    def __init__(self, recv: Any) -> None:
+        self.recv, self.buf, self.pos = recv, bytearray(), 0
+
+    def _fill(self) -> bool:
+        data = self.recv(self.READ_SIZE)
+        if not data:
+            return False
+        del self.buf[: self.pos]  # what is left unread is less than one file or line
+        self.pos = 0
+        self.buf += data
+        return True
+
+    def readline(self) -> bytes:
+        """The next line with its newline; what is left (maybe b"") at EOF."""
+        while True:
+            end = self.buf.find(b"\n", self.pos)
+            if end >= 0:
+                line = bytes(self.buf[self.pos : end + 1])
+                self.pos = end + 1
+                return line
+            if not self._fill():
+                line = bytes(self.buf[self.pos :])
+                self.pos = len(self.buf)
+                return line
+
+    def read(self, n: int) -> bytes:
+        """Exactly n bytes, or fewer at EOF."""
+        while len(self.buf) - self.pos < n and self._fill():
+            pass
+        data = bytes(self.buf[self.pos : self.pos + n])
+        self.pos += len(data)
+        return data
+
+
 class SinkChannel:
     """One running bundle sink on one SSH connection."""
 
@@ -89,7 +130,7 @@ class SinkChannel:
             self.chan.exec_command(sink_command())
         except Exception as exc:
             raise BundleUnavailable(f"the server runs no commands over SSH exec ({exc})") from exc
-        self.out = self.chan.makefile("rb")
+        self.out = ChannelReader(self.chan.recv)
         self.next_id = 1
         self.in_flight = 0  # commits sent and not yet answered: the channel is reusable at 0 only
         try:
@@ -161,6 +202,28 @@ class SinkChannel:
         self.chan.sendall(b"".join(frames))
         return commit_id
 
+    def ask(self, tasks: list[FileTask], algorithm: str | None) -> list[int]:
+        """Ask for a group of files (downloads) without waiting; their request ids, in order."""
+        ids, lines = [], []
+        for t in tasks:
+            ids.append(self._id())
+            get = {"op": "get", "id": ids[-1], "path": t.src, "algo": algorithm}
+            lines.append(json.dumps(get, separators=(",", ":")).encode("ascii") + b"\n")
+        self.in_flight += 1
+        self.chan.sendall(b"".join(lines))
+        return ids
+
+    def receive(self, want: int) -> tuple[dict, bytes]:
+        """One get's reply and the file's bytes (none when it failed)."""
+        head = self._reply(want)
+        size = head.get("size") if head.get("ok") else 0
+        if type(size) is not int or size < 0:
+            raise ValueError(f"the bundle helper sent a file without a size: {str(head)[:200]}")
+        data = self.out.read(size) if size else b""
+        if len(data) != size:
+            raise EOFError("the bundle helper closed its channel inside a file")
+        return head, data
+
     def result(self, commit_id: int, count: int) -> list[dict]:
         """The reply to a commit sent with `send`: one entry per file of its group, in order."""
         reply = self._reply(commit_id)
@@ -211,7 +274,10 @@ class BundleMover(SFTPMover):
     def drain(self, conn: Any, gone: list[bool]) -> None:
         sink = self._sink(conn)
         if sink is not None:
-            self._bundles(sink)
+            if self.upload:
+                self._bundles(sink)
+            else:
+                pull_groups(self, sink)
         super().drain(conn, gone)  # what is left: files too big for a bundle, or no sink
 
     def _bundles(self, sink: SinkChannel) -> None:
@@ -226,10 +292,10 @@ class BundleMover(SFTPMover):
                     break
                 group.commit_id = sink.send([(t, data, digest) for _, t, data, digest in group.items], self.r.alg)
                 if waiting is not None:
-                    self._settle(waiting, sink.result(waiting.commit_id, len(waiting.items)))
+                    self.settle(waiting, sink.result(waiting.commit_id, len(waiting.items)))
                 waiting, group = group, None
             if waiting is not None:
-                self._settle(waiting, sink.result(waiting.commit_id, len(waiting.items)))
+                self.settle(waiting, sink.result(waiting.commit_id, len(waiting.items)))
                 waiting = None
         except (OSError, EOFError, ValueError) as exc:
             # The channel broke: nothing of the groups in flight is known to be in place; every
@@ -257,7 +323,7 @@ class BundleMover(SFTPMover):
         conn.companions[SINK_NAME] = sink
         return sink
 
-    def _take_group(self, limit: int) -> list[int]:
+    def take_group(self, limit: int) -> list[int]:
         r = self.r
         group: list[int] = []
         size = 0
@@ -285,7 +351,7 @@ class BundleMover(SFTPMover):
         r = self.r
         group = Group()
         while not group.items:
-            indices = self._take_group(limit)
+            indices = self.take_group(limit)
             if not indices:
                 return None
             for i in indices:
@@ -300,8 +366,9 @@ class BundleMover(SFTPMover):
                 group.items.append((i, t, data, digest_bytes(r.alg, data) if r.alg else None))
         return group
 
-    def _settle(self, group: Group, results: list[dict]) -> None:
-        """Each file's outcome from the sink's reply to its group's commit."""
+    def settle(self, group: Group, results: list[dict]) -> None:
+        """Each file's outcome from a sink's reply to its group's commit (the remote sink's for
+        uploads, the local one's for downloads)."""
         r = self.r
         seconds = time.monotonic() - group.t0
         with self.lock:
@@ -327,13 +394,4 @@ class BundleMover(SFTPMover):
                 )
             else:
                 why = OSError(getattr(errno, code, errno.EIO), str(res.get("error") or code), t.dst)
-            r.failed(i, why, seconds, t.dst)
-
-
-class Group:
-    """One bundle in flight: its files (index, task, bytes, source digest) and its commit."""
-
-    def __init__(self) -> None:
-        self.items: list[tuple[int, FileTask, bytes, str | None]] = []
-        self.commit_id = 0
-        self.t0 = time.monotonic()
+            r.failed(i, why, seconds, t.dst if self.upload else t.src)

@@ -104,8 +104,10 @@ def verify_account(s: TransferSession, every: list[Any]) -> dict:
         out.update(_block_account(s, v, every))
     b = s.bundle
     if b.files:
-        # Verified by the bundle sink, on the destination, after the group was made durable.
-        sink = f"bundle sink ({b.files} small files in {b.groups} bundles, read back from disk)"
+        # Verified on the destination, after the group was made durable: by the bundle sink there
+        # (uploads), or here against the digest the helper took at the source as it read (downloads).
+        side = "bundle sink" if s.direction == "upload" else "bundle helper digests at the source, checked here"
+        sink = f"{side} ({b.files} small files in {b.groups} bundles, read back from disk)"
         out["where"] = f"{out['where']}; {sink}" if out["verified"] or out["mismatched"] else sink
         for key in ("verified", "mismatched", "repaired"):
             out[key] += getattr(b, key)

@@ -252,9 +252,9 @@ class TransferSession(Session):
         # A fault-injection hook (before_verify) runs between a file's write and its check: only
         # the SFTP path has that moment; the bundle sink writes, checks and renames in one step.
         small = any(t.size <= BUNDLE_MAX_FILE for t in runner.tasks)
-        if self.direction == "upload" and small and not self.bundle.off and self.before_verify is None:
+        if small and not self.bundle.off and self.before_verify is None:
             return BundleMover(self, runner)
-        return SFTPMover(self, runner, self.bundle.off if self.direction == "upload" and small else "")
+        return SFTPMover(self, runner, self.bundle.off if small else "")
 
     def _pool(self) -> SFTPPool:
         assert self.pool is not None  # the SFTP directions have one from the start

@@ -1,7 +1,8 @@
-"""Destination-side bundle sink: stdlib only, python3 >= 3.8, one file.
+"""Bundle helper: stdlib only, python3 >= 3.8, one file.
 
 Many small files travel as ONE framed stream over one SSH exec channel, one
-round trip per group of files instead of several per file. It is started as
+round trip per group of files instead of several per file: into this host
+(put, commit: the sink) or out of it (get: the source). It is started as
 
     python3 -I -c 'import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))'
 
@@ -9,8 +10,15 @@ and the client writes b"<length>\\n", this source, then requests on the same
 stdin (run directly, `python3 bundle_sink.py` serves stdin at once). A
 request is a JSON object on one line; replies are JSON lines, ASCII, flushed.
 
-  {"op": "hello", "id": 1} -> helper, version, algorithms, durability
+  {"op": "hello", "id": 1} -> helper, version, ops, algorithms, durability
       ("syncfs" or "fsync"), max_pending (the most puts one group may hold).
+  {"op": "get", "id": 2, "path": "/d/f", "algo": "sha256"} -> {"id", "ok": true,
+      "size", "mode", "mtime", "digest"} followed by exactly size raw bytes,
+      the file as read (digest of those bytes, null with algo null); or
+      {"id", "ok": false, "code", "error"} and no bytes. The path must be a
+      regular file (a symlink is not followed) of at most GET_MAX bytes; a
+      file that changes size while it is read answers ECHANGED. Replies come
+      in request order, so a client may send a whole group of gets at once.
   {"op": "put", "id": 2, "tmp": "/d/.f.atpart", "path": "/d/f", "size": N,
    "mode": 420, "mtime": 1700000000.5, "algo": "sha256", "digest": hex}
       and then exactly N raw bytes; no reply. The bytes go to tmp, created
@@ -38,7 +46,8 @@ EOF on stdin exits 0 and leaves pending temporaries for the client's journal
 to judge.
 
 Codes: errno names, EBADREQ (malformed or unsafe request), ENOALGO, EMISMATCH,
-ECHANGED (tmp was replaced by another writer before its rename; left alone),
+ECHANGED (tmp was replaced by another writer before its rename, left alone; or
+a got file changed size while read), EFBIG (a get over GET_MAX),
 EMFILE (a put past max_pending in one group), EINTERNAL (a bug here; the sink
 keeps serving). A put without a whole size >= 0 (or a line over 1 MiB) cannot
 be skipped: the sink answers EBADREQ with "fatal": true and exits 2 rather
@@ -49,7 +58,8 @@ different names, tmp's starting with "."; no directory is created; a symlink
 at tmp is refused; a stale file there is unlinked, never written through (it
 may be a hard link), as tmp is created with O_EXCL; a put naming another
 pending put's tmp (or a tmp naming a pending path) is refused; the rename
-first checks that tmp is still the inode verified. Nothing from a request is
+first checks that tmp is still the inode verified. A get reads regular files
+only and never follows a symlink at its path. Nothing from a request is
 evaluated, imported or given to a shell. Memory stays bounded: data moves in
 pieces of at most 1 MiB.
 """
@@ -64,8 +74,9 @@ import stat
 import sys
 
 HELPER = "airflow-transfer-bundle"
-VERSION = 1
+VERSION = 2
 PIECE = 1 << 20
+GET_MAX = 64 << 20  # a get holds its file in memory to send the digest ahead of the bytes
 UNSUPPORTED = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP)  # fsync refused by the filesystem, not failed
 # O_NOATIME: the read-back must not move the atime just set (allowed: the sink owns what it creates).
 CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOATIME", 0)
@@ -199,9 +210,12 @@ def _split(name, value):
 
 
 class Sink:
-    def __init__(self, stdin, stdout):
+    def __init__(self, stdin=None, stdout=None):
+        """Serves a stream, or (no stdin) is driven in-process through begin/feed/end/commit:
+        the client lands downloaded files with the same steps as this host's uploads."""
         # read1: at most one read(2) per call, and what the bootstrap's readline buffered comes first.
-        self.read, self.out = getattr(stdin, "read1", None) or stdin.read, stdout
+        self.read = (getattr(stdin, "read1", None) or stdin.read) if stdin is not None else None
+        self.out = stdout
         self.buf, self.pos, self.view = b"", 0, memoryview(bytearray(PIECE))
         self.pending, self.tmps, self.paths, self.exit_code = [], set(), set(), None
 
@@ -240,6 +254,7 @@ class Sink:
             ok=True,
             helper=HELPER,
             version=VERSION,
+            ops=["commit", "get", "hello", "put"],
             python=python,
             algorithms=sorted(ALGORITHMS),
             durability=durability,
@@ -291,13 +306,26 @@ class Sink:
         if put.mtime is not None:
             os.utime(put.fd, (put.mtime, put.mtime))
 
+    def begin(self, request):
+        """A put's header: its temporary file is created (or the put failed, kept for the commit)."""
+        put = Put(request.get("id"))
+        put.guard(self._create, put, request)
+        return put
+
+    def feed(self, put, piece):
+        put.guard(self._write, put, piece)
+
+    def end(self, put):
+        """All of the put's bytes are written: mode and mtime, then it waits for the commit."""
+        put.guard(self._finish, put)
+        self.pending.append(put)
+
     def put(self, request):
         size = request.get("size")
         if type(size) is not int or size < 0:
             self.exit_code = 2
             raise RequestError("EBADREQ", "put size must be a whole number >= 0 (got %r); stream unframed" % (size,))
-        put = Put(request.get("id"))
-        put.guard(self._create, put, request)
+        put = self.begin(request)
         while size:
             piece = self.take(size)
             if not piece:  # EOF inside the data: a truncated file is worth nothing
@@ -305,9 +333,44 @@ class Sink:
                 self.exit_code = 0
                 return
             size -= len(piece)
-            put.guard(self._write, put, piece)
-        put.guard(self._finish, put)
-        self.pending.append(put)
+            self.feed(put, piece)
+        self.end(put)
+
+    def get(self, request):
+        """Send one file whole, its digest ahead of its bytes; errors are answered by handle()."""
+        _split("path", request.get("path"))
+        path, algo = request["path"], request.get("algo")
+        if algo is not None and algo not in ALGORITHMS:
+            raise RequestError("ENOALGO", "%r is not available here; available: %s" % (algo, ", ".join(ALGORITHMS)))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise RequestError("EBADREQ", "not a regular file: %s" % path)
+            if st.st_size > GET_MAX:
+                raise RequestError("EFBIG", "%s has %d bytes, more than a get sends (%d)" % (path, st.st_size, GET_MAX))
+            pieces, left = [], st.st_size + 1  # one byte more than listed shows a file that grew
+            while left > 0:
+                piece = os.read(fd, min(left, PIECE))
+                if not piece:
+                    break
+                pieces.append(piece)
+                left -= len(piece)
+        finally:
+            os.close(fd)
+        data = b"".join(pieces)
+        if len(data) != st.st_size:
+            raise RequestError("ECHANGED", "%s changed size while it was read" % path)
+        head = dict(
+            id=request.get("id"),
+            ok=True,
+            size=len(data),
+            mode=stat.S_IMODE(st.st_mode),
+            mtime=st.st_mtime,
+            digest=ALGORITHMS[algo](data).hexdigest() if algo is not None else None,
+        )
+        self.out.write(json.dumps(head, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n" + data)
+        self.out.flush()
 
     def _flush(self, puts):
         """Make every live put durable: one syncfs per filesystem, an fsync per file where that fails."""
@@ -402,8 +465,10 @@ class Sink:
             request_id, op = request.get("id"), request.get("op")
             if op == "put":
                 return self.put(request)  # answered at the commit
+            if op == "get":
+                return self.get(request)  # answered with its bytes, or by the error below
             if op not in ("hello", "commit"):
-                raise RequestError("EBADREQ", "unknown op %r; known: commit, hello, put" % (op,))
+                raise RequestError("EBADREQ", "unknown op %r; known: commit, get, hello, put" % (op,))
             reply = self.hello(request) if op == "hello" else self.commit(request)
         except Exception as exc:  # noqa: BLE001 - keep serving: one bad request must not end the session
             reply = dict(zip(("code", "error"), _error(exc)), ok=False)

@@ -1,0 +1,133 @@
+"""Small files downloaded in bundles (engine/bundle_pull.py), against a real sshd."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from airflow_transfer.engine import bundle
+from airflow_transfer.engine.params import TransferParams
+from airflow_transfer.job import CopyRequest, run_copy
+from airflow_transfer.protocols.endpoint import Endpoint
+from tests.support.cli import ssh_args
+from tests.support.data import temp_files, tree_digest
+from tests.support.sshd import chown_to_user, restricted_sshd
+from tests.test_bundle import _target, _tree
+
+
+def _pull(sshd, src: Path, dst: Path, **kw):
+    return run_copy(
+        CopyRequest(
+            Endpoint("sftp", str(src), _target(sshd)),
+            Endpoint("file", str(dst)),
+            TransferParams(pp=8, cc=2),
+            **kw,
+        )
+    )
+
+
+def _sftp_opens(sshd, mark: int) -> list[str]:
+    return [os.path.basename(p) for _, op, p in sshd.sftp_events(mark) if op == "open"]
+
+
+def test_small_files_download_in_bundles_verified_and_big_ones_over_sftp(sshd, local_dir, remote_dir):
+    src = _tree(remote_dir / "tree", 300, seed=11, big=2)
+    dst = local_dir / "tree"
+    mark = sshd.log_mark()
+    s = _pull(sshd, src, dst, use_store=False)
+    assert s["failed"] == [] and s["direction"] == "download"
+    assert tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+    v = s["verify"]
+    assert v["verified"] == 302 and v["mismatched"] == 0 and v["bundled_files"] == 300
+    assert "bundle helper digests at the source" in v["where"], v["where"]
+    assert any("bundle: 300 files" in c.get("transport", "") for c in s["chunks"]), s["chunks"]
+    # Over SFTP only the two big files were opened; no small one.
+    opened = _sftp_opens(sshd, mark)
+    assert sorted(n for n in opened if n.startswith("b")) == ["b0.bin", "b1.bin"]
+    assert not any(n.startswith("s") for n in opened), opened[:5]
+    for rel in ("d1/s0001.bin", "d3/s0010.bin"):
+        a, b = (src / rel).stat(), (dst / rel).stat()
+        assert int(a.st_mtime) == int(b.st_mtime) and a.st_mode & 0o7777 == b.st_mode & 0o7777
+
+
+def test_a_byte_flipped_on_the_way_down_is_caught_and_only_that_file_fetched_again(
+    sshd, local_dir, remote_dir, monkeypatch
+):
+    src = _tree(remote_dir / "flip", 80, seed=12)
+    dst = local_dir / "flip"
+    flipped: list[int] = []
+    real_receive = bundle.SinkChannel.receive
+
+    def corrupting_receive(self, want):
+        head, data = real_receive(self, want)
+        if data and not flipped:
+            flipped.append(want)
+            data = data[:-1] + bytes([data[-1] ^ 0x01])  # after the source's digest: a flip in transit
+        return head, data
+
+    monkeypatch.setattr(bundle.SinkChannel, "receive", corrupting_receive)
+    s = _pull(sshd, src, dst, use_store=False)
+    assert len(flipped) == 1 and s["failed"] == []
+    v = s["verify"]
+    assert v["mismatched"] == 1 and v["repaired"] == 1 and v["verified"] == 80
+    assert s["files_retried"] == 1
+    assert tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+
+
+def test_kill_mid_group_then_resume_fetches_only_the_unfinished(sshd, local_dir, remote_dir, tmp_path):
+    src = _tree(remote_dir / "killed", 2000, seed=13)
+    dst = local_dir / "killed"
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    args = ["copy", sshd.url(str(src)), str(dst), "--store", store, "-c", "2", *ssh_args(sshd)]
+    proc = subprocess.Popen([sys.executable, "-m", "airflow_transfer.cli", *args], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if dst.exists() and sum(1 for _ in dst.rglob("s*.bin")) >= 300:
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None, "the copy ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    # A file under its final name is complete and verified; a re-fetch would give it a new inode.
+    before = {p: p.stat().st_ino for p in dst.rglob("s*.bin")}
+    assert 0 < len(before) < 2000
+    res = subprocess.run(
+        [sys.executable, "-m", "airflow_transfer.cli", *args, "--json"], capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    s = json.loads(res.stdout)
+    assert s["failed"] == []
+    assert tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+    assert s["files_skipped"] >= len(before)
+    assert all(p.stat().st_ino == ino for p, ino in before.items())
+
+
+def test_verify_none_download_lands_whole_files_under_their_final_names(sshd, local_dir, remote_dir):
+    src = _tree(remote_dir / "noverify", 120, seed=14)
+    dst = local_dir / "noverify"
+    s = _pull(sshd, src, dst, use_store=False, verify=None)
+    assert s["failed"] == [] and s["verify"]["verified"] == 0
+    assert any("bundle:" in c.get("transport", "") for c in s["chunks"])
+    assert tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+
+
+def test_sftp_only_source_downloads_over_sftp_and_says_why(test_base, local_dir):
+    base = test_base / "sshd-bundle-pull-no-exec"
+    server = restricted_sshd(base, "no-exec")
+    try:
+        src = _tree(base / "src", 40, seed=15)
+        chown_to_user(src, server.user)
+        s = _pull(server, src, local_dir / "x", use_store=False)
+        assert s["failed"] == [] and tree_digest(local_dir / "x") == tree_digest(src)
+        assert s["verify"]["verified"] == 40 and "bundled_files" not in s["verify"]
+        why = [c.get("transport", "") for c in s["chunks"]]
+        assert any(w.startswith("sftp (") and "exec" in w for w in why), why
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
