@@ -1,14 +1,18 @@
-"""Many small files on loopback: airflow-transfer (bundles, and over SFTP one by one) against rsync.
+"""Many small files on loopback, both directions: airflow-transfer (bundles, and over SFTP one by one) against rsync.
 
-    .venv/bin/python benchmarks/small_files.py [--reps 3] [--sets 2000x64k,20000x1k]
+    .venv/bin/python benchmarks/small_files.py [--reps 3] [--sets 2000x64k,20000x1k,100000x1k]
+        [--directions up,down] [--skip "airflow-transfer --no-bundle"] [--out FILE]
 
 Starts a real OpenSSH sshd on loopback, writes each file set once (NxSIZE, in
-directories of 100 files), then uploads it with every contender, interleaved
-(A B C A B C ...), each run into a fresh destination. The copies verify as by
-default (sha256); rsync checks nothing beyond its own transfer checksum. Reports
-wall seconds, files per second, and CPU seconds per 1000 files: the client's
-(this process's children) and the whole machine's (client + sshd + sink, from
-/proc/stat, both cores), with medians. Writes benchmarks/results/small-files-loopback.json.
+directories of 100 files: 100000x1k makes 1,000 directories), then copies it
+with every contender, uploads and downloads, interleaved (A B C A B C ...),
+each run into a fresh destination. The copies verify as by default (sha256);
+rsync checks nothing beyond its own transfer checksum. Reports wall seconds
+(process start to exit), files per second, the client's CPU (the process and
+its children) per 1000 files and its peak RSS, and the whole machine's CPU
+(client + sshd + helper + kernel, from /proc/stat, both cores) per 1000 files
+and per GiB, with medians. Writes benchmarks/results/small-files-loopback.json
+(or --out).
 """
 
 from __future__ import annotations
@@ -51,6 +55,48 @@ def _make(root: Path, count: int, size: int) -> None:
         os.chmod(d, 0o755)
 
 
+def _run(argv: list[str]) -> dict:
+    """Wall time, the client's CPU (the process and its children) and peak RSS, the machine's CPU."""
+    busy0, t0 = _busy_seconds(), time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.monotonic() - t0
+    busy = _busy_seconds() - busy0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.returncode != 0:
+        print(err[-2000:], file=sys.stderr)
+        raise SystemExit(f"{argv[:3]} failed with {proc.returncode}")
+    return {
+        "seconds": round(wall, 3),
+        "client_cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "client_peak_rss_mb": round(usage.ru_maxrss / 1024),
+        "machine_cpu_s": round(busy, 2),
+    }
+
+
+def _medians(rows: dict[str, list[dict]], count: int, size: int) -> dict:
+    med = {}
+    gib = count * size / (1 << 30)
+    for cname, rs in rows.items():
+        secs = statistics.median(r["seconds"] for r in rs)
+        client = statistics.median(r["client_cpu_s"] for r in rs)
+        machine = statistics.median(r["machine_cpu_s"] for r in rs)
+        med[cname] = {
+            "seconds": secs,
+            "files_per_s": round(count / secs),
+            "client_cpu_s_per_1000_files": round(1000 * client / count, 3),
+            "machine_cpu_s_per_1000_files": round(1000 * machine / count, 3),
+            "machine_cpu_s_per_gib": round(machine / gib, 1),
+            "client_peak_rss_mb": max(r["client_peak_rss_mb"] for r in rs),
+            "vs_rsync": None,
+        }
+    rsync = next((m for c, m in med.items() if c.startswith("rsync")), None)
+    for m in med.values():
+        m["vs_rsync"] = round(m["seconds"] / rsync["seconds"], 2) if rsync else None
+    return med
+
+
 def _parse(spec: str) -> tuple[int, int, str]:
     count, size = spec.lower().split("x")
     mult = {"k": 1024, "m": 1024 * 1024}.get(size[-1], 1)
@@ -61,6 +107,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--sets", default="2000x64k,20000x1k")
+    ap.add_argument("--directions", default="up,down", help="up (uploads), down (downloads), or both")
+    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "small-files-loopback.json"))
+    ap.add_argument("--skip", default="", help="contenders to leave out, comma-separated names as printed")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="at-small-"))
     os.chmod(work, 0o755)
@@ -81,94 +130,61 @@ def main() -> int:
         ]
     )
     store = f"sqlite:///{work}/store.db"
+    ident = ["--identity", str(sshd.client_key), "--known-hosts", str(sshd.known_hosts), "--store", store]
+    remote = f"{sshd.user}@{sshd.host}"
     contenders = {
-        "airflow-transfer (bundles)": lambda s, d: [
-            str(CLI),
-            "copy",
-            s,
-            sshd.url(d),
-            "--identity",
-            str(sshd.client_key),
-            "--known-hosts",
-            str(sshd.known_hosts),
-            "--store",
-            store,
-            "--restart",
-        ],
-        "airflow-transfer --no-bundle": lambda s, d: [
-            str(CLI),
-            "copy",
-            s,
-            sshd.url(d),
-            "--no-bundle",
-            "--identity",
-            str(sshd.client_key),
-            "--known-hosts",
-            str(sshd.known_hosts),
-            "--store",
-            store,
-            "--restart",
-        ],
-        "rsync -a -e ssh": lambda s, d: ["rsync", "-a", "-e", ssh, f"{s}/", f"{sshd.user}@{sshd.host}:{d}/"],
+        "up": {
+            "airflow-transfer (bundles)": lambda s, d: [str(CLI), "copy", s, sshd.url(d), *ident, "--restart"],
+            "airflow-transfer --no-bundle": lambda s, d: [
+                str(CLI),
+                "copy",
+                s,
+                sshd.url(d),
+                "--no-bundle",
+                *ident,
+                "--restart",
+            ],
+            "rsync -a -e ssh": lambda s, d: ["rsync", "-a", "-e", ssh, f"{s}/", f"{remote}:{d}/"],
+        },
+        "down": {
+            "airflow-transfer (bundles)": lambda s, d: [str(CLI), "copy", sshd.url(s), d, *ident, "--restart"],
+            "rsync -a -e ssh": lambda s, d: ["rsync", "-a", "-e", ssh, f"{remote}:{s}/", f"{d}/"],
+        },
     }
+    skip = {c.strip() for c in args.skip.split(",") if c.strip()}
     out: dict = {"machine_cores": os.cpu_count(), "sets": {}}
     try:
         for spec in args.sets.split(","):
             count, size, name = _parse(spec)
             src = work / f"src-{name}"
             _make(src, count, size)
-            rows: dict[str, list[dict]] = {c: [] for c in contenders}
-            for rep in range(args.reps):
-                for cname, build in contenders.items():
-                    dst = work / "remote" / f"{name}-{len(rows[cname])}-{cname.split()[-1].strip('()')}"
-                    dst.mkdir(parents=True)
-                    chown_to_user(dst, sshd.user)
-                    chown_to_user(dst.parent, sshd.user)
-                    busy0, t0 = _busy_seconds(), time.monotonic()
-                    before = os.times()
-                    proc = subprocess.run(build(str(src), str(dst)), capture_output=True, text=True, timeout=1800)
-                    wall = time.monotonic() - t0
-                    after = os.times()
-                    busy = _busy_seconds() - busy0
-                    if proc.returncode != 0:
-                        print(proc.stderr[-2000:], file=sys.stderr)
-                        raise SystemExit(f"{cname} failed on {name}")
-                    client = (after.children_user - before.children_user) + (
-                        after.children_system - before.children_system
-                    )
-                    landed = sum(len(files) for _, _, files in os.walk(dst))
-                    if landed != count:
-                        raise SystemExit(f"{cname} left {landed} of {count} files on {name}")
-                    row = {
-                        "seconds": round(wall, 3),
-                        "files_per_s": round(count / wall),
-                        "client_cpu_s": round(client, 2),
-                        "machine_cpu_s": round(busy, 2),
-                    }
-                    rows[cname].append(row)
-                    print(name, cname, rep, json.dumps(row), file=sys.stderr)
-                    shutil.rmtree(dst, ignore_errors=True)
-            med = {}
-            for cname, rs in rows.items():
-                secs = statistics.median(r["seconds"] for r in rs)
-                med[cname] = {
-                    "seconds": secs,
-                    "files_per_s": round(count / secs),
-                    "client_cpu_s_per_1000_files": round(
-                        1000 * statistics.median(r["client_cpu_s"] for r in rs) / count, 3
-                    ),
-                    "machine_cpu_s_per_1000_files": round(
-                        1000 * statistics.median(r["machine_cpu_s"] for r in rs) / count, 3
-                    ),
-                    "vs_rsync": None,
+            for direction in args.directions.split(","):
+                runs = {c: build for c, build in contenders[direction].items() if c not in skip}
+                key = f"{name} {direction}"
+                rows: dict[str, list[dict]] = {c: [] for c in runs}
+                for rep in range(args.reps):
+                    for cname, build in runs.items():
+                        dst = work / "remote" / f"{name}-{direction}-{rep}-{len(rows[cname])}"
+                        dst.mkdir(parents=True)
+                        chown_to_user(dst, sshd.user)
+                        chown_to_user(dst.parent, sshd.user)
+                        row = _run(build(str(src), str(dst)))
+                        landed = sum(len(files) for _, _, files in os.walk(dst))
+                        if landed != count:
+                            raise SystemExit(f"{cname} left {landed} of {count} files on {key}")
+                        rows[cname].append(row)
+                        print(key, cname, rep, json.dumps(row), file=sys.stderr)
+                        shutil.rmtree(dst, ignore_errors=True)
+                out["sets"][key] = {
+                    "files": count,
+                    "file_bytes": size,
+                    "direction": direction,
+                    "runs": rows,
+                    "median": _medians(rows, count, size),
                 }
-            rs_secs = med["rsync -a -e ssh"]["seconds"]
-            for cname in med:
-                med[cname]["vs_rsync"] = round(med[cname]["seconds"] / rs_secs, 2)
-            out["sets"][name] = {"files": count, "file_bytes": size, "runs": rows, "median": med}
-            print(json.dumps({name: med}, indent=1))
+                print(json.dumps({key: out["sets"][key]["median"]}, indent=1))
             shutil.rmtree(src, ignore_errors=True)
-        (REPO / "benchmarks" / "results" / "small-files-loopback.json").write_text(json.dumps(out, indent=1) + "\n")
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     finally:
         sshd.stop()
         shutil.rmtree(work, ignore_errors=True)

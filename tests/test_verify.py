@@ -110,6 +110,7 @@ def test_download_and_local_copies_are_verified(files, sshd, remote_dir, local_d
             Endpoint("file", str(local_dir / "down")),
             TransferParams(pp=4, p=2, cc=2),
             use_store=False,
+            bundle=False,  # the SFTP path's own helper; bundled downloads: tests/test_bundle_pull.py
         )
     )
     assert down["verify"]["where"] == "source helper, destination local" and down["verify"]["verified"] == 200

@@ -6,7 +6,9 @@ one executemany UPDATE: one short transaction however many ranges the engine
 reported. The rows are read under a write lock (SQLite: BEGIN IMMEDIATE;
 PostgreSQL: SELECT ... FOR UPDATE in path order, so two writers cannot
 deadlock on each other's rows), so two processes adding ranges to the same
-file never lose each other's ranges.
+file never lose each other's ranges. A file the batch finishes is written
+without being read (see apply_events); on PostgreSQL its UPDATE locks its
+row in the same path order.
 """
 
 from __future__ import annotations
@@ -172,11 +174,58 @@ INSERT INTO {files.name} ({_COLUMNS}) VALUES (?, ?, ?, ?, '{PENDING}', '[]', 0, 
 
 
 def apply_events(conn: Connection, transfer_id: int, events: Sequence[Event]) -> list[str]:
-    """Fold ``events`` (in order) into the journal; return the paths that are not in it (ignored)."""
+    """Fold ``events`` (in order) into the journal; return the paths that are not in it (ignored).
+
+    A file whose last event in the batch is a FileDone (the common case: a small
+    file is restarted and finished between two flushes) needs nothing from its
+    row but the mtime and attempts to keep when the event has none, which the
+    UPDATE itself can COALESCE: such files are written blind, one driver-level
+    executemany, without the locking SELECT and the fold. The others take the
+    read-fold-write path. Both give the same row.
+    """
     if not events:
         return []
+    done = _finished(events)
+    sql = _DONE_SQL.get(conn.dialect.paramstyle)
+    if not done or sql is None:
+        return _apply_folded(conn, transfer_id, events)
+    paths = sorted({event.path for event in events})
+    if len(done) == len(paths):
+        return _write_done(conn, transfer_id, sql, paths, done)
+    runs = _runs(paths, done)
+    if conn.dialect.name == "postgresql":
+        # Rows are locked as they are written or selected, so a run order that is not the
+        # path order could deadlock against another writer: walk the runs in path order,
+        # and give up the blind write when that takes too many round trips.
+        if len(runs) > _MAX_RUNS:
+            return _apply_folded(conn, transfer_id, events)
+    else:
+        # SQLite's BEGIN IMMEDIATE already made this the only writer: order does not matter.
+        runs = [(True, [p for p in paths if p in done]), (False, [p for p in paths if p not in done])]
+    unknown: set[str] = set()
+    current: dict[str, dict[str, Any]] = {}
+    for blind, run in runs:
+        if blind:
+            unknown.update(_write_done(conn, transfer_id, sql, run, done))
+        else:
+            locked = _lock_rows(conn, transfer_id, run)
+            unknown.update(path for path in run if path not in locked)
+            current.update(locked)
+    _write_folded(conn, transfer_id, current, [event for event in events if event.path in current])
+    return [path for path in paths if path in unknown]
+
+
+def _apply_folded(conn: Connection, transfer_id: int, events: Sequence[Event]) -> list[str]:
+    """apply_events for any batch: read the rows under lock, fold every event, write them back."""
     paths = sorted({event.path for event in events})
     current = _lock_rows(conn, transfer_id, paths)
+    _write_folded(conn, transfer_id, current, events)
+    return [path for path in paths if path not in current]
+
+
+def _write_folded(
+    conn: Connection, transfer_id: int, current: dict[str, dict[str, Any]], events: Sequence[Event]
+) -> None:
     for event in events:
         row = current.get(event.path)
         if row is not None:
@@ -204,7 +253,91 @@ def apply_events(conn: Connection, transfer_id: int, events: Sequence[Event]) ->
             files.c.transfer_id == bindparam("b_transfer_id"), files.c.path == bindparam("b_path")
         )
         conn.execute(statement, updates)
-    return [path for path in paths if path not in current]
+
+
+def _finished(events: Sequence[Event]) -> dict[str, FileDone]:
+    """The files whose row the batch determines without reading it, each with what its FileDones say.
+
+    After a FileDone, a row keeps from before it only last_error, and mtime and
+    attempts when the FileDone has none. So a file qualifies when its last
+    event is a FileDone and none of its events is a FileFailed (which sets
+    last_error and counts attempts from the stored value); the mtime and
+    attempts of an earlier FileDone carry over to a later one without them.
+    """
+    done: dict[str, FileDone] = {}
+    not_last: set[str] = set()  # files with an event after their latest FileDone
+    failed: set[str] = set()
+    for event in events:
+        path = event.path
+        if isinstance(event, FileDone):
+            before = done.get(path)
+            if before is not None and (event.mtime is None or event.attempts is None):
+                event = FileDone(
+                    path,
+                    event.size,
+                    before.mtime if event.mtime is None else event.mtime,
+                    event.checksum,
+                    before.attempts if event.attempts is None else event.attempts,
+                )
+            done[path] = event
+            not_last.discard(path)
+        else:
+            not_last.add(path)
+            if isinstance(event, FileFailed):
+                failed.add(path)
+    for path in not_last | failed:
+        done.pop(path, None)
+    return done
+
+
+def _runs(paths: list[str], done: dict[str, FileDone]) -> list[tuple[bool, list[str]]]:
+    """``paths`` (sorted) cut into maximal runs of blind-written (True) or folded (False) files."""
+    runs: list[tuple[bool, list[str]]] = []
+    for path in paths:
+        blind = path in done
+        if runs and runs[-1][0] == blind:
+            runs[-1][1].append(path)
+        else:
+            runs.append((blind, [path]))
+    return runs
+
+
+def _write_done(conn: Connection, transfer_id: int, sql: str, paths: list[str], done: dict[str, FileDone]) -> list[str]:
+    """Write the final row of each of ``paths`` (sorted) from its FileDone; return those not in the journal."""
+    now = db_value(conn, files.c.updated_at.type, utcnow())
+    blocks = encode_blocks([])
+    encoded: dict[int, tuple[str, int]] = {}  # size -> (ranges, bytes_done): sizes repeat
+    rows = []
+    for path in paths:
+        event = done[path]
+        size = event.size
+        ranges = encoded.get(size)
+        if ranges is None:
+            whole = [[0, size]] if size > 0 else []
+            ranges = encoded[size] = (rng.encode(whole), rng.covered_bytes(whole))
+        rows.append((size, event.mtime, event.checksum, *ranges, blocks, event.attempts, now, transfer_id, path))
+    # sqlite3 and psycopg sum executemany's row counts; a driver reporting less (or -1) only
+    # costs the SELECT below.
+    if conn.exec_driver_sql(sql, rows).rowcount == len(rows):
+        return []
+    known: set[str] = set()
+    for start in range(0, len(paths), _LOOKUP_BATCH):
+        query = select(files.c.path).where(
+            files.c.transfer_id == transfer_id, files.c.path.in_(paths[start : start + _LOOKUP_BATCH])
+        )
+        known.update(conn.execute(query).scalars())
+    return [path for path in paths if path not in known]
+
+
+# Round trips one batch may spend interleaving blind writes with locking reads (PostgreSQL).
+_MAX_RUNS = 16
+_DONE_UPDATE = f"""
+UPDATE {files.name} SET size = ?, mtime = COALESCE(?, mtime), checksum = ?, ranges = ?, bytes_done = ?,
+    state = '{DONE}', blocks = ?, attempts = COALESCE(?, attempts), updated_at = ?
+WHERE transfer_id = ? AND path = ?"""
+# By the driver's paramstyle; another style takes the folding path.
+_DONE_SQL = {"qmark": _DONE_UPDATE, "format": _DONE_UPDATE.replace("?", "%s")}
+_DONE_SQL["pyformat"] = _DONE_SQL["format"]
 
 
 def _lock_rows(conn: Connection, transfer_id: int, paths: list[str]) -> dict[str, dict[str, Any]]:
@@ -212,14 +345,18 @@ def _lock_rows(conn: Connection, transfer_id: int, paths: list[str]) -> dict[str
         files.c[name]
         for name in ("path", "size", "mtime", "state", "ranges", "attempts", "last_error", "checksum", "blocks")
     ]
+    postgresql = conn.dialect.name == "postgresql"
+    # UTF-8 byte order is code point order, Python's str order: the lock order of the blind
+    # writes and of the next batch of paths, whatever collation the database sorts text by.
+    order = files.c.path.collate("C") if postgresql else files.c.path
     current: dict[str, dict[str, Any]] = {}
     for start in range(0, len(paths), _LOOKUP_BATCH):
         query = (
             select(*columns)
             .where(files.c.transfer_id == transfer_id, files.c.path.in_(paths[start : start + _LOOKUP_BATCH]))
-            .order_by(files.c.path)
+            .order_by(order)
         )
-        if conn.dialect.name == "postgresql":
+        if postgresql:
             query = query.with_for_update()
         for row in conn.execute(query).mappings():
             current[row["path"]] = {**row, "ranges": rng.decode(row["ranges"]), "blocks": decode_blocks(row["blocks"])}
