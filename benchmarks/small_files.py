@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/small_files.py [--reps 3] [--sets 2000x64k,20000x1k,100000x1k]
         [--directions up,down] [--skip "airflow-transfer --no-bundle"] [--out FILE]
 
+Contenders: the default (`auto`), a fixed setting (`-c 4`: four connections, no
+tuning) to tell the engine from the tuning, `--no-bundle` (uploads), and rsync.
 Starts a real OpenSSH sshd on loopback, writes each file set once (NxSIZE, in
 directories of 100 files: 100000x1k makes 1,000 directories), then copies it
 with every contender, uploads and downloads, interleaved (A B C A B C ...),
@@ -144,10 +146,12 @@ def main() -> int:
                 *ident,
                 "--restart",
             ],
+            "airflow-transfer -c 4": lambda s, d: [str(CLI), "copy", s, sshd.url(d), "-c", "4", *ident, "--restart"],
             "rsync -a -e ssh": lambda s, d: ["rsync", "-a", "-e", ssh, f"{s}/", f"{remote}:{d}/"],
         },
         "down": {
             "airflow-transfer (bundles)": lambda s, d: [str(CLI), "copy", sshd.url(s), d, *ident, "--restart"],
+            "airflow-transfer -c 4": lambda s, d: [str(CLI), "copy", sshd.url(s), d, "-c", "4", *ident, "--restart"],
             "rsync -a -e ssh": lambda s, d: ["rsync", "-a", "-e", ssh, f"{remote}:{s}/", f"{d}/"],
         },
     }
