@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 BUNDLE_MAX_FILE = 1 << 20  # files up to 1 MiB travel in bundles; larger ones stream over SFTP
 GROUP_FILES = 1024  # files per commit (and so per syncfs); the sink may allow fewer (its fd limit)
 GROUP_BYTES = 16 << 20  # bytes per commit: bounds the memory a group holds on both ends
+SEND_PIECE = 1 << 20  # bytes joined into one send
 HELLO_TIMEOUT = 10.0  # the sink answers at once where python3 runs; a forced command never does
 COMMIT_TIMEOUT = 300.0  # a group's fsync and read-back on a slow disk
 BOOTSTRAP = "import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))"
@@ -180,7 +181,9 @@ class SinkChannel:
 
     def send(self, items: list[tuple[FileTask, bytes, str | None]], algorithm: str | None) -> int:
         """Send a group and its commit without waiting for the reply; the commit's request id."""
-        frames = []
+        frames: list[bytes] = []
+        held = 0
+        self.in_flight += 1
         for t, data, digest in items:
             head = {
                 "op": "put",
@@ -195,12 +198,21 @@ class SinkChannel:
             }
             frames.append(json.dumps(head, separators=(",", ":")).encode("ascii") + b"\n")
             frames.append(data)
+            held += len(data)
+            if held >= SEND_PIECE:  # many small files per packet, without a second copy of the group
+                self._send(frames)
+                held = 0
         commit_id = self._id()
         commit = {"op": "commit", "id": commit_id, "fsync": True, "drop_cache": True}
         frames.append(json.dumps(commit, separators=(",", ":")).encode("ascii") + b"\n")
-        self.in_flight += 1
-        self.chan.sendall(b"".join(frames))
+        self._send(frames)
         return commit_id
+
+    def _send(self, frames: list[bytes]) -> None:
+        # A view: paramiko's sendall re-slices what is left after every packet, which for a
+        # bytes object copies it (quadratic in the size sent).
+        self.chan.sendall(memoryview(b"".join(frames)))
+        frames.clear()
 
     def ask(self, tasks: list[FileTask], algorithm: str | None) -> list[int]:
         """Ask for a group of files (downloads) without waiting; their request ids, in order."""
@@ -210,7 +222,7 @@ class SinkChannel:
             get = {"op": "get", "id": ids[-1], "path": t.src, "algo": algorithm}
             lines.append(json.dumps(get, separators=(",", ":")).encode("ascii") + b"\n")
         self.in_flight += 1
-        self.chan.sendall(b"".join(lines))
+        self.chan.sendall(memoryview(b"".join(lines)))
         return ids
 
     def receive(self, want: int) -> tuple[dict, bytes]:

@@ -5,9 +5,12 @@
 With AT_CHAOS_FLIP=<destination temporary path> and AT_CHAOS_FLIP_AT=<fraction>,
 one byte of that temporary file is inverted the first time the engine is about to
 checksum it (the engine's `before_verify` hook, the one tests/test_verify.py uses):
-a byte flipped at the destination after write and before verification. Without
-those variables this is `airflow-transfer` whose progress snapshots are also
-written as `chaos-progress <monotonic time> <bytes done>` lines.
+a byte flipped at the destination after write and before verification. A victim
+small enough for a bundle (engine/bundle.py) keeps the bundle path (which has no
+such moment on this side): its byte is flipped in the bundle as it is sent,
+after the source's digest was taken, so the sink's read-back must catch it.
+Without those variables this is `airflow-transfer` whose progress snapshots are
+also written as `chaos-progress <monotonic time> <bytes done>` lines.
 """
 
 from __future__ import annotations
@@ -50,6 +53,28 @@ def _flipper(victim: str, at: float, limit: int | None):
     return hook
 
 
+def _bundle_flipper(victim: str, at: float) -> None:
+    """Flip one byte of the victim's data the first time it goes out in a bundle."""
+    from airflow_transfer.engine import bundle
+
+    real_send = bundle.SinkChannel.send
+    done = threading.Event()
+
+    def send(self, items, algorithm):
+        out = []
+        for t, data, digest in items:
+            if t.tmp == victim and data and not done.is_set():
+                done.set()
+                offset = min(len(data) - 1, int(at * len(data)))
+                data = data[:offset] + bytes([data[offset] ^ 0xFF]) + data[offset + 1 :]
+                sys.stderr.write(f"chaos: flipped the byte at {offset} of {t.tmp} (in a bundle)\n")
+                sys.stderr.flush()
+            out.append((t, data, digest))
+        return real_send(self, out, algorithm)
+
+    bundle.SinkChannel.send = send
+
+
 def _stamped(progress):
     """The progress callback, each snapshot also written with the moment it was taken.
 
@@ -70,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
 
     victim = os.environ.get("AT_CHAOS_FLIP")
     hook = None
-    if victim:
+    if victim and os.environ.get("AT_CHAOS_FLIP_BUNDLE") == "1":
+        _bundle_flipper(victim, float(os.environ.get("AT_CHAOS_FLIP_AT", "0.5")))
+    elif victim:
         hook = _flipper(
             victim,
             float(os.environ.get("AT_CHAOS_FLIP_AT", "0.5")),

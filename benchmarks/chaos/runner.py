@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from airflow_transfer.engine.bundle import BUNDLE_MAX_FILE
 from benchmarks.chaos import invariants as inv
 from benchmarks.chaos.faults import KINDS, Attempt, parse_progress, reported
 from tests.support.data import write_random
@@ -353,7 +354,10 @@ class Chaos:
             victim = rng.choice(sorted(candidates))
             tmp = dst / os.path.dirname(victim) / f".{os.path.basename(victim)}.atpart"
             env = {"AT_CHAOS_FLIP": str(tmp), "AT_CHAOS_FLIP_AT": f"{rng.random():.6f}"}
-            if mode == "block":
+            if self.source[victim][0] <= BUNDLE_MAX_FILE:
+                env["AT_CHAOS_FLIP_BUNDLE"] = "1"  # small files travel in bundles: flipped there
+                detail["path"] = "bundle"
+            elif mode == "block":
                 env["AT_CHAOS_FLIP_LIMIT"] = str(BLOCK)
             detail["victim"] = victim
         run = self._start(dst, store, key, mode, env)
