@@ -5,10 +5,8 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,21 +15,9 @@ from airflow_transfer.engine import bundle
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols.endpoint import Endpoint
-from airflow_transfer.protocols.ssh import SSHTarget
-from tests.support.cli import ssh_args
+from tests.support.cli import kill_cli_when, ssh_args
 from tests.support.data import temp_files, tree_digest, write_random
 from tests.support.sshd import chown_to_user, restricted_sshd
-
-
-def _target(sshd) -> SSHTarget:
-    return SSHTarget(
-        host=sshd.host,
-        port=sshd.port,
-        username=sshd.user,
-        key_filenames=[str(sshd.client_key)],
-        known_hosts=[str(sshd.known_hosts)],
-        look_for_keys=False,
-    )
 
 
 def _tree(root: Path, n: int, seed: int, big: int = 0) -> Path:
@@ -49,7 +35,7 @@ def _copy(sshd, src: Path, dst: Path, **kw):
     return run_copy(
         CopyRequest(
             Endpoint("file", str(src)),
-            Endpoint("sftp", str(dst), _target(sshd)),
+            Endpoint("sftp", str(dst), sshd.target(look_for_keys=False)),
             TransferParams(pp=8, cc=2),
             **kw,
         )
@@ -112,17 +98,7 @@ def test_kill_mid_group_then_resume_sends_only_the_unfinished(sshd, local_dir, r
     dst = remote_dir / "killed"
     store = f"sqlite:///{tmp_path / 'store.db'}"
     args = ["copy", str(src), sshd.url(str(dst)), "--store", store, "-c", "2", *ssh_args(sshd)]
-    proc = subprocess.Popen([sys.executable, "-m", "airflow_transfer.cli", *args], stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    done = 0
-    while time.monotonic() < deadline and proc.poll() is None:
-        done = sum(1 for p in dst.rglob("s*.bin")) if dst.exists() else 0
-        if done >= 300:
-            break
-        time.sleep(0.005)
-    assert proc.poll() is None, "the copy ended before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_cli_when(args, lambda: dst.exists() and sum(1 for _ in dst.rglob("s*.bin")) >= 300)
     before = {p: p.stat().st_mtime_ns for p in dst.rglob("s*.bin")}
     assert 0 < len(before) < 2000
     res = subprocess.run(
@@ -197,7 +173,7 @@ def test_a_sink_serves_every_chunk_of_its_connection(sshd, local_dir, remote_dir
     s = run_copy(
         CopyRequest(
             Endpoint("file", str(src)),
-            Endpoint("sftp", str(dst), _target(sshd)),
+            Endpoint("sftp", str(dst), sshd.target(look_for_keys=False)),
             TransferParams(pp=8, cc=2),
             algorithm="adaptive-cc",
             use_store=False,

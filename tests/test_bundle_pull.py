@@ -5,26 +5,24 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from airflow_transfer.engine import bundle
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols.endpoint import Endpoint
-from tests.support.cli import ssh_args
+from tests.support.cli import kill_cli_when, ssh_args
 from tests.support.data import temp_files, tree_digest
 from tests.support.sshd import chown_to_user, restricted_sshd
-from tests.test_bundle import _target, _tree
+from tests.test_bundle import _tree
 
 
 def _pull(sshd, src: Path, dst: Path, **kw):
     return run_copy(
         CopyRequest(
-            Endpoint("sftp", str(src), _target(sshd)),
+            Endpoint("sftp", str(src), sshd.target(look_for_keys=False)),
             Endpoint("file", str(dst)),
             TransferParams(pp=8, cc=2),
             **kw,
@@ -85,15 +83,7 @@ def test_kill_mid_group_then_resume_fetches_only_the_unfinished(sshd, local_dir,
     dst = local_dir / "killed"
     store = f"sqlite:///{tmp_path / 'store.db'}"
     args = ["copy", sshd.url(str(src)), str(dst), "--store", store, "-c", "2", *ssh_args(sshd)]
-    proc = subprocess.Popen([sys.executable, "-m", "airflow_transfer.cli", *args], stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if dst.exists() and sum(1 for _ in dst.rglob("s*.bin")) >= 300:
-            break
-        time.sleep(0.005)
-    assert proc.poll() is None, "the copy ended before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_cli_when(args, lambda: dst.exists() and sum(1 for _ in dst.rglob("s*.bin")) >= 300)
     # A file under its final name is complete and verified; a re-fetch would give it a new inode.
     before = {p: p.stat().st_ino for p in dst.rglob("s*.bin")}
     assert 0 < len(before) < 2000

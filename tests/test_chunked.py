@@ -17,18 +17,7 @@ from airflow_transfer.chunked import (
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.errors import TransferError
 from airflow_transfer.protocols.endpoint import Endpoint
-from airflow_transfer.protocols.ssh import SSHTarget
 from tests.support.data import make_tree, temp_files, tree_digest
-
-
-def _target(server) -> SSHTarget:
-    return SSHTarget(
-        host=server.host,
-        port=server.port,
-        username=server.user,
-        key_filenames=[str(server.client_key)],
-        known_hosts=[str(server.known_hosts)],
-    )
 
 
 def test_histogram_classes():
@@ -39,7 +28,7 @@ def test_histogram_classes():
 
 def test_download_in_chunks_then_verify_and_repair(sshd, remote_dir, local_dir, isolated_store):
     src_tree = make_tree(remote_dir / "instrument", small=60, seed=31)
-    src = Endpoint("sftp", str(src_tree), _target(sshd))
+    src = Endpoint("sftp", str(src_tree), sshd.target())
     dst = Endpoint("file", str(local_dir / "archive"))
     info = stage_manifest(src, str(local_dir / "staging"), "run1/manifest")
     assert info["files"] == 62 and info["manifest"].startswith("file://")
@@ -91,7 +80,7 @@ def test_download_in_chunks_then_verify_and_repair(sshd, remote_dir, local_dir, 
 
 def test_changed_manifest_is_refused(sshd, remote_dir, local_dir):
     src_tree = make_tree(remote_dir / "inst2", small=5, seed=32)
-    src = Endpoint("sftp", str(src_tree), _target(sshd))
+    src = Endpoint("sftp", str(src_tree), sshd.target())
     info = stage_manifest(src, str(local_dir / "staging"), "m")
     specs = plan_chunks(info, transfer_key="test:chunked/run2")
     spec = dict(specs[0], bytes=specs[0]["bytes"] + 1)
@@ -130,7 +119,7 @@ def test_plan_starts_from_the_tuning_library(sshd, remote_dir, local_dir, tmp_pa
     with Store.open(url) as store:
         row = store.tuned_for(f"{sshd.host}:{sshd.port}", "localhost", "sftp")
     src_tree = make_tree(remote_dir / "lib", small=20, seed=35)
-    src = Endpoint("sftp", str(src_tree), _target(sshd))
+    src = Endpoint("sftp", str(src_tree), sshd.target())
     dst = Endpoint("file", str(local_dir / "lib-out"))
     link, start = starting_point(src, dst, None, store_url=url, algorithm="globus")
     assert start.source == f"library (measured {row['measured_at']})" and start.summary()["library_id"] == row["id"]

@@ -15,7 +15,6 @@ from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols import backends
 from airflow_transfer.protocols.endpoint import Endpoint
 from airflow_transfer.protocols.resolve import resolve_endpoint
-from airflow_transfer.protocols.ssh import SSHTarget
 from tests.support.data import temp_files, tree_digest, write_random
 from tests.support.servers import ftp_at_root
 from tests.support.sshd import SSHServer, chown_to_user
@@ -64,19 +63,8 @@ class _FTPWatch:
         return Watched()
 
 
-def _target(sshd) -> SSHTarget:
-    return SSHTarget(
-        host=sshd.host,
-        port=sshd.port,
-        username=sshd.user,
-        key_filenames=[str(sshd.client_key)],
-        known_hosts=[str(sshd.known_hosts)],
-        look_for_keys=False,
-    )
-
-
 def _copy(sshd, src, dst, algorithm, alt, progress, **kw):
-    target = _target(sshd)
+    target = sshd.target(look_for_keys=False)
     return run_copy(
         CopyRequest(
             Endpoint("file", str(src)),

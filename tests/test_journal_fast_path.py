@@ -207,10 +207,17 @@ def test_an_unknown_finished_file_is_still_reported(store: Store) -> None:
     assert _rows(store, fast_id)["b"]["state"] == "done"
 
 
-def test_rows_are_locked_in_one_path_order(store: Store) -> None:
-    """Blind writes and locking reads interleave in path order, so two writers cannot deadlock."""
-    if store.backend != "postgresql":
-        pytest.skip("SQLite's BEGIN IMMEDIATE admits one writer: there are no row locks to order")
+@pytest.fixture
+def pg_store(postgres_server, monkeypatch: pytest.MonkeyPatch) -> Store:
+    monkeypatch.setattr(journal, "utcnow", lambda: FIXED_NOW)
+    with Store.open(postgres_server.create_schema()) as opened:
+        yield opened
+
+
+def test_rows_are_locked_in_one_path_order(pg_store: Store) -> None:
+    """Blind writes and locking reads interleave in path order, so two writers cannot deadlock.
+    PostgreSQL only: SQLite's BEGIN IMMEDIATE admits one writer, there are no row locks to order."""
+    store = pg_store
     paths = sorted(LISTED)
     fast_id, _ = _twins(store, dict.fromkeys(paths, 1024))
     events: list[Event] = []

@@ -10,20 +10,9 @@ import pytest
 from airflow_transfer.errors import UnsafePathError
 from airflow_transfer.manifest import Manifest, _consume, list_local, list_remote
 from airflow_transfer.protocols.pool import SFTPPool
-from airflow_transfer.protocols.ssh import SSHTarget
 from tests.support.cli import run_cli, ssh_args
 from tests.support.data import make_tree
 from tests.support.sshd import restricted_sshd
-
-
-def _target(server) -> SSHTarget:
-    return SSHTarget(
-        host=server.host,
-        port=server.port,
-        username=server.user,
-        key_filenames=[str(server.client_key)],
-        known_hosts=[str(server.known_hosts)],
-    )
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +42,7 @@ def test_local_listing(tree):
 
 
 def test_remote_exec_listing_matches_local(tree, sshd):
-    pool = SFTPPool(_target(sshd))
+    pool = SFTPPool(sshd.target())
     try:
         remote = list_remote(pool, str(tree), "remote")
         fallback = list_remote(pool, str(tree), "remote", allow_exec=False)
@@ -67,7 +56,7 @@ def test_remote_exec_listing_matches_local(tree, sshd):
 def test_listing_falls_back_to_sftp_when_exec_is_forced_away(tree, test_base):
     server = restricted_sshd(test_base / "sshd-noexec", "no-exec")
     try:
-        pool = SFTPPool(_target(server))
+        pool = SFTPPool(server.target())
         try:
             m = list_remote(pool, str(tree), "noexec")
         finally:

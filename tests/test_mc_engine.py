@@ -25,7 +25,6 @@ from airflow_transfer.job import CopyRequest, EngineSessionExecutor, run_copy
 from airflow_transfer.manifest import list_local
 from airflow_transfer.paths import TEMP_SUFFIX
 from airflow_transfer.protocols.endpoint import Endpoint
-from airflow_transfer.protocols.ssh import SSHTarget
 from airflow_transfer.tuning import LinkInfo
 from airflow_transfer.tuning.chunks import make_spec
 from airflow_transfer.tuning.dataset import SortedSizes
@@ -36,16 +35,6 @@ from tests.support.data import temp_files, tree_digest, write_random
 MIB = 1024 * 1024
 LINK = ["--rtt-ms", "1", "--bandwidth-mbit", "1000"]
 CLASSES = ("small", "middle", "large", "huge")
-
-
-def _target(server) -> SSHTarget:
-    return SSHTarget(
-        host=server.host,
-        port=server.port,
-        username=server.user,
-        key_filenames=[str(server.client_key)],
-        known_hosts=[str(server.known_hosts)],
-    )
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +133,7 @@ def test_mc_runs_chunks_at_once_and_moves_channels(mixed, sshd, remote_dir, spy)
     summary = run_copy(
         CopyRequest(
             Endpoint("file", str(mixed)),
-            Endpoint("sftp", str(dst), _target(sshd)),
+            Endpoint("sftp", str(dst), sshd.target()),
             # A 32 KiB protocol window against a 125 kB BDP: Large and Huge chunks may
             # use up to 5 channels (multichunk.useful_channels), so they can grow here.
             algorithm="mc",
@@ -212,7 +201,7 @@ def test_set_channels_grows_and_shrinks_a_running_chunk(sshd, remote_dir, local_
     # The SFTP mover takes one file at a time: workers come and go between files (a bundle
     # would finish this small tree before a change could be seen).
     with TransferSession(
-        Endpoint("file", str(src)), Endpoint("sftp", str(dst), _target(sshd)), verify=None, bundle=False
+        Endpoint("file", str(src)), Endpoint("sftp", str(dst), sshd.target()), verify=None, bundle=False
     ) as s:
         ex = EngineSessionExecutor(s, str(src), str(dst), None, None)
         cs = ex.open_session(table)
@@ -271,7 +260,7 @@ def test_close_stops_running_chunks_at_a_file_boundary(verify, sshd, remote_dir,
     options = {"verify": "sha256", "verify_mode": "sequential"} if verify else {}
     # One file at a time over SFTP, so a stop lands between files mid-chunk (not after a bundle).
     with TransferSession(
-        Endpoint("file", str(src)), Endpoint("sftp", str(dst), _target(sshd)), bundle=False, **options
+        Endpoint("file", str(src)), Endpoint("sftp", str(dst), sshd.target()), bundle=False, **options
     ) as s:
         cs = EngineSessionExecutor(s, str(src), str(dst), None, None).open_session(table)
         sizes = SortedSizes.of(table)
@@ -433,7 +422,7 @@ def test_mc_other_directions_run_chunks_at_once(direction, mixed, sshd, remote_d
     link = LinkInfo(rtt_s=0.001, bandwidth_bps=1e9, source="given")
     if direction == "download":
         subprocess.run(["cp", "-a", str(mixed), str(remote_dir / "src")], check=True)
-        src = Endpoint("sftp", str(remote_dir / "src"), _target(sshd))
+        src = Endpoint("sftp", str(remote_dir / "src"), sshd.target())
     else:
         src = Endpoint("file", str(mixed))
     dst = local_dir / direction

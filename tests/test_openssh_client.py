@@ -35,15 +35,7 @@ MIB = 1 << 20
 
 
 def _target(sshd, **kw) -> SSHTarget:
-    base = dict(
-        host=sshd.host,
-        port=sshd.port,
-        username=sshd.user,
-        key_filenames=[str(sshd.client_key)],
-        known_hosts=[str(sshd.known_hosts)],
-        client="auto",
-    )
-    return SSHTarget(**{**base, **kw})
+    return sshd.target(**{"client": "auto", **kw})
 
 
 def _put(wire: SFTPWire, path: str, data: bytes) -> None:

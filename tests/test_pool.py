@@ -9,18 +9,6 @@ import pytest
 
 from airflow_transfer.errors import ConnectError
 from airflow_transfer.protocols.pool import SFTPPool
-from airflow_transfer.protocols.ssh import SSHTarget
-
-
-def _target(sshd, **kw) -> SSHTarget:
-    base = dict(
-        host=sshd.host,
-        port=sshd.port,
-        username=sshd.user,
-        key_filenames=[str(sshd.client_key)],
-        known_hosts=[str(sshd.known_hosts)],
-    )
-    return SSHTarget(**{**base, **kw})
 
 
 def _settle(pool: SFTPPool, seconds: float = 30.0) -> None:
@@ -40,7 +28,7 @@ class _Recording(SFTPPool):
 
 
 def test_warm_connections_are_taken_by_acquirers_instead_of_opening_more(sshd):
-    pool = SFTPPool(_target(sshd))
+    pool = SFTPPool(sshd.target())
     try:
         assert pool.warm(2) == 2
         assert pool.warm(2) == 0  # already on their way: not opened twice
@@ -68,7 +56,7 @@ def test_a_failed_warm_handshake_leaves_the_error_to_acquire(sshd):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    pool = SFTPPool(_target(sshd, port=port, timeout=5))
+    pool = SFTPPool(sshd.target(port=port, timeout=5))
     try:
         assert pool.warm(1) == 1
         with pytest.raises(ConnectError, match=f"cannot connect to .*:{port}"):
@@ -79,7 +67,7 @@ def test_a_failed_warm_handshake_leaves_the_error_to_acquire(sshd):
 
 
 def test_closing_the_pool_while_warming_closes_what_arrives_later(sshd):
-    pool = _Recording(_target(sshd))
+    pool = _Recording(sshd.target())
     pool.warm(2)
     pool.close()  # the handshakes are still running
     _settle(pool)
@@ -100,7 +88,7 @@ def test_a_copy_adopts_the_pool_started_ahead_and_opens_no_other_connection(sshd
     src = tmp_path / "src"
     for i in range(30):
         write_random(src / f"f{i:02d}.bin", 50_000 + 1000 * i, seed=70 + i)
-    dst = Endpoint("sftp", str(remote_dir / "adopted"), _target(sshd))
+    dst = Endpoint("sftp", str(remote_dir / "adopted"), sshd.target())
     pool = _Recording(dst.target)
     # What the CLI starts before its imports: 2 data connections (fixed, cc=2) and the checksum helper's.
     assert pool.warm(warm_count("fixed", 2, verify=True)) == 3
@@ -125,8 +113,8 @@ def test_a_pool_for_another_endpoint_is_closed_and_not_used(sshd, tmp_path):
     from airflow_transfer.engine.transfer import TransferSession
     from airflow_transfer.protocols.endpoint import Endpoint
 
-    other = SFTPPool(_target(sshd))
-    session = TransferSession(Endpoint("file", str(tmp_path)), Endpoint("sftp", "/x", _target(sshd)), pool=other)
+    other = SFTPPool(sshd.target())
+    session = TransferSession(Endpoint("file", str(tmp_path)), Endpoint("sftp", "/x", sshd.target()), pool=other)
     try:
         assert session.pool is not other and session.pool.target is session.remote.target
         assert other._closed

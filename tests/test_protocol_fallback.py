@@ -12,7 +12,6 @@ from airflow_transfer.protocols import backends
 from airflow_transfer.protocols.backends.base import Backend
 from airflow_transfer.protocols.endpoint import Endpoint
 from airflow_transfer.protocols.resolve import resolve_endpoint
-from airflow_transfer.protocols.ssh import SSHTarget
 from tests.support.cli import run_cli
 from tests.support.data import make_tree, temp_files, tree_digest
 from tests.support.servers import HTTPServer, MotoServer, ftp_at_root
@@ -23,17 +22,6 @@ def ftp_root(test_base):
     """pyftpdlib as the sshd's login user, rooted at "/" so FTP and SFTP paths are the same."""
     with ftp_at_root(test_base) as server:
         yield server
-
-
-def _target(sshd) -> SSHTarget:
-    return SSHTarget(
-        host=sshd.host,
-        port=sshd.port,
-        username=sshd.user,
-        key_filenames=[str(sshd.client_key)],
-        known_hosts=[str(sshd.known_hosts)],
-        look_for_keys=False,
-    )
 
 
 def test_upload_over_ftp_verified_then_skipped(ftp_root, local_dir, remote_dir):
@@ -140,7 +128,7 @@ def test_silent_truncation_detected_by_size_and_resent_over_alternate(sshd, ftp_
     backends.register_wrapper("sftp", lambda b: _Truncating(b, victim))
     lines: list[str] = []
     try:
-        target = _target(sshd)
+        target = sshd.target(look_for_keys=False)
         req = CopyRequest(
             Endpoint("file", str(src)),
             Endpoint("sftp", str(remote_dir), target),

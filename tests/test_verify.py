@@ -12,19 +12,8 @@ import pytest
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols.endpoint import Endpoint
-from airflow_transfer.protocols.ssh import SSHTarget
 from tests.support.data import temp_files, tree_digest, write_random
 from tests.support.sshd import chown_to_user, restricted_sshd
-
-
-def _target(server) -> SSHTarget:
-    return SSHTarget(
-        host=server.host,
-        port=server.port,
-        username=server.user,
-        key_filenames=[str(server.client_key)],
-        known_hosts=[str(server.known_hosts)],
-    )
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +50,7 @@ def test_corrupted_files_are_detected_and_repaired(files, sshd, remote_dir):
     summary = run_copy(
         CopyRequest(
             Endpoint("file", str(files)),
-            Endpoint("sftp", str(remote_dir / "v"), _target(sshd)),
+            Endpoint("sftp", str(remote_dir / "v"), sshd.target()),
             TransferParams(pp=8, cc=4),
             before_verify=hook,
             use_store=False,
@@ -85,7 +74,7 @@ def test_persistent_corruption_fails_the_file_with_both_digests(files, sshd, rem
     summary = run_copy(
         CopyRequest(
             Endpoint("file", str(files)),
-            Endpoint("sftp", str(remote_dir / "p"), _target(sshd)),
+            Endpoint("sftp", str(remote_dir / "p"), sshd.target()),
             TransferParams(pp=8, cc=2),
             before_verify=always,
             use_store=False,
@@ -100,13 +89,13 @@ def test_persistent_corruption_fails_the_file_with_both_digests(files, sshd, rem
 def test_download_and_local_copies_are_verified(files, sshd, remote_dir, local_dir):
     up = run_copy(
         CopyRequest(
-            Endpoint("file", str(files)), Endpoint("sftp", str(remote_dir / "d"), _target(sshd)), use_store=False
+            Endpoint("file", str(files)), Endpoint("sftp", str(remote_dir / "d"), sshd.target()), use_store=False
         )
     )
     assert up["failed"] == []
     down = run_copy(
         CopyRequest(
-            Endpoint("sftp", str(remote_dir / "d"), _target(sshd)),
+            Endpoint("sftp", str(remote_dir / "d"), sshd.target()),
             Endpoint("file", str(local_dir / "down")),
             TransferParams(pp=4, p=2, cc=2),
             use_store=False,
@@ -130,7 +119,7 @@ def test_fallbacks_are_reported(case, files, test_base):
         summary = run_copy(
             CopyRequest(
                 Endpoint("file", str(files)),
-                Endpoint("sftp", str(dst / "x"), _target(server)),
+                Endpoint("sftp", str(dst / "x"), server.target()),
                 TransferParams(pp=8, cc=2),
                 use_store=False,
             )

@@ -236,10 +236,14 @@ class SinkChannel:
             raise EOFError("the bundle helper closed its channel inside a file")
         return head, data
 
+    def answered(self) -> None:
+        """A group's replies are all read (its commit's, or every get's)."""
+        self.in_flight -= 1
+
     def result(self, commit_id: int, count: int) -> list[dict]:
         """The reply to a commit sent with `send`: one entry per file of its group, in order."""
         reply = self._reply(commit_id)
-        self.in_flight -= 1
+        self.answered()
         files = reply.get("files")
         if not reply.get("ok") or not isinstance(files, list) or len(files) != count:
             raise ValueError(f"the bundle sink refused the commit: {str(reply)[:200]}")

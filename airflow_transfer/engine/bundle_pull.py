@@ -141,7 +141,7 @@ def _receive(
         local.feed(put, data)
         local.end(put)
         group.items.append((i, t, data, digest))
-    sink.in_flight -= 1
+    sink.answered()
     _committed(landing)
     if group.items:
         landing.append(lander.submit(_commit, mover, local, group))

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 
@@ -33,3 +35,14 @@ def run_cli(*args: str, timeout: float = 300, env: dict | None = None) -> Run:
         env={**os.environ, **(env or {})},
     )
     return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+def kill_cli_when(args: list[str], ready, timeout: float = 120) -> None:
+    """Start `airflow-transfer ARGS`, SIGKILL it as soon as `ready()` holds; fails if it ended first."""
+    proc = subprocess.Popen([sys.executable, "-m", "airflow_transfer.cli", *args], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None and not ready():
+        time.sleep(0.005)
+    assert proc.poll() is None, "the copy ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()

@@ -24,6 +24,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from airflow_transfer.protocols.ssh import SSHTarget
+
 TEST_USER = "attest"
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
@@ -345,6 +347,17 @@ class SSHServer:
 
     def url(self, path: str) -> str:
         return f"sftp://{self.user}@{self.host}:{self.port}{path}"
+
+    def target(self, **overrides) -> SSHTarget:
+        """An SSHTarget for this server: its address, user, client key and known_hosts."""
+        base = dict(
+            host=self.host,
+            port=self.port,
+            username=self.user,
+            key_filenames=[str(self.client_key)],
+            known_hosts=[str(self.known_hosts)],
+        )
+        return SSHTarget(**{**base, **overrides})
 
     def connect_kwargs(self) -> dict:
         return {
