@@ -13,7 +13,6 @@ from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols.endpoint import Endpoint
 from tests.support.data import temp_files, tree_digest, write_random
-from tests.test_verify import _target
 
 BLOCK = 64 * 1024
 VICTIMS = {".f007.bin.atpart", ".f100.bin.atpart", ".f199.bin.atpart"}
@@ -70,7 +69,7 @@ def test_block_mode_repairs_only_the_corrupted_blocks(threads, files, sshd, remo
     summary = run_copy(
         CopyRequest(
             Endpoint("file", str(files)),
-            Endpoint("sftp", str(remote_dir / "b"), _target(sshd)),
+            Endpoint("sftp", str(remote_dir / "b"), sshd.target()),
             TransferParams(pp=8, cc=4),
             before_verify=hook,
             use_store=False,
@@ -103,7 +102,7 @@ def test_block_mode_fails_a_file_that_stays_wrong_with_both_digests(files, sshd,
     summary = run_copy(
         CopyRequest(
             Endpoint("file", str(files)),
-            Endpoint("sftp", str(remote_dir / "p"), _target(sshd)),
+            Endpoint("sftp", str(remote_dir / "p"), sshd.target()),
             TransferParams(pp=8, cc=2),
             before_verify=always,
             use_store=False,
@@ -136,7 +135,7 @@ def test_every_mode_gives_identical_bytes(mode, files, sshd, remote_dir):
     summary = run_copy(
         CopyRequest(
             Endpoint("file", str(files)),
-            Endpoint("sftp", str(remote_dir / mode), _target(sshd)),
+            Endpoint("sftp", str(remote_dir / mode), sshd.target()),
             TransferParams(pp=4, cc=2),
             use_store=False,
             verify_mode=mode,
@@ -394,7 +393,7 @@ def test_block_mode_fallbacks_verify_and_repair(case, files, test_base):
         summary = run_copy(
             CopyRequest(
                 Endpoint("file", str(files)),
-                Endpoint("sftp", str(dst / "x"), _target(server)),
+                Endpoint("sftp", str(dst / "x"), server.target()),
                 TransferParams(pp=8, cc=2),
                 use_store=False,
                 before_verify=hook,
@@ -442,7 +441,7 @@ def test_block_mode_verifies_when_the_helpers_connection_fails_at_first(files, s
                 raise ConnectionError("connection reset by peer (injected)")
             return super().acquire()
 
-    dst = Endpoint("sftp", str(remote_dir / "flaky-helper"), _target(sshd))
+    dst = Endpoint("sftp", str(remote_dir / "flaky-helper"), sshd.target())
     summary = run_copy(
         CopyRequest(
             Endpoint("file", str(files)),
