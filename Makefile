@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 TEST_WORKERS ?= 3
 
-.PHONY: venv demo test docs bench bench-quick bench-loopback bench-query lock clean system-test chaos interop
+.PHONY: venv demo test docs bench bench-quick bench-loopback bench-query bench-generalize lock clean system-test chaos interop
 
 venv:
 	@bash scripts/bootstrap.sh
@@ -43,6 +43,15 @@ bench-query: venv
 	@$(PY) -c "import matplotlib" 2>/dev/null || (command -v uv >/dev/null 2>&1 && uv pip install -q -p $(PY) matplotlib) \
 		|| $(PY) -m pip install -q matplotlib
 	@$(PY) -m benchmarks.query_bench $(QUERY_ARGS)
+
+# `auto` on drawn links and datasets nobody tuned on, against a fixed grid (its oracle) and rsync
+# (docs/benchmarks.md). Writes benchmarks/results/generalize.{json,md}. GENERALIZE_ARGS=--dry-run for the plan,
+# GENERALIZE_ARGS='--pairs 1 --only 0 --grid quick --seconds 2 --out /tmp/gen-smoke' for a smoke run.
+bench-generalize: venv
+	@bash scripts/setup-test-deps.sh
+	@bash scripts/install-wan-deps.sh
+	@command -v rsync >/dev/null 2>&1 || apt-get install -y -qq --no-install-recommends rsync >/dev/null
+	@$(PY) -m benchmarks.generalize $(GENERALIZE_ARGS)
 
 # Loopback engine benchmark (prints MiB/s; not a test).
 bench-loopback: venv

@@ -31,7 +31,7 @@ from .protocols.resolve import resolve_endpoint
 from .store import decode, decode_blocks, open_store
 from .summary import TransferSummary
 from .tuning import LinkInfo, get_algorithm
-from .tuning.library import choose
+from .tuning.library import StartingPoint, choose, remember_first_contact
 from .tuning.models import OPENSSH_CHANNEL_WINDOW, SFTP_FILE_RTTS
 
 
@@ -265,6 +265,7 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
                 executor.adjust = start.params  # tuned block size / TCP buffer where a plan leaves 0
                 algorithm = get_algorithm(req.algorithm)
                 chunks = algorithm.run(ordered.table, link, executor)
+                _learned_notes(algorithm, start, store, req)
                 chunks = session.complete(
                     chunks,
                     ordered.table,
@@ -312,6 +313,23 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
     return summary
 
 
+def _learned_notes(algorithm, start: StartingPoint, store, req: CopyRequest) -> None:
+    """What the algorithm that ran found out (auto's decision, a first contact's measurements) goes
+    into the summary's tuning notes; a first contact's figures also go into the tuning library."""
+    ran = getattr(algorithm, "last_algorithm", None) or algorithm
+    decision = getattr(algorithm, "last_decision", None)
+    if decision is not None:
+        start.notes.append(f"auto chose {decision.algorithm}: {decision.reason}")
+    start.notes.extend(getattr(ran, "notes", []))
+    learned = getattr(ran, "learned", None)
+    if learned and start.link is None:
+        start.source = "first contact (measured by this copy)"
+    if learned and req.link is None:
+        kept = remember_first_contact(store, req.src, req.dst, learned)
+        if kept:
+            start.notes.append(kept)
+
+
 class EngineExecutor:
     """The tuning algorithms' ChunkExecutor over the real engine (tuning/executor.py)."""
 
@@ -321,6 +339,17 @@ class EngineExecutor:
         self.session, self.src_root, self.dst_root = session, src_root, dst_root
         self.modes, self.resume = modes, resume
         self.adjust: Callable[[TransferParams], TransferParams] = lambda params: params
+
+    def link_rtt(self) -> tuple[float, float, str] | None:
+        """RTT of the first connection to the remote side (tuning/first_contact.py); None for a
+        local copy or when no connection can be opened now (the copy itself will say why)."""
+        pool = getattr(self.session, "pool", None)
+        if pool is None:
+            return None
+        try:
+            return pool.rtt()
+        except Exception:  # noqa: BLE001 - only a hint: the copy's own first connection reports the real error
+            return None
 
     def run_chunk(self, manifest_sorted, start: int, stop: int, params: TransferParams, chunk_id: str):
         rows = manifest_sorted.slice(start, stop - start)

@@ -73,12 +73,13 @@ def test_drift_is_judged_against_the_model_not_raw_file_size():
     assert runner.retunes == []  # ... yet nothing was re-tuned
 
 
-def test_unmeasured_link_runs_adaptive_cc():
+def test_unmeasured_link_runs_first_contact():
     auto = get_algorithm("auto")
     s = LinkSimulator(LINK)
     results = auto.run(table(np.full(3000, MB)), LinkInfo.unknown(), s)
-    assert auto.last_decision.algorithm == "adaptive-cc"
-    assert results[0].params.cc == 1 and max(r.params.cc for r in results) > 1
+    assert auto.last_decision.algorithm == "first-contact"
+    assert min(r.params.cc for r in results) >= 2  # never a chunk alone on one channel
+    assert auto.last_algorithm.ramp.steps  # and concurrency was measured, not assumed
 
 
 @pytest.mark.parametrize(

@@ -92,8 +92,9 @@ def test_copy_after_profile_uses_the_library_and_given_figures_win(sshd, remote_
 def test_measure_link_when_the_library_is_empty(sshd, remote_dir, local_dir, store_env):
     url, env = store_env
     _dataset(local_dir, n=2)
+    # pcp, not auto: auto's first contact would fill the library itself (tests/test_first_contact.py)
     res = run_cli(
-        "copy", str(local_dir), sshd.url(str(remote_dir)), "--algorithm", "auto", "--json", *ssh_args(sshd), env=env
+        "copy", str(local_dir), sshd.url(str(remote_dir)), "--algorithm", "pcp", "--json", *ssh_args(sshd), env=env
     )
     assert res.code == 0, res.err
     assert res.summary["tuning"]["source"] == "unknown (adapting by measurement)"
@@ -130,8 +131,10 @@ def test_should_measure_decides_by_algorithm_and_size():
     assert should_measure(True, "fixed", 0)[0] is True  # asked for wins
     assert should_measure(False, "auto", 10 * AUTO_MEASURE_BYTES)[0] is False  # turned off wins
     assert should_measure(None, "fixed", 10 * AUTO_MEASURE_BYTES) == (False, "fixed parameters need no link figures")
-    small, why = should_measure(None, "auto", AUTO_MEASURE_BYTES - 1)
+    small, why = should_measure(None, "pcp", AUTO_MEASURE_BYTES - 1)
     assert small is False and "adapting by measurement" in why
+    first, why = should_measure(None, "auto", 10 * AUTO_MEASURE_BYTES)
+    assert first is False and "first contact" in why  # auto learns the link from the copy itself
     big, why = should_measure(None, "pcp", AUTO_MEASURE_BYTES)
     assert big is True and "kept in the tuning library" in why
 
@@ -139,7 +142,8 @@ def test_should_measure_decides_by_algorithm_and_size():
 def test_a_large_adaptive_transfer_measures_an_unknown_link_by_itself(
     sshd, remote_dir, local_dir, store_env, monkeypatch
 ):
-    """No --measure-link: an adaptive algorithm over the threshold profiles the link once, and says why."""
+    """No --measure-link: a model-based algorithm over the threshold profiles the link once, and says why
+    (auto does not: its first contact learns the link from the copy, tests/test_first_contact.py)."""
     from airflow_transfer.job import CopyRequest, run_copy
     from airflow_transfer.protocols.endpoint import Endpoint
     from airflow_transfer.protocols.ssh import SSHTarget
@@ -162,7 +166,7 @@ def test_a_large_adaptive_transfer_measures_an_unknown_link_by_itself(
             CopyRequest(
                 Endpoint("file", str(local_dir)),
                 Endpoint("sftp", f"{remote_dir}/{sub}", target),
-                algorithm="auto",
+                algorithm="pcp",
                 store_url=url,
                 log=lines.append,
                 **kw,

@@ -280,7 +280,7 @@ def test_rule_chunks_as_large_as_possible():
     "scenario, sizes, link, expected",
     [
         ("empty", np.empty(0, np.int64), link_with_bdp(8 * MB), "fixed"),
-        ("unmeasured link", np.full(5000, MB), LinkInfo.unknown(), "adaptive-cc"),
+        ("unmeasured link", np.full(5000, MB), LinkInfo.unknown(), "first-contact"),
         ("too small to probe", np.full(50, MB), link_with_bdp(8 * MB), "mc"),
         ("mixed small and large", mixed_sizes(), link_with_bdp(8 * MB), "mc"),
         ("homogeneous small", np.full(20000, MB), link_with_bdp(8 * MB), "pcp"),
@@ -329,7 +329,7 @@ def test_plan_accepts_a_plain_size_array_and_rejects_unsorted_input():
 
 
 def test_registry_names_and_errors():
-    assert set(ALGORITHMS) == {"fixed", "globus", "pcp", "mc", "adaptive-cc", "auto"}
+    assert set(ALGORITHMS) == {"fixed", "globus", "pcp", "mc", "adaptive-cc", "first-contact", "auto"}
     with pytest.raises(ValueError, match="unknown tuning algorithm 'rsync'; choose one of: fixed, globus"):
         get_algorithm("rsync")
     with pytest.raises(ValueError, match="algorithm 'pcp' has no option chunks; its options are: min_chunk_bytes"):

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from ..errors import UsageError
 from . import openssh
 from .capabilities import ServerCapabilities
+from .rtt import connection_rtt
 from .sftp_wire import SFTPProtocolError, SFTPWire
 from .ssh import DEFAULT_WINDOW, SSH_CLIENTS, SSHTarget, open_sftp, open_transport
 
@@ -224,6 +225,18 @@ class SFTPPool:
             raise
         proc.forget_files()
         return Conn(proc, wire, self.target)
+
+    def rtt(self) -> tuple[float, float, str]:
+        """(RTT, minimum RTT, how) measured on a pooled connection (protocols/rtt.py)."""
+        conn = self.acquire()
+        broken = False
+        try:
+            return connection_rtt(conn)
+        except BaseException:
+            broken = True
+            raise
+        finally:
+            self.release(conn, broken=broken)
 
     def release(self, conn: Conn, broken: bool = False) -> None:
         if broken or not conn.alive or conn.wire.outstanding:

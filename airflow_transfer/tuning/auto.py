@@ -22,8 +22,8 @@ The decision (`Auto.decide`) is a list of early returns, each with its reason:
 While it runs: PCP is started with `adapt=True`, so its final "rest" phases go
 in sub-chunks whose throughput is watched; a change beyond `drift` re-probes
 concurrency (retune.py, after paper 003 section 1: parameters optimal at
-submission may not be at execution). adaptive-cc adapts on every chunk by
-construction, and MC re-balances channels whenever a chunk finishes.
+submission may not be at execution). first-contact keeps re-checking its
+concurrency when the rate drifts, and MC re-balances channels whenever a chunk finishes.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from typing import Any, Unpack
 import pyarrow as pa
 
 from ..engine.result import ChunkResult
-from .adaptive_cc import AdaptiveCC
 from .base import (
     Algorithm,
     ProbeLimits,
@@ -46,6 +45,7 @@ from .base import (
 )
 from .chunks import ChunkSpec
 from .dataset import ManifestLike, SortedSizes
+from .first_contact import FirstContact
 from .fixed import Fixed
 from .models import LinkInfo, channel_rate_bps, pp_level, pp_param
 from .multichunk import DEFAULT_CHANNELS, MultiChunk
@@ -100,8 +100,13 @@ class Auto(Algorithm):
             return Decision("fixed", "empty dataset: nothing to move")
         if not link.measured:
             return Decision(
-                "adaptive-cc",
-                "link not measured: no BDP to build models on, so model-free adaptive concurrency (paper 001)",
+                "first-contact",
+                "link not measured: RTT from the first connection, concurrency doubled while the rate gains",
+            )
+        if link.learned_cc > 0:
+            return Decision(
+                "first-contact",
+                f"the tuning library knows this link from a first contact: ramp from cc {link.learned_cc}",
             )
         min_chunk = self.opts["min_chunk_bytes"] or default_min_chunk_bytes(link)
         if total < self.opts["min_chunks"] * min_chunk:
@@ -149,8 +154,8 @@ class Auto(Algorithm):
         o = self.opts
         if decision.algorithm == "fixed":
             return Fixed()
-        if decision.algorithm == "adaptive-cc":
-            return AdaptiveCC(max_cc=o["max_cc"], max_pp=o["max_pp"], min_chunk_bytes=o["min_chunk_bytes"])
+        if decision.algorithm == "first-contact":
+            return FirstContact(max_cc=o["max_cc"], max_pp=o["max_pp"], drift=o["drift"])
         if decision.algorithm == "mc":
             return MultiChunk(channels=o["channels"], max_pp=o["max_pp"], max_p=o["max_p"])
         return PCP(

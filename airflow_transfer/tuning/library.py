@@ -14,7 +14,9 @@ them instead of measuring first. Order of precedence:
    about to move at least AUTO_MEASURE_BYTES blind): a light network profile
    + the tuner run now, and the result goes into the library for the next
    transfer, so each host pair pays for it once;
-4. otherwise unknown: the algorithms adapt by measurement as they go.
+4. otherwise unknown: the algorithms adapt by measurement as they go, and `auto`'s first
+   contact (first_contact.py) writes what it measured into the library
+   (`remember_first_contact`), so the next copy over the link starts where it ended.
 
 From a library row the algorithms get a LinkInfo with the RTT, bandwidth
 (hence the BDP) and TCP buffer (= the per-stream window, so the number of
@@ -27,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from ..engine.params import TransferParams
@@ -37,6 +40,7 @@ from ..profiling.remote import HostRunner
 from .models import LinkInfo
 
 LIBRARY = "library"
+FIRST_CONTACT = "first contact"  # a tuned row's params["method"] when a copy learned it
 MEASURED_NOW = "measured now"
 GIVEN = "given"
 # A light profile costs a few seconds (sink start over SSH, RTT probes, a 3 s rate probe).
@@ -51,6 +55,8 @@ def should_measure(requested: bool | None, algorithm: str, total_bytes: int) -> 
         return requested, "asked for (--measure-link)" if requested else "turned off (--no-measure-link)"
     if algorithm == "fixed":
         return False, "fixed parameters need no link figures"
+    if algorithm == "auto":
+        return False, "auto learns the link from the copy itself (first contact) and keeps what it learned"
     if total_bytes < AUTO_MEASURE_BYTES:
         return False, f"under {AUTO_MEASURE_BYTES >> 20} MiB: adapting by measurement costs less than a probe"
     return True, (
@@ -101,13 +107,48 @@ def link_from_tuned(row: dict[str, Any], source: str = LIBRARY) -> LinkInfo | No
     rtt, mbit = row.get("rtt_ms"), row.get("bandwidth_mbit")
     if not rtt or not mbit or rtt <= 0 or mbit <= 0:
         return None
+    learned = (row.get("params") or {}).get("method") == FIRST_CONTACT
     return LinkInfo(
         rtt_s=rtt / 1000.0,
         bandwidth_bps=mbit * 1e6,
         tcp_buffer_bytes=int(row.get("tcp_buffer") or 0),
         max_window_bytes=int(row.get("tcp_buffer") or 0),
         source=source,
+        learned_cc=int(row.get("cc") or 0) if learned else 0,
     )
+
+
+def remember_first_contact(store, src, dst, learned: dict[str, Any]) -> str | None:
+    """Keep what a first contact measured as the newest tuned row of src -> dst; returns the
+    summary's note, or None when there is nothing worth keeping (no RTT, no rate, a local copy)."""
+    source_key, dest_key = key_of_endpoint(src), key_of_endpoint(dst)
+    rtt_ms, rate = learned.get("rtt_ms"), learned.get("rate_mbit")
+    if store is None or source_key == dest_key or not rtt_ms or not rate:
+        return None
+    cc = int(learned["cc"])
+    row = {
+        "source": source_key,
+        "destination": dest_key,
+        "protocol": protocol_of(src, dst),
+        "method": FIRST_CONTACT,
+        "streams": cc,
+        "tcp_buffer": 0,
+        "block_size": 0,
+        "bdp_bytes": int(rate * 1e6 / 8 * rtt_ms / 1000),
+        "pp_level": int(learned.get("pp_level") or 0),
+        "p": 1,
+        "cc": cc,
+        "rtt_ms": float(rtt_ms),
+        "bandwidth_mbit": float(rate),
+        "reasons": [
+            f"RTT {rtt_ms} ms from {learned.get('rtt_from', 'the first connection')}",
+            f"best rate {rate} Mbit/s reached by the copy itself (a lower bound on the link's)",
+            f"concurrency settled at {cc}",
+        ],
+        "steps": learned.get("steps", []),
+    }
+    row_id = store.save_tuned(row, measured_at=datetime.now(UTC))
+    return f"kept in the tuning library (row {row_id}): RTT {rtt_ms} ms, {rate} Mbit/s, cc {cc}"
 
 
 def protocol_of(src, dst) -> str:

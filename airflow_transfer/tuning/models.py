@@ -76,6 +76,8 @@ class LinkInfo:
         TCP's, it does not grow with the path, so it is known before the first byte
         and the ramps start from the connections it takes to cover the BDP
         (`streams_for_channel_window`).
+    learned_cc: the concurrency an earlier first contact over this link settled on
+        (tuning/first_contact.py, kept in the tuning library), 0 when none.
     """
 
     rtt_s: float
@@ -86,6 +88,7 @@ class LinkInfo:
     source: str = "cli"
     file_rtts: int = 1
     channel_window_bytes: int = 0
+    learned_cc: int = 0
 
     def __post_init__(self) -> None:
         for name in ("rtt_s", "bandwidth_bps"):
@@ -100,10 +103,10 @@ class LinkInfo:
                     f"LinkInfo.{name} must be a finite number > 0 (got {value!r}); "
                     "measure the link or pass --rtt-ms/--bandwidth-mbit"
                 )
-        for name in ("tcp_buffer_bytes", "max_window_bytes", "channel_window_bytes"):
+        for name in ("tcp_buffer_bytes", "max_window_bytes", "channel_window_bytes", "learned_cc"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"LinkInfo.{name} must be a whole number of bytes >= 0 (got {value!r})")
+                raise ValueError(f"LinkInfo.{name} must be a whole number >= 0 (got {value!r})")
         if not (0.0 <= self.loss_rate < 1.0):
             raise ValueError(f"LinkInfo.loss_rate must be in [0, 1) (got {self.loss_rate!r})")
 

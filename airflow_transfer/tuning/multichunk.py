@@ -51,6 +51,7 @@ import pyarrow as pa
 from ..engine.params import TransferParams
 from ..engine.result import ChunkResult
 from .base import Algorithm, RunContext, check_int, plan_sizes
+from .channels import ChannelScheduler, round_robin
 from .chunks import ChunkSpec, make_spec
 from .dataset import ManifestLike, SortedSizes
 from .executor import supports_sessions
@@ -58,7 +59,6 @@ from .models import (
     DEFAULT_MAX_P,
     DEFAULT_MAX_PP,
     LinkInfo,
-    channel_rate_bps,
     pp_level,
     pp_param,
     streams_for_channel_window,
@@ -104,22 +104,6 @@ def useful_channels(spec: ChunkSpec, link: LinkInfo) -> int:
         connections = streams_for_channel_window(link, cap=1 << 16) + 1
         cap = min(cap, max(1, math.ceil(connections / max(spec.params.p, 1))))
     return cap
-
-
-def round_robin(channels: int, order: list[str], caps: dict[str, int] | None = None) -> dict[str, int]:
-    """`channels` handed out one by one over `order`, skipping a name once it holds its cap."""
-    alloc = {name: 0 for name in order}
-    left = channels if order else 0
-    while left > 0:
-        open_ = [n for n in order if caps is None or alloc[n] < caps[n]]
-        if not open_:
-            break
-        for name in open_:
-            if left == 0:
-                break
-            alloc[name] += 1
-            left -= 1
-    return alloc
 
 
 class MultiChunk(Algorithm):
@@ -197,96 +181,7 @@ class MultiChunk(Algorithm):
             for spec in specs:
                 ctx.run_spec(spec.with_params(cc=min(self.opts["channels"], useful_channels(spec, link))))
             return ctx.results
-        scheduler = _Scheduler(ctx, specs, self.opts["channels"])
+        scheduler = ChannelScheduler(ctx, specs, self.opts["channels"], cap=lambda spec: useful_channels(spec, link))
         scheduler.run()
         self.last_moves = scheduler.moves
         return ctx.results
-
-
-class _ChunkState:
-    def __init__(self, spec: ChunkSpec, link: LinkInfo) -> None:
-        self.spec = spec
-        self.channels = 0
-        self.bytes_done = 0
-        self.channel_seconds = 0.0
-        self.last_at = 0.0
-        self.done = False
-        self.model_rate = max(channel_rate_bps(spec.bytes / spec.files, spec.params.pp, spec.params.p, link) / 8, 1.0)
-        self.cap = useful_channels(spec, link)
-
-    def eta(self, channels: int) -> float:
-        """Seconds left if the chunk had `channels` channels from now on."""
-        if channels <= 0:
-            return math.inf
-        per_channel = (
-            self.bytes_done / self.channel_seconds
-            if self.channel_seconds > 0 and self.bytes_done > 0
-            else self.model_rate
-        )
-        return (self.spec.bytes - self.bytes_done) / (per_channel * channels)
-
-
-class _Scheduler:
-    def __init__(self, ctx: RunContext, specs: list[ChunkSpec], channels: int) -> None:
-        self.ctx = ctx
-        self.states = {s.id: _ChunkState(s, ctx.link) for s in specs}
-        self.order = [s.id for s in specs]
-        alloc = round_robin(channels, self.order, {cid: self.states[cid].cap for cid in self.order})
-        self.initial = dict(alloc)
-        self.spare = channels - sum(self.initial.values())  # more channels than the chunks can use
-        self.moves: list[tuple[float, str, int]] = []  # (time, chunk id, channels after)
-
-    def run(self) -> None:
-        session = self.ctx.executor.open_session(self.ctx.manifest)
-        try:
-            for cid in self.order:
-                if self.initial[cid] > 0:
-                    self._start(session, cid, self.initial[cid], 0.0)
-            spare = self.spare
-            while any(st.channels > 0 and not st.done for st in self.states.values()):
-                event = session.wait_any()
-                st = self.states[event.chunk_id]
-                st.channel_seconds += st.channels * max(event.at - st.last_at, 0.0)
-                st.last_at = event.at
-                st.bytes_done = event.bytes_done
-                if not event.done:
-                    continue
-                st.done = True
-                self.ctx.results.append(event.result)
-                freed, st.channels = st.channels + spare, 0
-                spare = self._reassign(session, freed, event.at)
-        finally:
-            session.close()
-
-    def _start(self, session: Any, cid: str, channels: int, at: float) -> None:
-        st = self.states[cid]
-        st.channels, st.last_at = channels, at
-        session.start(st.spec.with_params(cc=channels), channels)
-        self.moves.append((at, cid, channels))
-
-    def _reassign(self, session: Any, freed: int, at: float) -> int:
-        """Give freed channels one by one to the longest-running chunk; returns channels nobody can use."""
-        extra = {cid: 0 for cid in self.order}
-        for _ in range(freed):
-            open_ = [
-                cid
-                for cid in self.order
-                if not self.states[cid].done and self.states[cid].channels + extra[cid] < self.states[cid].cap
-            ]
-            if not open_:
-                break
-            target = max(open_, key=lambda c: self.states[c].eta(self.states[c].channels + extra[c]))
-            extra[target] += 1
-        for cid in self.order:
-            if not extra[cid]:
-                continue
-            st = self.states[cid]
-            if st.channels == 0:
-                self._start(session, cid, extra[cid], at)
-            else:
-                st.channel_seconds += st.channels * max(at - st.last_at, 0.0)
-                st.last_at = at
-                st.channels += extra[cid]
-                session.set_channels(cid, st.channels)
-                self.moves.append((at, cid, st.channels))
-        return freed - sum(extra.values())

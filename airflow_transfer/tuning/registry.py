@@ -8,6 +8,7 @@ from typing import Any
 from .adaptive_cc import AdaptiveCC
 from .auto import Auto
 from .base import Algorithm, ProbeLimits
+from .first_contact import FirstContact
 from .fixed import Fixed
 from .globus import Globus
 from .multichunk import MultiChunk
@@ -19,6 +20,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "pcp": PCP,
     "mc": MultiChunk,
     "adaptive-cc": AdaptiveCC,
+    "first-contact": FirstContact,
     "auto": Auto,
 }
 

@@ -236,6 +236,10 @@ class LinkSimulator:
     def open_session(self, manifest_sorted: pa.Table) -> SimSession:
         return SimSession(self, manifest_sorted)
 
+    def link_rtt(self) -> tuple[float, float, str]:
+        """What a first connection would measure (tuning/first_contact.py)."""
+        return self.link.rtt_s, self.link.rtt_s, "the simulated link"
+
 
 @dataclass
 class _Running:

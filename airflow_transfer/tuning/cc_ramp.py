@@ -1,0 +1,159 @@
+"""Concurrency found the way TCP finds its window: double while it pays, then hold and watch.
+
+`CCRamp` is fed the copy's cumulative payload bytes at the executor's progress ticks and says
+when to change the number of channels. Each level is measured over one interval: a settle time
+first (new connections pay their SSH handshake and TCP slow start, and that is not the level's
+rate), then a measuring window. The rules, after paper 000 Alg. 2 (Yildirim, Arslan, Kim, Kosar,
+Application-Level Optimization of Big Data Transfers Through Pipelining, Parallelism and
+Concurrency, 2016), applied to concurrency inside one running transfer rather than per chunk:
+
+* ramp: double while the interval's rate beats the best so far by more than `gain` (5 %);
+  when it does not, go back to the best level and hold it; if already the first doubling
+  did not pay, halve instead while that gains (the start was too high for this path);
+* hold: the first interval sets a reference; a later interval more than `drift` (25 %) away
+  from it re-checks, as run-time re-tuning does (paper 003: Kola, Kosar, Livny, Run-time
+  Adaptation of Grid Data Placement Jobs, 2003): the same ramp again from the level held;
+* a change in what is moving (a chunk finished, its channels went elsewhere) restarts the
+  interval under way, and in hold replaces the reference.
+
+It is pure bookkeeping over (time, bytes) pairs, so the simulator and the engine drive it alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_GAIN = 0.05
+DEFAULT_DRIFT = 0.25
+
+
+@dataclass
+class Step:
+    """One measured interval: the level, its rate, and what the ramp did next."""
+
+    at: float
+    cc: int
+    rate_bps: float
+    action: str
+
+
+@dataclass
+class CCRamp:
+    start: int
+    cap: int
+    settle_s: float
+    window_s: float
+    floor: int = 2
+    gain: float = DEFAULT_GAIN
+    drift: float = DEFAULT_DRIFT
+    ramping: bool = True  # False: start holding at `start` (a level learned on an earlier copy)
+    steps: list[Step] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.floor = max(1, min(self.floor, self.cap))
+        self.cc = max(self.floor, min(self.start, self.cap))
+        self.mode = "up" if self.ramping else "hold"
+        self.best_cc, self.best_rate = self.cc, 0.0
+        self.base_cc, self.base_rate = self.cc, 0.0
+        self.reference: float | None = None
+        self.peak_rate = 0.0  # the highest interval rate seen, for the tuning library
+        self.settled_cc: int | None = None if self.ramping else self.cc  # where the first ramp stopped
+        self._from: float = 0.0  # the current interval starts measuring here
+        self._mark: tuple[float, int] | None = None
+
+    # -- input ------------------------------------------------------------------------------
+    def restart(self, at: float) -> None:
+        """What moves changed under the ramp: measure afresh after a settle time."""
+        self._from, self._mark = at + self.settle_s, None
+        if self.mode == "hold":
+            self.reference = None
+
+    def observe(self, at: float, total_bytes: int) -> int | None:
+        """One progress tick; returns the new channel count when it should change, else None."""
+        if at < self._from:
+            return None
+        if self._mark is None:
+            self._mark = (at, total_bytes)
+            return None
+        t0, b0 = self._mark
+        if at - t0 < self.window_s:
+            return None
+        changed = self.feed(at, (total_bytes - b0) * 8 / (at - t0))
+        if changed is None:
+            self._mark = (at, total_bytes)  # same level: the next interval starts now, no settle
+            return None
+        self._from, self._mark = at + self.settle_s, None
+        return changed
+
+    def feed(self, at: float, rate_bps: float) -> int | None:
+        """One interval's rate, measured by the caller; returns the new level if it changes."""
+        self.peak_rate = max(self.peak_rate, rate_bps)
+        before = self.cc
+        action = self._decide(rate_bps)
+        self.steps.append(Step(at, before, rate_bps, action))
+        return self.cc if self.cc != before else None
+
+    # -- the rules, each an early return --------------------------------------------------
+    def _decide(self, rate: float) -> str:
+        if self.mode == "hold":
+            return self._hold(rate)
+        if self.mode == "up":
+            return self._up(rate)
+        return self._down(rate)
+
+    def _up(self, rate: float) -> str:
+        if rate > (1 + self.gain) * self.best_rate:
+            self.best_cc, self.best_rate = self.cc, rate
+            if self.cc < self.cap:
+                self.cc = min(self.cc * 2, self.cap)
+                return "gained: doubled"
+            return self._settle("gained at the cap: hold")
+        if self.best_cc == self.base_cc and self.base_cc > self.floor:
+            # the first doubling from where this ramp began did not pay: try fewer before settling
+            self.mode = "down"
+            self.cc = max(self.base_cc // 2, self.floor)
+            return "no gain up: trying fewer"
+        return self._settle("no gain: back to the best level, hold")
+
+    def _down(self, rate: float) -> str:
+        if rate > (1 + self.gain) * self.best_rate:
+            self.best_cc, self.best_rate = self.cc, rate
+            if self.cc > self.floor:
+                self.cc = max(self.cc // 2, self.floor)
+                return "gained with fewer: halved"
+            return self._settle("gained at the floor: hold")
+        return self._settle("no gain down: back to the best level, hold")
+
+    def _hold(self, rate: float) -> str:
+        if self.reference is None:
+            self.reference = rate
+            return "hold: reference set"
+        change = rate / self.reference - 1 if self.reference > 0 else (0.0 if rate <= 0 else 1.0)
+        if abs(change) <= self.drift:
+            return "hold"
+        # drifted: re-check from here, up first
+        self.base_cc, self.base_rate = self.cc, rate
+        self.best_cc, self.best_rate = self.cc, rate
+        if self.cc < self.cap:
+            self.mode = "up"
+            self.cc = min(self.cc * 2, self.cap)
+            return f"drifted {change:+.0%}: re-checking up"
+        if self.cc > self.floor:
+            self.mode = "down"
+            self.cc = max(self.cc // 2, self.floor)
+            return f"drifted {change:+.0%}: re-checking down"
+        self.reference = rate
+        return "drifted at the only level: new reference"
+
+    def _settle(self, action: str) -> str:
+        self.cc = self.best_cc
+        self.mode = "hold"
+        self.reference = None  # measured afresh at the level held
+        if self.settled_cc is None:
+            self.settled_cc = self.cc
+        self.base_cc, self.base_rate = self.cc, self.best_rate
+        return action
+
+    @property
+    def done_ramping(self) -> bool:
+        return self.settled_cc is not None

@@ -1,0 +1,239 @@
+"""`first-contact`: how `auto` moves data over a link nobody measured, and learns it as it goes.
+
+Nothing is probed before the copy. What the copy does anyway tells enough to start:
+
+1. **RTT from the first connection** (`executor.link_rtt()`: the kernel's smoothed and minimum
+   RTT of the SSH connection's TCP socket, or the quickest of a few SFTP round trips when the
+   connection runs in an OpenSSH client process). Without it (an executor that cannot say),
+   50 ms is assumed and the summary says so.
+2. **Size classes and pipelining from the protocol window, not a BDP.** An SSH channel never
+   has more than its window in flight, whatever the link, so a channel is full once its
+   window is: the files are split into Multi-Chunk's classes (paper 000 section 4.2: Yildirim,
+   Arslan, Kim, Kosar, Application-Level Optimization of Big Data Transfers Through Pipelining,
+   Parallelism and Concurrency, 2016) with the window standing in for the BDP, and each class
+   pipelines enough files to keep one window in flight for the control round trips a file
+   costs (eq. 4 on the window). Parallelism stays 1: more channels serve large files as well
+   as more streams would, and the ramp below counts channels.
+3. **A starting concurrency from the RTT and the file mix**: the channels needed to carry an
+   assumed rate (`assumed_mbit`, 200 Mbit/s: low for a research network, so the ramp mostly
+   goes up) given each class's share of the bytes and one channel's model rate for that
+   class (models.channel_rate_bps), never fewer than 2. Classes without a channel yet wait
+   for one, longest first, as in Multi-Chunk; no class runs alone at one channel.
+4. **Concurrency doubled per measured interval while the rate gains more than 5 %**, then held
+   at the best level and re-checked when the rate drifts (cc_ramp.py). The classes run at the
+   same time over one pool of channels (channels.py); a finished class's channels go to the
+   others, as Multi-Chunk's do.
+5. **What was learned is returned** (`learned`): RTT, the best rate reached, and the level the
+   ramp settled on. The copy keeps it in the tuning library, and the next copy over the link
+   starts its ramp at that level (`LinkInfo.learned_cc`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pyarrow as pa
+
+from ..engine.params import TransferParams
+from ..engine.result import ChunkResult
+from .base import INITIAL_WINDOW, Algorithm, RunContext, check_fraction, check_int, plan_sizes
+from .cc_ramp import DEFAULT_DRIFT, DEFAULT_GAIN, CCRamp
+from .channels import ChannelScheduler, round_robin
+from .chunks import ChunkSpec, make_spec
+from .dataset import ManifestLike, SortedSizes
+from .executor import ChunkEvent, supports_sessions
+from .models import DEFAULT_MAX_CC, DEFAULT_MAX_PP, DEFAULT_MAX_WINDOW, LinkInfo, channel_rate_bps, pp_level, pp_param
+from .multichunk import ROUND_ROBIN, MultiChunk
+
+ASSUMED_MBIT = 200.0
+FALLBACK_RTT_S = 0.05
+MIN_CC = 2
+SETUP_RTTS = 3  # TCP handshake, SSH key exchange and auth, SFTP init: about three round trips
+MIN_SETTLE_S = 0.5
+MIN_WINDOW_S = 1.0
+WINDOW_RTTS = 8
+
+
+def probe_rtt(executor: Any, link: LinkInfo) -> tuple[float | None, float | None, str]:
+    """(RTT, minimum RTT, how it was found) from the executor, else from given figures."""
+    probe = getattr(executor, "link_rtt", None)
+    if callable(probe):
+        got = probe()
+        if got is not None:
+            return got
+    if link.measured:
+        return link.rtt_s, link.rtt_s, f"the link figures ({link.source})"
+    return None, None, f"no connection to measure: {FALLBACK_RTT_S * 1000:g} ms assumed"
+
+
+def contact_link(rtt_s: float, link: LinkInfo) -> LinkInfo:
+    """The link as first contact models it: the measured RTT, and a 'bandwidth' of one protocol
+    window per RTT, so that the BDP the models divide by is the window."""
+    window = link.channel_window_bytes or DEFAULT_MAX_WINDOW
+    return LinkInfo(
+        rtt_s=rtt_s,
+        bandwidth_bps=window * 8 / rtt_s,
+        tcp_buffer_bytes=link.tcp_buffer_bytes,
+        file_rtts=link.file_rtts,
+        channel_window_bytes=link.channel_window_bytes,
+        source="first contact",
+    )
+
+
+def interval_seconds(rtt_s: float, window_bytes: int) -> tuple[float, float]:
+    """(settle, window) of one ramp interval: a new channel's set-up and slow start to its window
+    must pass before its rate counts, then the rate is averaged over a few RTTs."""
+    slow_start = max(1.0, math.log2(max(window_bytes / INITIAL_WINDOW, 2.0)))
+    settle = max(MIN_SETTLE_S, (SETUP_RTTS + slow_start) * rtt_s)
+    return settle, max(MIN_WINDOW_S, WINDOW_RTTS * rtt_s)
+
+
+class FirstContact(Algorithm):
+    name = "first-contact"
+
+    def __init__(
+        self,
+        *,
+        assumed_mbit: float = ASSUMED_MBIT,
+        max_cc: int = DEFAULT_MAX_CC,
+        max_pp: int = DEFAULT_MAX_PP,
+        gain: float = DEFAULT_GAIN,
+        drift: float = DEFAULT_DRIFT,
+        start_cc: int | None = None,
+    ) -> None:
+        if start_cc is not None:
+            check_int(self.name, "start_cc", start_cc)
+        self.opts = {
+            "assumed_mbit": check_fraction(self.name, "assumed_mbit", assumed_mbit, 1.0, 1e6),
+            "max_cc": check_int(self.name, "max_cc", max_cc),
+            "max_pp": check_int(self.name, "max_pp", max_pp),
+            "gain": check_fraction(self.name, "gain", gain, 0.0, 1.0),
+            "drift": check_fraction(self.name, "drift", drift, 0.0, 10.0),
+            "start_cc": start_cc,
+        }
+        self._mc = MultiChunk(max_pp=max_pp, max_p=1)
+        self.learned: dict[str, Any] | None = None
+        self.notes: list[str] = []
+        self.ramp: CCRamp | None = None
+
+    # -- plan -----------------------------------------------------------------------------
+    def classes(self, sizes: SortedSizes, clink: LinkInfo) -> list[ChunkSpec]:
+        """One chunk per non-empty size class, in Multi-Chunk's start order, p = 1."""
+        ranges = self._mc.classify(sizes, clink)
+        specs = []
+        for name in (n for n in ROUND_ROBIN if n in ranges):
+            lo, hi = ranges[name]
+            pp = pp_param(pp_level(clink.pipeline_bytes, sizes.mean(lo, hi), self.opts["max_pp"]))
+            params = TransferParams(pp=pp, p=1, cc=1, tcp_buffer=clink.tcp_buffer_bytes)
+            specs.append(make_spec(sizes, f"fc.{name}", lo, hi, params))
+        return specs
+
+    def start_cc(self, specs: list[ChunkSpec], clink: LinkInfo, learned_cc: int = 0) -> tuple[int, str]:
+        """The first level of the ramp, and why."""
+        cap = self.opts["max_cc"]
+        if self.opts["start_cc"]:
+            return min(self.opts["start_cc"], cap), "given (start_cc)"
+        if learned_cc > 0:
+            return max(MIN_CC, min(learned_cc, cap)), "where the last copy over this link settled"
+        assumed = self.opts["assumed_mbit"] * 1e6
+        total = sum(s.bytes for s in specs) or 1
+        need = 0.0
+        for s in specs:
+            rate = channel_rate_bps(s.bytes / s.files, s.params.pp, 1, clink, control_rtts=clink.file_rtts)
+            need += assumed * (s.bytes / total) / max(rate, 1.0)
+        cc = max(MIN_CC, math.ceil(need))
+        why = (
+            f"channels for an assumed {self.opts['assumed_mbit']:g} Mbit/s at one "
+            f"{(clink.channel_window_bytes or DEFAULT_MAX_WINDOW) >> 10} KiB window per channel and RTT over this file mix"
+        )
+        return min(cc, cap), why
+
+    def plan(self, manifest: ManifestLike, link: LinkInfo) -> list[ChunkSpec]:
+        sizes = plan_sizes(manifest, link)
+        clink = contact_link(link.rtt_s if link.measured else FALLBACK_RTT_S, link)
+        specs = self.classes(sizes, clink)
+        cc, _ = self.start_cc(specs, clink, link.learned_cc)
+        alloc = round_robin(cc, [s.id for s in specs], {s.id: s.files for s in specs})
+        return [s.with_params(cc=max(1, alloc[s.id])) for s in specs]
+
+    # -- run ------------------------------------------------------------------------------
+    def run(self, manifest_sorted: pa.Table, link: LinkInfo, executor: Any) -> list[ChunkResult]:
+        ctx = RunContext.open(manifest_sorted, link, executor)
+        if len(ctx.sizes) == 0:
+            return []
+        rtt, min_rtt, how = probe_rtt(executor, link)
+        clink = contact_link(rtt or FALLBACK_RTT_S, link)
+        specs = self.classes(ctx.sizes, clink)
+        cc, why = self.start_cc(specs, clink, link.learned_cc)
+        settle, window = interval_seconds(clink.rtt_s, clink.bdp_bytes)
+        self.ramp = ramp = CCRamp(
+            start=cc,
+            cap=self.opts["max_cc"],
+            settle_s=settle,
+            window_s=window,
+            floor=min(MIN_CC, self.opts["max_cc"]),
+            gain=self.opts["gain"],
+            drift=self.opts["drift"],
+        )
+        ramp.restart(0.0)
+        rtt_text = f"{rtt * 1000:.3g} ms (min {min_rtt * 1000:.3g})" if rtt and min_rtt else "unknown"
+        self.notes = [
+            f"first contact: RTT {rtt_text} from {how}",
+            f"first contact: start at cc {ramp.cc} ({why}); classes "
+            + ", ".join(f"{s.id.split('.')[-1]} {s.files} files pp {s.params.pp}" for s in specs),
+        ]
+        if supports_sessions(executor):
+            _RampScheduler(ctx, specs, ramp).run()
+        else:
+            for spec in specs:  # one class after another, the ramp stepping once per class
+                result = ctx.run_spec(spec.with_params(cc=min(ramp.cc, spec.files)))
+                ramp.feed(sum(r.seconds for r in ctx.results), result.throughput_mbit * 1e6)
+        self.notes.append(self._ramp_note(ramp))
+        if not ramp.steps and ctx.results:
+            # too short for one interval: the whole copy's average is the only rate there is
+            seconds = max(r.seconds for r in ctx.results)
+            ramp.peak_rate = sum(r.bytes_moved for r in ctx.results) * 8 / seconds if seconds > 0 else 0.0
+        self.learned = {
+            "rtt_ms": round(rtt * 1000, 3) if rtt else None,
+            "min_rtt_ms": round(min_rtt * 1000, 3) if min_rtt else None,
+            "rtt_from": how,
+            "rate_mbit": round(ramp.peak_rate / 1e6, 2),
+            "cc": ramp.settled_cc or ramp.cc,
+            "pp_level": max((s.params.pp for s in specs), default=1) - 1,
+            "steps": [(round(s.at, 2), s.cc, round(s.rate_bps / 1e6, 1), s.action) for s in ramp.steps],
+        }
+        return ctx.results
+
+    @staticmethod
+    def _ramp_note(ramp: CCRamp) -> str:
+        if not ramp.steps:
+            return f"first contact: too short to measure an interval; stayed at cc {ramp.cc}"
+        path = " -> ".join(f"cc {s.cc} {s.rate_bps / 1e6:.0f} Mbit/s" for s in ramp.steps[:8])
+        more = f" (+{len(ramp.steps) - 8} intervals)" if len(ramp.steps) > 8 else ""
+        held = ramp.settled_cc or ramp.cc
+        return f"first contact: ramp {path}{more}; settled at cc {held}, best {ramp.peak_rate / 1e6:.0f} Mbit/s"
+
+
+class _RampScheduler(ChannelScheduler):
+    """The classes on one pool of channels whose size the ramp sets."""
+
+    def __init__(self, ctx: RunContext, specs: list[ChunkSpec], ramp: CCRamp) -> None:
+        super().__init__(ctx, specs, ramp.cc)
+        self.ramp = ramp
+        self._tick_at: float | None = None
+        self._tick_total = 0
+
+    def on_progress(self, event: ChunkEvent) -> None:
+        # A tick reports every running chunk at the same time: feed the ramp the previous tick's
+        # total once this one begins, so the total it sees is complete.
+        if self._tick_at is not None and event.at > self._tick_at:
+            wanted = self.ramp.observe(self._tick_at, self._tick_total)
+            if wanted is not None:
+                self.resize(wanted, event.at)
+        self._tick_at = event.at
+        self._tick_total = self.total_bytes_done
+
+    def on_done(self, event: ChunkEvent) -> None:
+        self.ramp.restart(event.at)
+        self._tick_at = None

@@ -1,0 +1,236 @@
+"""First contact: auto on a link nobody measured (tuning/first_contact.py, tuning/cc_ramp.py).
+
+The ramp's rules in memory, named link scenarios on the simulator, and the engine end: the RTT
+read from a real SSH connection, what the summary says, and what the tuning library keeps for
+the next copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from airflow_transfer.store import Store
+from airflow_transfer.tuning import LinkInfo, get_algorithm
+from airflow_transfer.tuning.cc_ramp import CCRamp
+from airflow_transfer.tuning.first_contact import contact_link, interval_seconds
+from airflow_transfer.tuning.simulator import LinkSimulator
+from tests.support.cli import run_cli, ssh_args
+
+MB = 1 << 20
+WINDOW = 2 * MB
+UNKNOWN_SSH = dataclasses.replace(LinkInfo.unknown(), file_rtts=2, channel_window_bytes=WINDOW)
+
+
+def table(sizes) -> pa.Table:
+    sizes = np.sort(np.asarray(sizes, dtype=np.int64))
+    return pa.table(
+        {"path": pa.array([f"f{i:07d}" for i in range(sizes.size)]), "size": sizes, "mtime": np.zeros(sizes.size)}
+    )
+
+
+def simulator(rtt_s: float, mbit: float, **kw) -> LinkSimulator:
+    link = LinkInfo(rtt_s=rtt_s, bandwidth_bps=mbit * 1e6, source="profiler")
+    return LinkSimulator(link, window_bytes=WINDOW, control_rtts=2, progress_interval=0.25, **kw)
+
+
+# -- the ramp's rules, in memory ----------------------------------------------------------------
+
+
+def feed(ramp: CCRamp, rates_by_cc: dict[int, float], intervals: int) -> list[int]:
+    """Drive the ramp with a link whose rate depends only on cc; returns cc per interval."""
+    seen = []
+    for _ in range(intervals):
+        seen.append(ramp.cc)
+        ramp.feed(0.0, rates_by_cc[ramp.cc])
+    return seen
+
+
+def test_ramp_doubles_while_it_gains_then_goes_back_to_the_best_and_holds():
+    rates = {2: 100.0, 4: 190.0, 8: 300.0, 16: 310.0, 32: 250.0}  # 16 gains only 3 %
+    ramp = CCRamp(start=2, cap=32, settle_s=0.5, window_s=1.0)
+    assert feed(ramp, rates, 7) == [2, 4, 8, 16, 8, 8, 8]
+    assert ramp.settled_cc == 8 and ramp.mode == "hold" and ramp.peak_rate == 310.0
+
+
+def test_ramp_tries_fewer_when_the_first_doubling_does_not_pay():
+    rates = {2: 150.0, 4: 200.0, 8: 180.0, 16: 100.0}
+    ramp = CCRamp(start=8, cap=32, settle_s=0.5, window_s=1.0)
+    assert feed(ramp, rates, 5) == [8, 16, 4, 2, 4]
+    assert ramp.settled_cc == 4
+
+
+def test_hold_rechecks_on_drift_and_ignores_small_moves():
+    ramp = CCRamp(start=4, cap=16, settle_s=0.5, window_s=1.0, ramping=False)
+    for rate in (200.0, 210.0, 190.0, 230.0):  # reference 200, all within 25 %
+        ramp.feed(0.0, rate)
+    assert ramp.cc == 4 and ramp.mode == "hold"
+    ramp.feed(0.0, 100.0)  # the rate halved: re-check, up first
+    assert ramp.cc == 8 and ramp.mode == "up"
+    ramp.feed(0.0, 95.0)  # more did not help: try fewer
+    assert ramp.cc == 2
+    ramp.feed(0.0, 120.0)  # fewer gained 26 % over the level it came from: keep going down
+    assert ramp.cc == 2 and ramp.mode == "hold"  # the floor: hold there
+
+
+def test_observe_measures_after_the_settle_time_and_restarts_on_a_change_of_mix():
+    ramp = CCRamp(start=2, cap=8, settle_s=1.0, window_s=2.0)
+    ramp.restart(0.0)
+    assert ramp.observe(0.5, 0) is None  # settling: new connections are still opening
+    assert ramp.observe(1.0, 1_000) is None  # the window starts here
+    assert ramp.observe(2.5, 2_000) is None  # 1.5 s is not a whole window yet
+    assert ramp.observe(3.0, 3_000) == 4  # 2000 bytes in 2 s: the first level measured, double
+    assert ramp.steps[0].rate_bps == pytest.approx(8_000)
+    ramp.restart(3.5)  # a class finished: what was being measured is not the same mix
+    assert ramp.observe(4.0, 10_000) is None and ramp._mark is None
+
+
+def test_intervals_grow_with_the_rtt():
+    short_settle, short_window = interval_seconds(0.001, WINDOW)
+    long_settle, long_window = interval_seconds(0.2, WINDOW)
+    assert (short_settle, short_window) == (0.5, 1.0)  # floors: a tick or two of the executor
+    assert long_settle > 1.5 and long_window == pytest.approx(1.6)
+
+
+# -- named scenarios on the simulator -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, rtt_s, mbit, at_least",
+    [
+        ("long fat pipe: 100 ms, 800 Mbit/s (BDP 5 windows)", 0.1, 800.0, 4),
+        ("continental: 40 ms, 1000 Mbit/s (BDP 2.4 windows)", 0.04, 1000.0, 2),
+    ],
+)
+def test_reaches_the_concurrency_the_link_needs_within_a_few_intervals(name, rtt_s, mbit, at_least):
+    sim = simulator(rtt_s, mbit)
+    auto = get_algorithm("auto")
+    auto.run(table(np.full(400, 8 * MB)), UNKNOWN_SSH, sim)
+    fc = auto.last_algorithm
+    assert auto.last_decision.algorithm == "first-contact", name
+    ramp = fc.ramp
+    assert ramp.settled_cc >= at_least, (name, fc.notes)
+    first_hold = next(i for i, s in enumerate(ramp.steps) if "hold" in s.action or "back" in s.action)
+    assert first_hold <= 5, (name, [(s.cc, s.action) for s in ramp.steps])
+    # the rate reached is near what the link carries once enough channels are open
+    assert ramp.peak_rate >= 0.7 * mbit * 1e6, (name, fc.notes)
+
+
+def test_holds_once_the_gain_stops_on_a_steady_link():
+    sim = simulator(0.05, 400.0)
+    auto = get_algorithm("auto")
+    auto.run(table(np.full(300, 8 * MB)), UNKNOWN_SSH, sim)
+    ramp = auto.last_algorithm.ramp
+    settled = [s for s in ramp.steps if s.at > 0]
+    after = [s.cc for s in settled[settled.index(next(s for s in settled if "back" in s.action)) + 1 :]]
+    assert after and set(after) == {ramp.settled_cc}, [(s.cc, s.action) for s in ramp.steps]
+
+
+def test_comes_down_when_the_rate_drops():
+    # 800 -> 100 Mbit/s at 20 s, on a router with a 2 MiB queue: the channels the fast link
+    # needed now put several times what the path holds in flight, and losses follow
+    sim = simulator(0.1, 800.0, rate_changes=[(20.0, 100e6)], queue_bytes=WINDOW)
+    auto = get_algorithm("auto")
+    auto.run(table(np.full(300, 8 * MB)), UNKNOWN_SSH, sim)
+    ramp = auto.last_algorithm.ramp
+    assert any("drifted" in s.action for s in ramp.steps), [(s.at, s.cc, s.action) for s in ramp.steps]
+    peak_cc = max(s.cc for s in ramp.steps if s.at < 20.0)
+    assert ramp.cc < peak_cc, [(round(s.at, 1), s.cc, round(s.rate_bps / 1e6), s.action) for s in ramp.steps]
+
+
+def test_no_class_of_small_files_runs_alone_on_one_channel():
+    sizes = np.concatenate([np.full(2000, 16 << 10), np.full(30, 64 * MB)])
+    sim = simulator(0.05, 500.0)
+    get_algorithm("first-contact").run(table(sizes), UNKNOWN_SSH, sim)
+    started = [c for c in sim.calls]
+    assert {c.chunk_id for c in started} == {"fc.small", "fc.huge"}
+    assert all(c.params.cc >= 1 for c in started)
+    first_moves = sim.calls  # both classes moved at the same time from t = 0
+    assert all(c.at == 0.0 for c in first_moves)
+
+
+def test_a_second_copy_starts_where_the_first_settled():
+    sim = simulator(0.1, 800.0)
+    first = get_algorithm("auto")
+    first.run(table(np.full(300, 8 * MB)), UNKNOWN_SSH, sim)
+    learned = first.last_algorithm.learned
+    assert learned["cc"] >= 4 and learned["rtt_ms"] == pytest.approx(100.0) and learned["rate_mbit"] > 500
+    link = LinkInfo(
+        rtt_s=learned["rtt_ms"] / 1000,
+        bandwidth_bps=learned["rate_mbit"] * 1e6,
+        file_rtts=2,
+        channel_window_bytes=WINDOW,
+        source="library",
+        learned_cc=learned["cc"],
+    )
+    second = get_algorithm("auto")
+    sim2 = simulator(0.1, 800.0)
+    second.run(table(np.full(300, 8 * MB)), link, sim2)
+    assert second.last_decision.algorithm == "first-contact" and "ramp from cc" in second.last_decision.reason
+    assert second.last_algorithm.ramp.steps[0].cc == learned["cc"]
+    assert sim2.now <= sim.now * 1.02  # no slower than the copy that had to find it
+
+
+def test_the_plan_uses_the_window_as_the_bdp():
+    sizes = np.concatenate([np.full(100, 64 << 10), np.full(10, 100 * MB)])
+    specs = get_algorithm("first-contact").plan(table(sizes), UNKNOWN_SSH)
+    by_name = {s.id: s for s in specs}
+    assert set(by_name) == {"fc.small", "fc.huge"}
+    # pp keeps one 2 MiB window in flight per channel for two control round trips a file
+    assert by_name["fc.small"].params.pp == 32 + 1 and by_name["fc.huge"].params.pp == 2
+    assert all(s.params.p == 1 for s in specs)
+    clink = contact_link(0.05, UNKNOWN_SSH)
+    assert clink.bdp_bytes == pytest.approx(WINDOW, rel=0.01)
+
+
+# -- the engine: a real sshd ---------------------------------------------------------------------
+
+
+def test_link_rtt_comes_from_the_connection(sshd):
+    from airflow_transfer.protocols.pool import SFTPPool
+
+    pool = SFTPPool(sshd.target())
+    try:
+        rtt, low, how = pool.rtt()
+    finally:
+        pool.close()
+    assert 0 < low <= rtt < 0.5 and "TCP_INFO" in how
+
+
+def test_link_rtt_over_the_openssh_client_uses_sftp_round_trips(sshd):
+    from airflow_transfer.protocols.pool import SFTPPool
+
+    pool = SFTPPool(sshd.target(client="openssh"))
+    try:
+        rtt, low, how = pool.rtt()
+    finally:
+        pool.close()
+    assert 0 < low <= rtt < 0.5 and "SFTP round trips" in how and pool.client == "openssh"
+
+
+def test_first_contact_is_kept_and_the_next_copy_starts_from_it(sshd, remote_dir, local_dir, tmp_path):
+    url = f"sqlite:///{tmp_path / 'library.db'}"
+    env = {"AIRFLOW__AIRFLOW_TRANSFER__STORE_URL": url}
+    for i in range(40):
+        (local_dir / f"f{i:02d}.bin").write_bytes(bytes([i]) * (50_000 + 1000 * i))
+    res = run_cli("copy", str(local_dir), sshd.url(f"{remote_dir}/1"), "--json", *ssh_args(sshd), env=env)
+    assert res.code == 0, res.err
+    tuning = res.summary["tuning"]
+    assert tuning["source"] == "first contact (measured by this copy)", tuning
+    notes = "\n".join(tuning["notes"])
+    assert "auto chose first-contact" in notes and "RTT" in notes and "TCP_INFO" in notes, notes
+    assert "first contact: start at cc" in notes and "kept in the tuning library" in notes, notes
+    with Store.open(url) as store:
+        row = store.tuned_for("localhost", f"{sshd.host}:{sshd.port}", "sftp")
+    assert row is not None and row["params"]["method"] == "first contact" and row["cc"] >= 2 and row["rtt_ms"] > 0
+
+    again = run_cli("copy", str(local_dir), sshd.url(f"{remote_dir}/2"), "--json", *ssh_args(sshd), env=env)
+    assert again.code == 0, again.err
+    tuning = again.summary["tuning"]
+    assert tuning["source"].startswith("library (measured ") and tuning["library_id"] == row["id"], tuning
+    assert f"ramp from cc {row['cc']}" in "\n".join(tuning["notes"]), tuning["notes"]
+    for i in range(40):
+        assert (remote_dir / "2" / f"f{i:02d}.bin").read_bytes() == (local_dir / f"f{i:02d}.bin").read_bytes()
