@@ -51,7 +51,7 @@ FALLBACK_RTT_S = 0.05
 MIN_CC = 2
 SETUP_RTTS = 3  # TCP handshake, SSH key exchange and auth, SFTP init: about three round trips
 MIN_SETTLE_S = 0.5
-MIN_WINDOW_S = 1.0
+MIN_WINDOW_S = 2.0  # progress comes in blocks and socket buffers: a shorter window is mostly noise
 WINDOW_RTTS = 8
 
 
