@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -74,28 +73,31 @@ def _writers_at_once(events, keep) -> int:
     return best
 
 
-def _classes_at_once(events) -> int:
-    """Most MC classes with a temporary file open at the same time (server side)."""
-    open_: dict[str, str] = {}
+def _files_open_at_once(events) -> int:
+    """Most temporary files open at the same time on the server, whatever session opened them."""
+    open_: set[str] = set()
     best = 0
     for _pid, op, path in events:
-        cls = _chunk_of(path)
-        if not path.endswith(TEMP_SUFFIX) or cls is None:
+        if not path.endswith(TEMP_SUFFIX):
             continue
         if op == "open":
-            open_[path] = cls
+            open_.add(path)
         elif op == "close":
-            open_.pop(path, None)
-        best = max(best, len(set(open_.values())))
+            open_.discard(path)
+        best = max(best, len(open_))
     return best
 
 
 @pytest.fixture
 def spy(monkeypatch):
     """Records what the real MC scheduler did: its moves and the events it received."""
-    seen: dict = {"moves": [], "events": [], "set_channels": [], "mark": None}
+    seen: dict = {"moves": [], "events": [], "set_channels": [], "mark": None, "started": 0}
     run, wait_any, init = MultiChunk.run, EngineChunkSession.wait_any, EngineChunkSession.__init__
-    set_channels = EngineChunkSession.set_channels
+    set_channels, start = EngineChunkSession.set_channels, EngineChunkSession.start
+
+    def start_spy(self, spec, channels):
+        seen["started"] += 1
+        return start(self, spec, channels)
 
     def init_spy(self, executor, manifest_sorted, interval=0.05):
         # Progress ticks every 50 ms: on loopback the whole copy can finish within the default 1 s.
@@ -109,6 +111,7 @@ def spy(monkeypatch):
 
     def wait_spy(self):
         event = wait_any(self)
+        seen.setdefault("started_before_first_event", seen["started"])
         seen["events"].append(event)
         return event
 
@@ -123,6 +126,7 @@ def spy(monkeypatch):
     monkeypatch.setattr(EngineChunkSession, "set_channels", set_channels_spy)
     monkeypatch.setattr(EngineChunkSession, "__init__", init_spy)
     monkeypatch.setattr(EngineChunkSession, "wait_any", wait_spy)
+    monkeypatch.setattr(EngineChunkSession, "start", start_spy)
     return seen
 
 
@@ -149,19 +153,16 @@ def test_mc_runs_chunks_at_once_and_moves_channels(mixed, sshd, remote_dir, spy)
 
     done = {e.chunk_id: e for e in spy["events"] if e.done}
     assert len(done) == 4 and sum(1 for e in spy["events"] if e.done) == 4  # one done event per chunk
-    spans = {cid: (e.at - e.result.seconds, e.at) for cid, e in done.items()}
-    huge = spans["mc.huge"]
-    overlapping = [cid for cid, (lo, hi) in spans.items() if cid != "mc.huge" and lo < huge[1] and huge[0] < hi]
-    assert overlapping, spans  # the other chunks ran while the huge one did, not after it
-    # The summary places chunks on one timeline too (reports draw them from it).
+    # At once, by mechanism: all four chunks were started on the session before any of them
+    # reported done (overlap in time would depend on how loaded the machine is).
+    assert spy["started_before_first_event"] == 4, spy["moves"]
+    # The summary places chunks on one timeline (reports draw them from it).
     told = {c["id"]: (c["start_s"], c["start_s"] + c["seconds"]) for c in summary["chunks"]}
     assert all(0 <= lo <= hi <= summary["seconds"] + 0.01 for lo, hi in told.values()), told
-    assert any(
-        lo < told["mc.huge"][1] and told["mc.huge"][0] < hi for cid, (lo, hi) in told.items() if cid != "mc.huge"
-    ), told
 
     events = sshd.sftp_events(mark)
-    assert _classes_at_once(events) >= 2  # the server saw files of two chunks open at the same time
+    # every class's files went through the server (over its own sessions)
+    assert {_chunk_of(p) for _, op, p in events if op == "open" and p.endswith(TEMP_SUFFIX)} == set(CLASSES)
 
     # Channels moved: a chunk's channels went to a running one when it finished, and the
     # engine really ran that chunk with more connections than it started with.
@@ -238,14 +239,16 @@ def test_set_channels_grows_and_shrinks_a_running_chunk(sshd, remote_dir, local_
     result = events[-1].result
     assert result.params.cc == 1 and result.failed == [] and len(result.outcomes) == 400
     assert all(not e.done for e in events[:-1])
-    assert (
-        _writers_at_once(sshd.sftp_events(grow_mark, shrink_mark), lambda p: True) >= 3
-    )  # more connections at once after growing
-    # And one again after shrinking: one session opened the files from then on. A retired worker's
-    # last file (pp=1) may still show up when the server's log lines land after the mark.
-    opens = Counter(pid for pid, op, p in sshd.sftp_events(shrink_mark) if op == "open" and p.endswith(TEMP_SUFFIX))
-    (_, most), *others = opens.most_common()
-    assert most >= 10 and all(n <= 1 for _, n in others), opens
+    # After growing, files went over at least 3 connections (sftp-server processes). Counting
+    # sessions, not overlap in time, keeps this true on a loaded machine.
+    grown_pids = {pid for pid, op, p in sshd.sftp_events(grow_mark, shrink_mark) if op == "open"}
+    assert len(grown_pids) >= 3, grown_pids
+    # After shrinking, one writer: never more than one file open at a time, plus the last file of a
+    # retired worker (pp=1) whose log lines may land after the mark. A surviving worker may move to
+    # another pooled connection between files, so sessions are not what is counted here.
+    after = sshd.sftp_events(shrink_mark)
+    opened = sum(1 for _, op, p in after if op == "open" and p.endswith(TEMP_SUFFIX))
+    assert opened >= 10 and _files_open_at_once(after) <= 2, (opened, _files_open_at_once(after))
     assert tree_digest(dst) == tree_digest(src)
 
 
