@@ -116,7 +116,7 @@ def relative_paths(spec: DatasetSpec) -> list[str]:
     return [f"d{i // FILES_PER_DIR:0{dwidth}d}/f{i:0{width}d}.bin" for i in range(spec.files)]
 
 
-def _write_file(path: Path, size: int, seed: int, index: int) -> str:
+def write_file(path: Path, size: int, seed: int, index: int) -> str:
     import xxhash
 
     bits = np.random.PCG64([seed, index])
@@ -143,14 +143,14 @@ def file_digest(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def _manifest_path(root: Path, spec: DatasetSpec) -> Path:
+def manifest_path(root: Path, spec: DatasetSpec) -> Path:
     return root / f"{spec.name}.manifest.json"
 
 
-def _load(root: Path, spec: DatasetSpec) -> Dataset | None:
+def load_cached(root: Path, spec: DatasetSpec) -> Dataset | None:
     """The cached dataset when its manifest matches the spec and every file has its recorded size."""
     try:
-        doc = json.loads(_manifest_path(root, spec).read_text())
+        doc = json.loads(manifest_path(root, spec).read_text())
     except (OSError, ValueError):
         return None
     if doc.get("spec") != asdict(spec) or doc.get("generator") != GENERATOR_VERSION:
@@ -181,10 +181,10 @@ def ensure(spec: DatasetSpec | str, root: Path = DEFAULT_CACHE, log=None) -> Dat
             raise ValueError(f"unknown dataset {spec!r}: choose from {', '.join(DATASETS)}")
         spec = DATASETS[spec]
     root = Path(root)
-    found = _load(root, spec)
+    found = load_cached(root, spec)
     if found is not None:
         return found
-    _make_traversable(root)
+    make_traversable(root)
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     sizes = file_sizes(spec)
     paths = relative_paths(spec)
@@ -196,7 +196,7 @@ def ensure(spec: DatasetSpec | str, root: Path = DEFAULT_CACHE, log=None) -> Dat
         for index, (rel, size) in enumerate(zip(paths, sizes.tolist())):
             target = tmp / rel
             target.parent.mkdir(parents=True, exist_ok=True)
-            manifest[rel] = (size, _write_file(target, size, spec.seed, index))
+            manifest[rel] = (size, write_file(target, size, spec.seed, index))
         # Readable by the benchmark's unprivileged sshd user: downloads read the cache directly.
         for d, _, names in os.walk(tmp):
             os.chmod(d, 0o755)
@@ -209,14 +209,14 @@ def ensure(spec: DatasetSpec | str, root: Path = DEFAULT_CACHE, log=None) -> Dat
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     doc = {"spec": asdict(spec), "generator": GENERATOR_VERSION, "files": [[p, s, d] for p, (s, d) in manifest.items()]}
-    tmp_manifest = _manifest_path(root, spec).with_suffix(".tmp")
+    tmp_manifest = manifest_path(root, spec).with_suffix(".tmp")
     tmp_manifest.write_text(json.dumps(doc))
-    os.replace(tmp_manifest, _manifest_path(root, spec))
+    os.replace(tmp_manifest, manifest_path(root, spec))
     say(f"datasets: {spec.name} ready in {time.monotonic() - t0:.1f}s")
     return Dataset(spec, final, manifest)
 
 
-def _make_traversable(root: Path) -> None:
+def make_traversable(root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     for p in [root, *root.parents]:
         if p == Path("/"):

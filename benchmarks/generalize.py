@@ -61,11 +61,11 @@ from benchmarks.datasets import (
     MIB,
     Dataset,
     DatasetSpec,
-    _load,
-    _make_traversable,
-    _manifest_path,
-    _write_file,
+    load_cached,
+    make_traversable,
+    manifest_path,
     relative_paths,
+    write_file,
 )
 from benchmarks.wan.link import MIN_QUEUE_BYTES, EmulatedLink, bdp_bytes
 
@@ -212,10 +212,10 @@ def ensure_dataset(pair: Pair, sizes: list[int], root: Path = CACHE) -> Dataset:
     and content generator of benchmarks/datasets.py, so its cache check applies unchanged)."""
     spec = dataset_spec(pair, sizes)
     root = Path(root)
-    found = _load(root, spec)
+    found = load_cached(root, spec)
     if found is not None:
         return found
-    _make_traversable(root)
+    make_traversable(root)
     say(f"generalize: generating {spec.name} ({len(sizes)} files, {human(sum(sizes))}) in {root}")
     t0 = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=root))
@@ -224,7 +224,7 @@ def ensure_dataset(pair: Pair, sizes: list[int], root: Path = CACHE) -> Dataset:
         for index, (rel, size) in enumerate(zip(relative_paths(spec), sizes)):
             target = tmp / rel
             target.parent.mkdir(parents=True, exist_ok=True)
-            manifest[rel] = (size, _write_file(target, size, spec.seed, index))
+            manifest[rel] = (size, write_file(target, size, spec.seed, index))
         for d, _, names in os.walk(tmp):
             os.chmod(d, 0o755)
             for n in names:
@@ -236,9 +236,9 @@ def ensure_dataset(pair: Pair, sizes: list[int], root: Path = CACHE) -> Dataset:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     doc = {"spec": asdict(spec), "generator": GENERATOR_VERSION, "files": [[p, s, d] for p, (s, d) in manifest.items()]}
-    tmp_manifest = _manifest_path(root, spec).with_suffix(".tmp")
+    tmp_manifest = manifest_path(root, spec).with_suffix(".tmp")
     tmp_manifest.write_text(json.dumps(doc))
-    os.replace(tmp_manifest, _manifest_path(root, spec))
+    os.replace(tmp_manifest, manifest_path(root, spec))
     say(f"generalize: {spec.name} ready in {time.monotonic() - t0:.1f} s")
     return Dataset(spec, final, manifest)
 
