@@ -52,7 +52,11 @@ def test_example_dag_tuned_by_auto(airflow_home, sshd, remote_dir, local_dir):
     )
     assert result["state"].endswith("success"), log[-4000:]
     summary = result["xcom"]["copy_dataset.return_value"]
-    assert summary["algorithm"] == "auto" and len(summary["chunks"]) >= 2
+    assert summary["algorithm"] == "auto" and summary["chunks"]
+    # no library row for this link: auto's first contact measured the RTT and ramped concurrency
+    notes = "\n".join(summary["tuning"]["notes"])
+    assert summary["tuning"]["source"] == "first contact (measured by this copy)", summary["tuning"]
+    assert "first contact: RTT" in notes and "first contact: start at cc" in notes, notes
     assert tree_digest(remote_dir / "auto") == tree_digest(src)
 
 
