@@ -553,6 +553,12 @@ def markdown(result: dict[str, Any]) -> str:
         + (" (medians)" if result["reps"] > 1 else ""),
         f"- grid `{result['grid']['name']}` ({len(result['grid']['settings'])} fixed settings)"
         + (" not run (`--skip-grid`): no oracle" if result["skip_grid"] else "")
+        + (
+            f" taken from an earlier run of the same draw (commit `{result['grid_from']['commit'][:12]}`, "
+            f"{result['grid_from']['date']}): only auto and rsync ran again"
+            if result.get("grid_from")
+            else ""
+        )
         + f"; runs stopped after {result['timeout_s']:g} s",
         "- ratios are Mbit/s over Mbit/s (payload bytes x 8 / wall time of the command); below 1 means auto was slower",
         "",
@@ -636,6 +642,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--grid", choices=list(GRIDS), default="full", help="fixed settings to try: full (20) or quick (4)")
     ap.add_argument("--skip-grid", action="store_true", help="no fixed grid, so no oracle (development)")
+    ap.add_argument(
+        "--grid-from",
+        type=Path,
+        metavar="JSON",
+        help="take the fixed grid's runs from an earlier generalize.json of the same draw instead of running "
+        "them again (the file's commit and date are recorded; for re-measuring auto after a change to auto only)",
+    )
     ap.add_argument("--reps", type=int, default=1, help="repetitions (default 1; medians when more, interleaved)")
     ap.add_argument(
         "--timeout", type=float, help="stop a run after this many seconds (default: 10 x --seconds, at least 60)"
@@ -663,12 +676,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def load_grid(path: Path, seed: int, seconds: float) -> dict[str, Any]:
+    """The fixed-grid runs of an earlier results file of the same draw, by pair index."""
+    try:
+        prev = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"generalize: cannot read --grid-from {path}: {exc}") from exc
+    if prev.get("seed") != seed or prev.get("seconds") != seconds:
+        raise SystemExit(
+            f"generalize: --grid-from {path} is a different draw (seed {prev.get('seed')}, "
+            f"{prev.get('seconds')} s) from this one (seed {seed}, {seconds:g} s)"
+        )
+    runs = {p["index"]: [r for r in p.get("runs", []) if r.get("kind") == GRID] for p in prev.get("pairs", [])}
+    source = {"file": str(path), "commit": prev.get("commit", ""), "date": prev.get("date", "")}
+    return {"source": source, "runs": runs}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     pairs = draw(args.pairs, args.seed)
     chosen = [p for p in pairs if args.only is None or p.index == args.only]
     settings = grid(args.grid)
-    plan = plan_runs(settings, args.reps, args.skip_grid)
+    reused = load_grid(args.grid_from, args.seed, args.seconds) if args.grid_from else None
+    plan = plan_runs(settings, args.reps, args.skip_grid or reused is not None)
     drawn = {p.index: file_sizes(p.distribution, target_bytes(p.rate_mbit, args.seconds), p.data_seed) for p in pairs}
 
     print(f"generalize: seed {args.seed}, {args.pairs} pair(s), about {args.seconds:g} s of data per pair")
@@ -726,6 +756,7 @@ def main(argv: list[str] | None = None) -> int:
         "verify": args.verify,
         "grid": {"name": args.grid, "settings": [{"pp": pp, "p": p, "cc": cc} for pp, p, cc in settings]},
         "skip_grid": args.skip_grid,
+        "grid_from": None if reused is None else reused["source"],
         "pairs": [],
         "summary": overall({}),
     }
@@ -736,6 +767,10 @@ def main(argv: list[str] | None = None) -> int:
     for pair in chosen:
         doc = pair_doc(pair, *drawn[pair.index])
         doc["dataset"]["name"] = datasets[pair.index].name
+        if reused is not None:
+            doc["runs"].extend(
+                dict(r, reused_from=reused["source"]["commit"]) for r in reused["runs"].get(pair.index, [])
+            )
         result["pairs"].append(doc)
         dataset = datasets[pair.index]
         say(f"generalize: pair {pair.index}: bringing up the link ({pair.link()}) and sshd")

@@ -255,3 +255,28 @@ def test_bad_options_are_refused() -> None:
         gen.parse_args(["--reps", "0"])
     assert gen.parse_args(["--seconds", "3"]).timeout == 60.0
     assert gen.parse_args([]).timeout == 120.0
+
+
+def test_grid_from_takes_only_the_grid_runs_of_the_same_draw(tmp_path):
+    prev = {
+        "seed": 7,
+        "seconds": 12,
+        "commit": "abc123",
+        "date": "2026-11-25T23:29:00Z",
+        "pairs": [
+            {
+                "index": 0,
+                "runs": [
+                    {"kind": gen.AUTO_COLD, "contender": "auto cold", "mbit": 1.0},
+                    {"kind": gen.GRID, "contender": "fixed pp=8 p=1 cc=8", "mbit": 2.0},
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "prev.json"
+    path.write_text(json.dumps(prev))
+    got = gen.load_grid(path, 7, 12)
+    assert [r["contender"] for r in got["runs"][0]] == ["fixed pp=8 p=1 cc=8"]
+    assert got["source"]["commit"] == "abc123"
+    with pytest.raises(SystemExit, match="different draw"):
+        gen.load_grid(path, 8, 12)
