@@ -88,6 +88,31 @@ def test_observe_measures_after_the_settle_time_and_restarts_on_a_change_of_mix(
     assert ramp.observe(4.0, 10_000) is None and ramp._mark is None
 
 
+def test_an_interval_without_progress_is_not_a_measurement():
+    # Bundled small files report their bytes per piece sent; the first piece can take longer
+    # than a window. A window with nothing reported must not read as "0 Mbit/s: no gain".
+    ramp = CCRamp(start=2, cap=16, settle_s=0.5, window_s=2.0)
+    ramp.restart(0.0)
+    ramp.observe(0.5, 0)
+    assert ramp.observe(2.5, 0) is None and ramp.observe(4.0, 0) is None and not ramp.steps
+    assert ramp.observe(4.5, 4_000_000) == 4  # the first progress closes the (longer) window
+    assert ramp.steps[0].rate_bps == pytest.approx(4_000_000 * 8 / 4.0)
+
+
+def test_what_is_learned_is_the_level_held_or_the_best_while_still_ramping():
+    rates = {2: 100.0, 4: 190.0, 8: 300.0, 16: 310.0}
+    ramp = CCRamp(start=2, cap=32, settle_s=0.5, window_s=1.0)
+    feed(ramp, rates, 2)  # 2 -> 4 -> (now at 8, not measured yet)
+    assert ramp.mode == "up" and ramp.learned_cc == 4  # the copy ended mid-ramp: the best measured
+    feed(ramp, rates, 3)  # 8 gained, 16 did not: back to 8
+    assert ramp.mode == "hold" and ramp.learned_cc == 8 == ramp.settled_cc
+    ramp.feed(0.0, 300.0)  # reference
+    ramp.feed(0.0, 100.0)  # drifted: re-check up from 8 ...
+    ramp.feed(0.0, 200.0)  # ... 16 gains over 100
+    ramp.feed(0.0, 205.0)  # 32 does not: hold 16
+    assert ramp.mode == "hold" and ramp.settled_cc == 16 == ramp.learned_cc
+
+
 def test_intervals_grow_with_the_rtt():
     short_settle, short_window = interval_seconds(0.001, WINDOW)
     long_settle, long_window = interval_seconds(0.2, WINDOW)

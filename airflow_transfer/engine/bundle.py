@@ -121,6 +121,12 @@ class ChannelReader:
         return data
 
 
+def _count_sent(pending: list[tuple[FileTask, int]], stats: Any) -> None:
+    for t, n in pending:
+        count_progress(t, stats, n)
+    pending.clear()
+
+
 class SinkChannel:
     """One running bundle sink on one SSH connection."""
 
@@ -179,10 +185,13 @@ class SinkChannel:
             raise ValueError(f"the bundle sink answered request {reply.get('id')} instead of {want}")
         return reply
 
-    def send(self, items: list[tuple[FileTask, bytes, str | None]], algorithm: str | None) -> int:
-        """Send a group and its commit without waiting for the reply; the commit's request id."""
+    def send(self, items: list[tuple[FileTask, bytes, str | None]], algorithm: str | None, stats: Any = None) -> int:
+        """Send a group and its commit without waiting for the reply; the commit's request id.
+        Each file's bytes count as progress once handed to the channel, so progress (and the
+        rate the tuning watches) moves as the group goes out, not in one step at its commit."""
         frames: list[bytes] = []
         held = 0
+        pending: list[tuple[FileTask, int]] = []
         self.in_flight += 1
         for t, data, digest in items:
             head = {
@@ -198,14 +207,17 @@ class SinkChannel:
             }
             frames.append(json.dumps(head, separators=(",", ":")).encode("ascii") + b"\n")
             frames.append(data)
+            pending.append((t, len(data)))
             held += len(data)
             if held >= SEND_PIECE:  # many small files per packet, without a second copy of the group
                 self._send(frames)
+                _count_sent(pending, stats)
                 held = 0
         commit_id = self._id()
         commit = {"op": "commit", "id": commit_id, "fsync": True, "drop_cache": True}
         frames.append(json.dumps(commit, separators=(",", ":")).encode("ascii") + b"\n")
         self._send(frames)
+        _count_sent(pending, stats)
         return commit_id
 
     def _send(self, frames: list[bytes]) -> None:
@@ -306,7 +318,9 @@ class BundleMover(SFTPMover):
                 group = self._prepare(sink.max_files)
                 if group is None:
                     break
-                group.commit_id = sink.send([(t, data, digest) for _, t, data, digest in group.items], self.r.alg)
+                group.commit_id = sink.send(
+                    [(t, data, digest) for _, t, data, digest in group.items], self.r.alg, self.s.stats
+                )
                 if waiting is not None:
                     self.settle(waiting, sink.result(waiting.commit_id, len(waiting.items)))
                 waiting, group = group, None

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..remote import bundle_sink
 from . import resume
-from .sftp_jobs import FileTask, SourceChanged, mtime_changed
+from .sftp_jobs import FileTask, SourceChanged, count_progress, mtime_changed
 
 if TYPE_CHECKING:
     from .bundle import BundleMover, SinkChannel
@@ -125,6 +125,7 @@ def _receive(
             pull.answered.add(i)
             r.failed(i, SourceChanged(f"source changed since it was listed: {t.src}"), 0.0, t.src)
             continue
+        count_progress(t, mover.s.stats, len(data))  # progress as bytes arrive, not at the group's commit
         digest = head.get("digest") if r.alg else None
         put = local.begin(
             {

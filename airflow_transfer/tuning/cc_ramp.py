@@ -57,7 +57,7 @@ class CCRamp:
         self.base_cc, self.base_rate = self.cc, 0.0
         self.reference: float | None = None
         self.peak_rate = 0.0  # the highest interval rate seen, for the tuning library
-        self.settled_cc: int | None = None if self.ramping else self.cc  # where the first ramp stopped
+        self.settled_cc: int | None = None if self.ramping else self.cc  # where the last ramp stopped
         self._from: float = 0.0  # the current interval starts measuring here
         self._mark: tuple[float, int] | None = None
 
@@ -78,6 +78,8 @@ class CCRamp:
         t0, b0 = self._mark
         if at - t0 < self.window_s:
             return None
+        if total_bytes <= b0:
+            return None  # nothing was reported yet (progress comes per group or block): keep measuring
         changed = self.feed(at, (total_bytes - b0) * 8 / (at - t0))
         if changed is None:
             self._mark = (at, total_bytes)  # same level: the next interval starts now, no settle
@@ -149,11 +151,16 @@ class CCRamp:
         self.cc = self.best_cc
         self.mode = "hold"
         self.reference = None  # measured afresh at the level held
-        if self.settled_cc is None:
-            self.settled_cc = self.cc
+        self.settled_cc = self.cc
         self.base_cc, self.base_rate = self.cc, self.best_rate
         return action
 
     @property
     def done_ramping(self) -> bool:
         return self.settled_cc is not None
+
+    @property
+    def learned_cc(self) -> int:
+        """The level worth starting from next time: the one held, or, when the copy ended while
+        the ramp was still moving, the best level it measured."""
+        return self.cc if self.mode == "hold" else self.best_cc

@@ -199,7 +199,7 @@ class FirstContact(Algorithm):
             "min_rtt_ms": round(min_rtt * 1000, 3) if min_rtt else None,
             "rtt_from": how,
             "rate_mbit": round(ramp.peak_rate / 1e6, 2),
-            "cc": ramp.settled_cc or ramp.cc,
+            "cc": ramp.learned_cc,
             "pp_level": max((s.params.pp for s in specs), default=1) - 1,
             "steps": [(round(s.at, 2), s.cc, round(s.rate_bps / 1e6, 1), s.action) for s in ramp.steps],
         }
@@ -211,8 +211,8 @@ class FirstContact(Algorithm):
             return f"first contact: too short to measure an interval; stayed at cc {ramp.cc}"
         path = " -> ".join(f"cc {s.cc} {s.rate_bps / 1e6:.0f} Mbit/s" for s in ramp.steps[:8])
         more = f" (+{len(ramp.steps) - 8} intervals)" if len(ramp.steps) > 8 else ""
-        held = ramp.settled_cc or ramp.cc
-        return f"first contact: ramp {path}{more}; settled at cc {held}, best {ramp.peak_rate / 1e6:.0f} Mbit/s"
+        end = f"held cc {ramp.cc}" if ramp.mode == "hold" else f"still ramping at cc {ramp.cc} when the copy ended"
+        return f"first contact: ramp {path}{more}; {end}, best {ramp.peak_rate / 1e6:.0f} Mbit/s"
 
 
 class _RampScheduler(ChannelScheduler):
