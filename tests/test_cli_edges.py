@@ -499,3 +499,25 @@ def test_eta_is_zero_when_everything_is_there():
     stats.add_bytes(10)
     stats.file_finished(True)
     assert stats.snapshot()["eta_s"] == 0.0
+
+
+# -- 11. make demo ----------------------------------------------------------------------------------------
+
+
+def test_demo_shows_task_log_lines_from_their_start():
+    """`make demo` printed the last 200 characters of each task log line: the first one lost its
+    timestamp mid-number (".659247Z [info ] 303/303 files ...")."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("demo", Path(__file__).resolve().parents[1] / "scripts" / "demo.py")
+    assert spec is not None and spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    message = "303/303 files, 77.9 MiB/77.9 MiB (100%), 375 Mbit/s, ETA 0:00 pp=33 p=1 cc=2"
+    logged = (
+        f"2026-11-25T23:47:17.659247Z [info     ] {message} "
+        "[airflow.task.operators.airflow_transfer.operators.transfer.TunedTransferOperator] loc=transfer.py:181"
+    )
+    assert len(logged) > 200
+    assert demo._shown(logged) == f"2026-11-25T23:47:17.659247Z [info     ] {message}"
+    assert demo._shown("x" * 300).startswith("xxx") and demo._shown("x" * 300).endswith(" ...")
