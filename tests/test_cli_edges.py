@@ -20,7 +20,7 @@ import pytest
 
 from airflow_transfer import cli, cmd_profile
 from airflow_transfer import manifest_schema as ms
-from airflow_transfer.engine.accounting import Stats, format_line, format_rate, plural
+from airflow_transfer.engine.accounting import Stats, _eta, format_line, format_rate, plural
 from airflow_transfer.engine.verify import DestinationDigests, Piece, Verifier, VerifyItem
 from airflow_transfer.integrity.algorithms import digest_file
 from airflow_transfer.store import open_store
@@ -492,6 +492,17 @@ def test_eta_appears_once_enough_bytes_moved():
     time.sleep(0.01)  # some time must have passed for any rate: the value itself is not checked
     eta = stats.snapshot()["eta_s"]
     assert eta is not None and eta >= 0
+
+
+def test_eta_takes_the_larger_of_the_byte_and_the_file_estimates():
+    # Multi-Chunk: a large file sets the byte rate while 200 small files wait in another chunk.
+    knobs = {"pp": "2/33", "cc": "1/2"}  # 2 + 66 files under way at most
+    assert _eta(50, 100, rate=10.0, files_left=200, file_rate=4.0, params=knobs) == (200 - 68) / 4.0
+    # The tail of a copy of large files: seven left, all under way; the bytes tell.
+    assert _eta(470, 488, rate=100.0, files_left=7, file_rate=0.3, params={"pp": 8, "cc": 4}) == 18 / 100.0
+    # No file finished lately: the files are large, the file rate says nothing.
+    assert _eta(50, 100, rate=10.0, files_left=1, file_rate=0.0, params={}) == 5.0
+    assert _eta(50, 100, rate=0.0, files_left=1, file_rate=0.0, params={}) is None  # stalled
 
 
 def test_eta_is_zero_when_everything_is_there():

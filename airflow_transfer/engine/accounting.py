@@ -83,7 +83,7 @@ class Stats:
                 file_rate = files / elapsed if elapsed > 0 else 0.0
             avg = moved / elapsed if elapsed > 0 else 0.0
             files_left = max(self.files_total - self.files_done - self.files_failed, 0)
-            eta = _eta(done, total, rate, files_left, self.files_total, file_rate)
+            eta = _eta(done, total, rate, files_left, file_rate, self.params)
             return {
                 "files_done": self.files_done,
                 "files_failed": self.files_failed,
@@ -100,13 +100,16 @@ class Stats:
             }
 
 
-def _eta(done: int, total: int, rate: float, files_left: int, files_total: int, file_rate: float) -> float | None:
+def _eta(done: int, total: int, rate: float, files_left: int, file_rate: float, params: dict) -> float | None:
     """Seconds left, from the byte rate and the file rate both; None while unknown.
 
-    Each rate alone misjudges what is left when it differs from what has moved: by bytes, many
-    small files left look quicker than they are (their round trips, not their bytes, take the
-    time); by files, a few large files left look quicker than they are. The larger estimate is
-    kept, and none is given before ETA_MIN_SHARE of the bytes has moved (module comment)."""
+    Each rate alone misjudges what is left when it differs from what has moved: by bytes, small
+    files left look quicker than they are (their round trips, not their bytes, take the time;
+    Multi-Chunk moves them beside a large file that sets the byte rate); by files, a few large
+    files left look slower than they are when they are under way already. So the files estimate
+    counts only the files still waiting for a place in the pipelines (pp x cc per running chunk),
+    the larger of the two estimates is kept, and none is given before ETA_MIN_SHARE of the
+    bytes has moved (module comment)."""
     bytes_left = max(total - done, 0)
     if not bytes_left and not files_left:
         return 0.0
@@ -115,13 +118,23 @@ def _eta(done: int, total: int, rate: float, files_left: int, files_total: int, 
     estimates = []
     if bytes_left:
         if rate <= 0:
-            return None
+            return None  # stalled, or nothing measured yet
         estimates.append(bytes_left / rate)
-    if files_left and files_total:
-        if file_rate <= 0:
-            return None
-        estimates.append(files_left / file_rate)
+    waiting = max(files_left - _places(params), 0)
+    if waiting and file_rate > 0:  # no file finished lately: they are large, the bytes tell
+        estimates.append(waiting / file_rate)
     return max(estimates) if estimates else None
+
+
+def _places(params: dict) -> int:
+    """Files that can be under way at once: pp x cc, summed over the running chunks (the progress
+    knobs read "8/2" with one value per chunk); 0 when the knobs are not known."""
+    try:
+        pp = [int(v) for v in str(params.get("pp", "")).split("/")]
+        cc = [int(v) for v in str(params.get("cc", "")).split("/")]
+    except ValueError:
+        return 0
+    return sum(a * b for a, b in zip(pp, cc))
 
 
 def human_bytes(n: float) -> str:
