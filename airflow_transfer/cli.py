@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import cmd_copy_list, cmd_profile, cmd_query
 from .cli_endpoint import add_json_option, endpoint, error_object, failure_json, print_json, readable_error
@@ -24,6 +24,9 @@ from .protocols.endpoint import Endpoint
 from .protocols.pool import SFTPPool, warm_count
 from .protocols.ssh import SSH_CLIENTS
 from .summary import TransferSummary
+
+if TYPE_CHECKING:
+    from .manifest import Manifest
 
 # pp, p, cc of `copy --algorithm fixed` when a knob is not given (the hand-picked wan50 setting's
 # pp and cc: docs/tuning.md).
@@ -452,7 +455,7 @@ def _manifest_target(out: str) -> str:
     return out
 
 
-def _write_manifest(manifest: Any, out: str) -> None:
+def _write_manifest(manifest: Manifest, out: str) -> None:
     """Writes the manifest; on failure one error line and no partial file left behind."""
     try:
         manifest.write(out)

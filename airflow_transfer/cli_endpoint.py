@@ -13,9 +13,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .errors import TransferError, UsageError
+from .errors import AuthError, ConnectError, HostKeyError, TransferError, UnsafePathError, UsageError
 from .protocols.endpoint import FSSPEC_SCHEMES, SUPPORTED, Endpoint
 from .protocols.resolve import SSHOptions, resolve_endpoint
+from .query.lexer import QueryError
 
 SCHEMES = SUPPORTED + FSSPEC_SCHEMES
 # A relative "path" whose first component is WORD: or [user@]host: is a URL or an scp-style
@@ -105,17 +106,29 @@ def print_json(args: argparse.Namespace, result: Any, *, default: Callable[[Any]
         args.json_printed = True
 
 
+# The `type` of an --json error, most specific class first: a stable set (docs/cli.md).
+_ERROR_TYPES: tuple[tuple[type[BaseException], str], ...] = (
+    (QueryError, "query"),
+    (UsageError, "usage"),
+    (HostKeyError, "host_key"),
+    (AuthError, "auth"),
+    (ConnectError, "connect"),
+    (UnsafePathError, "unsafe_path"),
+    (TransferError, "transfer"),
+    (KeyboardInterrupt, "interrupted"),
+    (ValueError, "usage"),  # an argument the tuning layer refused
+)
+
+
 def error_object(exc: BaseException, message: str, exit_code: int) -> dict[str, Any]:
-    """The `error` of a --json object: `type` (usage, connect, auth, host_key, store, query,
-    interrupted, ...), the one-line `message`, and for the project's errors its `what`,
-    `where` and `todo` parts; `exit_code` is the command's exit status."""
-    if isinstance(exc, KeyboardInterrupt):
-        kind = "interrupted"
-    elif isinstance(exc, TransferError):
-        name = type(exc).__name__.removesuffix("Error") or "transfer"
-        kind = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-    else:
-        kind = "usage"  # ValueError: an argument the tuning layer refused
+    """The `error` of a --json object: `type` (_ERROR_TYPES), the one-line `message`, for the
+    project's errors its `what`, `where` and `todo` parts, and the command's `exit_code`."""
+    kind = next((name for cls, name in _ERROR_TYPES if isinstance(exc, cls)), "transfer")
+    # The store package loads SQLAlchemy and pyarrow, which --help and most usage errors never
+    # need: an error can only be a StoreError once that module has been imported.
+    store_errors = sys.modules.get("airflow_transfer.store.errors")
+    if kind == "transfer" and store_errors is not None and isinstance(exc, store_errors.StoreError):
+        kind = "store"
     out: dict[str, Any] = {"type": kind, "message": message}
     if isinstance(exc, TransferError):
         out.update(what=readable_error(exc.what), where=exc.where, todo=exc.todo)
