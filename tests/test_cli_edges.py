@@ -99,8 +99,9 @@ def test_missing_local_parents_of_dst_are_created(sshd, remote_dir, tmp_path):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="engine: the remote destination root's parents are not created yet (TransferSession.ensure_dirs "
-    "creates only the root and below; see the i28-cli report)",
+    reason="engine: on an SFTP destination only the root and the directories below it are created "
+    "(TransferSession.ensure_dirs, remote_tree.make_dirs), not the root's missing parents; docs/cli.md, "
+    "'Destination root'",
 )
 def test_missing_remote_parents_of_dst_are_created(data, sshd, remote_dir):
     res = run_cli("copy", str(data), sshd.url(f"{remote_dir}/p/q/r"), *ssh_args(sshd))
@@ -365,8 +366,8 @@ def test_skipped_bytes_count_as_progress_but_not_as_rate():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="engine: runner.py counts a skipped file's bytes with add_bytes, not add_skipped_bytes "
-    "(see the i28-cli report)",
+    reason="engine: runner.py counts a skipped file's bytes with Stats.add_bytes; with Stats.add_skipped_bytes "
+    "(passed on by chunk_session._ChunkStats) the rate counts only the bytes moved",
 )
 def test_all_skipped_rerun_shows_no_rate(data, tmp_path):
     dst = tmp_path / "dst"
