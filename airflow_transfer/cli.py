@@ -11,30 +11,91 @@ import logging
 import os
 import sys
 import threading
+import time
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import cmd_copy_list, cmd_profile, cmd_query
-from .cli_endpoint import add_json_option, endpoint, print_json
-from .engine.accounting import format_line
-from .engine.params import check_params
+from .cli_endpoint import add_json_option, endpoint, error_object, failure_json, print_json, readable_error
+from .engine.accounting import format_line, format_rate, plural
+from .engine.params import TransferParams, check_params
 from .engine.retry import RetryPolicy
-from .errors import TransferError, UsageError
+from .errors import TransferError, UsageError, describe_oserror
 from .protocols.endpoint import Endpoint
 from .protocols.pool import SFTPPool, warm_count
 from .protocols.ssh import SSH_CLIENTS
+from .summary import TransferSummary
+
+if TYPE_CHECKING:
+    from .manifest import Manifest
 
 # pp, p, cc of `copy --algorithm fixed` when a knob is not given (the hand-picked wan50 setting's
 # pp and cc: docs/tuning.md).
 FIXED_DEFAULTS = (8, 1, 4)
+ALGORITHMS = ["fixed", "globus", "pcp", "mc", "adaptive-cc", "auto"]
+
+
+class BadArguments(Exception):
+    """argparse refused the command line (raised instead of its exit, so --json can answer)."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser, self.message = parser, message
+
+
+class _Parser(argparse.ArgumentParser):
+    # Subparsers are made of the parent's class, so every level raises instead of exiting.
+    def error(self, message: str) -> NoReturn:
+        raise BadArguments(self, message)
+
+
+def add_tuning_options(p: argparse.ArgumentParser) -> None:
+    """--algorithm, the link figures and --pp/-p/-c: one definition for `copy` and `plan`, so a
+    plan shows what the same command line would copy with (resolve_tuning reads them)."""
+    p.add_argument(
+        "--algorithm",
+        default=None,
+        choices=ALGORITHMS,
+        help="how pp/p/cc are chosen per chunk: auto (the default) tunes them; fixed (the default "
+        "when --pp, -p or -c is given) uses them as given; see docs/tuning.md",
+    )
+    p.add_argument("--rtt-ms", type=float, help="round-trip time of the link, for the tuning models")
+    p.add_argument("--bandwidth-mbit", type=float, help="bottleneck bandwidth of the link")
+    p.add_argument("--bdp", type=int, help="bandwidth-delay product in bytes (instead of the two above)")
+    p.add_argument(
+        "--pp",
+        type=int,
+        default=None,
+        help=f"file operations kept in flight per connection (fixed; default {FIXED_DEFAULTS[0]})",
+    )
+    p.add_argument(
+        "--parallelism",
+        "-p",
+        type=int,
+        default=None,
+        help=f"connections per large file (fixed; default {FIXED_DEFAULTS[1]})",
+    )
+    p.add_argument(
+        "--concurrency",
+        "-c",
+        type=int,
+        default=None,
+        help=f"files moved at once on separate connections (fixed; default {FIXED_DEFAULTS[2]})",
+    )
+
+
+def resolve_tuning(args: argparse.Namespace) -> TransferParams:
+    """Settles args.algorithm and the knobs not given (FIXED_DEFAULTS); the checked knobs."""
+    args.algorithm = copy_algorithm(args)
+    args.pp, args.parallelism, args.concurrency = (
+        given if given is not None else default
+        for given, default in zip((args.pp, args.parallelism, args.concurrency), FIXED_DEFAULTS)
+    )
+    return check_params(args.pp, args.parallelism, args.concurrency)
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="airflow-transfer", description="Tuned, verified dataset transfers.")
+    ap = _Parser(prog="airflow-transfer", description="Tuned, verified dataset transfers.")
     sub = ap.add_subparsers(dest="command", required=True)
-
-    def link_opts(p):
-        p.add_argument("--rtt-ms", type=float, help="round-trip time of the link, for the tuning models")
-        p.add_argument("--bandwidth-mbit", type=float, help="bottleneck bandwidth of the link")
-        p.add_argument("--bdp", type=int, help="bandwidth-delay product in bytes (instead of the two above)")
 
     def ssh_opts(p):
         p.add_argument("--identity", help="private key file for SSH")
@@ -61,35 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("src", nargs="?")
     cp.add_argument("dst", nargs="?")
     cp.add_argument("--from-list", help="a request list: 'SRC DST' per line, grouped by host pair (docs/protocols.md)")
-    algos = ["fixed", "globus", "pcp", "mc", "adaptive-cc", "auto"]
-    cp.add_argument(
-        "--algorithm",
-        default=None,
-        choices=algos,
-        help="how pp/p/cc are chosen per chunk: auto (the default) tunes them; fixed (the default "
-        "when --pp, -p or -c is given) uses them as given; see docs/tuning.md",
-    )
-    link_opts(cp)
-    cp.add_argument(
-        "--pp",
-        type=int,
-        default=None,
-        help=f"file operations kept in flight per connection (fixed; default {FIXED_DEFAULTS[0]})",
-    )
-    cp.add_argument(
-        "--parallelism",
-        "-p",
-        type=int,
-        default=None,
-        help=f"connections per large file (fixed; default {FIXED_DEFAULTS[1]})",
-    )
-    cp.add_argument(
-        "--concurrency",
-        "-c",
-        type=int,
-        default=None,
-        help=f"files moved at once on separate connections (fixed; default {FIXED_DEFAULTS[2]})",
-    )
+    add_tuning_options(cp)
     cp.add_argument("--manifest", help="copy exactly the files of this Parquet manifest")
     cp.add_argument(
         "--verify",
@@ -176,7 +209,7 @@ def _parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="print the chunks and pp/p/cc an algorithm chooses, moving no data")
     pl.add_argument("src", nargs="?")
     pl.add_argument("--manifest", help="plan this Parquet manifest instead of listing SRC")
-    pl.add_argument("--algorithm", default="auto", choices=algos)
+    add_tuning_options(pl)
     pl.add_argument(
         "--protocol",
         default="sftp",
@@ -184,12 +217,13 @@ def _parser() -> argparse.ArgumentParser:
         help="pipelining model: sftp (two control round trips per file, what `copy` uses; default) "
         "or paper (paper 000 eq. 4 as written: one)",
     )
-    link_opts(pl)
     ssh_opts(pl)
 
     ls = sub.add_parser("list", help="list SRC into a Parquet manifest")
     ls.add_argument("src")
-    ls.add_argument("--out", required=True, help="manifest file to write (.parquet)")
+    ls.add_argument(
+        "--out", required=True, help="manifest file to write (.parquet); missing parent directories are created"
+    )
     ssh_opts(ls)
 
     cmd_profile.add_parser(sub)
@@ -197,16 +231,33 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _progress_printer(stream, tty: bool):
-    def emit(snapshot: dict) -> None:
-        line = format_line(snapshot)
-        if tty:
-            stream.write("\r\033[K" + line)
-        else:
-            stream.write(line + "\n")
-        stream.flush()
+class ProgressLine:
+    """Progress on stderr: on a terminal one line redrawn in place, else one line per report.
 
-    return emit
+    Whatever else goes to the terminal (a log line, the summary, an error, the interrupt
+    message) ends the redrawn line first, so it starts on a line of its own."""
+
+    def __init__(self, stream: Any, tty: bool) -> None:
+        self.stream, self.tty = stream, tty
+        self.open = False
+        self._lock = threading.Lock()
+
+    def __call__(self, snapshot: dict) -> None:
+        line = format_line(snapshot)
+        with self._lock:
+            if self.tty:
+                self.stream.write("\r\033[K" + line)
+                self.open = True
+            else:
+                self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def end(self) -> None:
+        with self._lock:
+            if self.open:
+                self.stream.write("\n")
+                self.stream.flush()
+                self.open = False
 
 
 def copy_algorithm(args) -> str:
@@ -233,12 +284,7 @@ def _early_pool(args, src, dst):
 
 
 def cmd_copy(args) -> int:
-    args.algorithm = copy_algorithm(args)
-    args.pp, args.parallelism, args.concurrency = (
-        given if given is not None else default
-        for given, default in zip((args.pp, args.parallelism, args.concurrency), FIXED_DEFAULTS)
-    )
-    params = check_params(args.pp, args.parallelism, args.concurrency)
+    params = resolve_tuning(args)
     if bool(args.from_list) == bool(args.src and args.dst) or bool(args.src) != bool(args.dst):
         raise UsageError(
             "give SRC and DST, or --from-list FILE", "", "e.g. airflow-transfer copy ./data sftp://host/data"
@@ -262,9 +308,11 @@ def _copy(args, params, src, dst, pool) -> int:
     manifest = Manifest.read(args.manifest) if args.manifest else None
     tty = sys.stderr.isatty()
     interval = args.progress_interval or (0.5 if tty else 5.0)
+    progress = args.progress_line = ProgressLine(sys.stderr, tty)
 
     def log(line: str) -> None:
-        sys.stderr.write(("\n" if tty else "") + line + "\n")
+        progress.end()
+        sys.stderr.write(line + "\n")
         sys.stderr.flush()
 
     req = CopyRequest(
@@ -273,7 +321,7 @@ def _copy(args, params, src, dst, pool) -> int:
         params,
         manifest=manifest,
         skip_existing=not args.no_skip,
-        progress=_progress_printer(sys.stderr, tty),
+        progress=progress,
         progress_interval=interval,
         store_url=args.store,
         transfer_key=args.transfer_key,
@@ -296,16 +344,17 @@ def _copy(args, params, src, dst, pool) -> int:
         pool=pool,
     )
     summary = run_copy(req)
-    if tty:
-        sys.stderr.write("\n")
+    progress.end()
     ok = not summary["failed"]
+    for f in summary["failed"]:
+        f["error"] = readable_error(f["error"])
     for f in summary["failed"][:20]:
         sys.stderr.write(f"FAILED {f['path']}: {f['error']}\n")
     if len(summary["failed"]) > 20:
         sys.stderr.write(f"... and {len(summary['failed']) - 20} more failures\n")
     sys.stderr.write(
-        f"{'done' if ok else 'INCOMPLETE'}: {summary['files']} files, {summary['bytes']} bytes in "
-        f"{summary['seconds']:.1f}s ({summary['throughput_mbit']:.1f} Mbit/s), "
+        f"{'done' if ok else 'INCOMPLETE'}: {plural(summary['files'], 'file')}, {plural(summary['bytes'], 'byte')} "
+        f"in {summary['seconds']:.1f}s ({format_rate(summary['throughput_mbit'])}), "
         f"{summary['files_skipped']} already present, {summary['files_resumed']} resumed, "
         f"{summary['files_retried']} retried, {len(summary['failed'])} failed\n"
     )
@@ -322,6 +371,7 @@ def cmd_plan(args) -> int:
 
     if bool(args.src) == bool(args.manifest):
         raise UsageError("give exactly one of SRC or --manifest", "", "e.g. airflow-transfer plan --manifest m.parquet")
+    params = resolve_tuning(args)
     if args.manifest:
         manifest = Manifest.read(args.manifest)
     else:
@@ -333,8 +383,11 @@ def cmd_plan(args) -> int:
     link = link_from_args(args.rtt_ms, args.bandwidth_mbit, args.bdp) or LinkInfo.unknown()
     if args.protocol == "sftp":
         link = sftp_link(link)
-    algorithm = get_algorithm(args.algorithm)
+    # `copy` hands its knobs to fixed only; the other algorithms choose their own.
+    knobs = {"pp": params.pp, "p": params.p, "cc": params.cc} if args.algorithm == "fixed" else {}
+    algorithm = get_algorithm(args.algorithm, **knobs)
     specs = algorithm.plan(ordered.table, link)
+    decision = getattr(algorithm, "last_decision", None)
     out = {
         "algorithm": args.algorithm,
         "files": ordered.files,
@@ -345,16 +398,18 @@ def cmd_plan(args) -> int:
             "bdp_bytes": int(link.bdp_bytes),
             "source": link.source,
         },
-        "decision": getattr(algorithm, "last_decision", None),
+        "decision": None if decision is None else {"algorithm": decision.algorithm, "reason": decision.reason},
         "chunks": [s.to_dict() for s in specs],
     }
     sys.stderr.write(
-        f"{args.algorithm}: {ordered.files} files, {ordered.bytes} bytes, {len(specs)} chunks "
-        f"(BDP {int(link.bdp_bytes)} bytes, {link.source})\n"
+        f"{args.algorithm}: {plural(ordered.files, 'file')}, {plural(ordered.bytes, 'byte')}, "
+        f"{plural(len(specs), 'chunk')} (BDP {int(link.bdp_bytes)} bytes, {link.source})\n"
     )
+    if out["decision"]:
+        sys.stderr.write(f"  decision: {out['decision']['algorithm']}: {out['decision']['reason']}\n")
     for s in specs:
         sys.stderr.write(
-            f"  {s.id}: {s.files} files, {s.bytes} bytes, sizes {s.min_size}-{s.max_size}, "
+            f"  {s.id}: {plural(s.files, 'file')}, {plural(s.bytes, 'byte')}, sizes {s.min_size}-{s.max_size}, "
             f"pp={s.params.pp} p={s.params.p} cc={s.params.cc}\n"
         )
     print_json(args, out, default=str)
@@ -365,10 +420,11 @@ def cmd_list(args) -> int:
     # heavy: job, manifest and the engine load pyarrow and NumPy (~0.3 s); --help needs none
     from .engine.transfer import TransferSession
 
+    out = _manifest_target(args.out)
     src = endpoint(args.src, args)
     with TransferSession(src, Endpoint("file", os.getcwd())) as session:
         manifest = session.list_source()
-    manifest.write(args.out)
+    _write_manifest(manifest, out)
     info = {
         "manifest": os.path.abspath(args.out),
         "files": manifest.files,
@@ -376,9 +432,42 @@ def cmd_list(args) -> int:
         "empty_dirs": len(manifest.empty_dirs),
         "skipped_entries": manifest.skipped,
     }
-    sys.stderr.write(f"listed {manifest.files} files ({manifest.bytes} bytes) into {args.out}\n")
+    sys.stderr.write(f"listed {plural(manifest.files, 'file')} ({plural(manifest.bytes, 'byte')}) into {args.out}\n")
     print_json(args, info)
     return 0
+
+
+def _manifest_target(out: str) -> str:
+    """`list --out` checked before the listing (a large remote tree takes a while to list): a
+    file path, whose missing parent directories are created as `copy` creates a local DST."""
+    todo = "give a file name, e.g. --out DIR/manifest.parquet"
+    if out.endswith(os.sep) or os.path.isdir(out):
+        raise UsageError("--out names a directory, not a manifest file", out, todo)
+    parent = os.path.dirname(os.path.abspath(out))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        raise TransferError(
+            f"cannot create the manifest's directory: {describe_oserror(exc)}",
+            parent,
+            "check the path and its permissions",
+        ) from exc
+    return out
+
+
+def _write_manifest(manifest: Manifest, out: str) -> None:
+    """Writes the manifest; on failure one error line and no partial file left behind."""
+    try:
+        manifest.write(out)
+    except OSError as exc:
+        # Manifest.write writes OUT.tmp first and renames it into place.
+        try:
+            os.unlink(f"{out}.tmp")
+        except OSError:
+            pass
+        raise TransferError(
+            f"cannot write the manifest: {describe_oserror(exc)}", out, "check the path and its permissions"
+        ) from exc
 
 
 def _quiet_libraries() -> None:
@@ -391,7 +480,19 @@ def _quiet_libraries() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    t0 = time.monotonic()
+    try:
+        args = _parser().parse_args(argv)
+    except BadArguments as exc:
+        exc.parser.print_usage(sys.stderr)
+        sys.stderr.write(f"{exc.parser.prog}: error: {exc.message}\n")
+        if "--json" in argv:  # the command line was refused before --json could be read as an option
+            print_json(
+                argparse.Namespace(json=True),
+                failure_json(exc.message, {"type": "usage", "message": exc.message, "exit_code": 2}),
+            )
+        return 2
     _quiet_libraries()
     try:
         if args.command == "copy":
@@ -405,17 +506,42 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "query":
             return cmd_query.run(args)
     except TransferError as exc:
-        sys.stderr.write(f"airflow-transfer: error: {exc.message}\n")
-        return exc.exit_code
+        return _failed(args, exc, readable_error(exc.message), exc.exit_code, t0)
     except ValueError as exc:  # the tuning layer's argument checks
-        sys.stderr.write(f"airflow-transfer: error: {exc}\n")
-        return 2
-    except KeyboardInterrupt:
-        sys.stderr.write(
-            "airflow-transfer: interrupted; re-run the same command to finish (completed files are kept)\n"
-        )
-        return 130
+        return _failed(args, exc, str(exc), 2, t0)
+    except KeyboardInterrupt as exc:
+        message = "interrupted; re-run the same command to finish (completed files are kept)"
+        return _failed(args, exc, message, 130, t0)
     return 2
+
+
+def _failed(args: argparse.Namespace, exc: BaseException, message: str, code: int, t0: float) -> int:
+    """An error that stopped the command: one line on stderr, below any progress line, and with
+    --json the command's one JSON object (docs/cli.md, "--json when a command fails")."""
+    progress = getattr(args, "progress_line", None)
+    if progress is not None:
+        progress.end()
+    sys.stderr.write(f"airflow-transfer: {'' if code == 130 else 'error: '}{message}\n")
+    base = _copy_summary_base(args, time.monotonic() - t0) if args.command == "copy" else None
+    print_json(args, failure_json(message, error_object(exc, message, code), base))
+    return code
+
+
+def _copy_summary_base(args: argparse.Namespace, seconds: float) -> dict[str, Any] | None:
+    """The copy summary's fields for a copy that moved nothing (an error stopped it first), so a
+    reader of `copy --json` finds the keys it always finds; None for --from-list, whose summary
+    has another shape."""
+    if args.from_list:
+        return None
+    return TransferSummary(
+        "copy",
+        files=0,
+        bytes=0,
+        seconds=seconds,
+        algorithm=copy_algorithm(args),
+        src=args.src or "",
+        dst=args.dst or "",
+    ).as_dict()
 
 
 def run() -> None:

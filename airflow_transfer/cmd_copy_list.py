@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from .cli_endpoint import endpoint, print_json
+from .engine.accounting import format_rate, plural
 from .engine.retry import RetryPolicy
 from .protocols.endpoint import Endpoint
 
@@ -34,16 +35,16 @@ def run(args, params) -> int:
 
     def said(g: dict) -> None:
         sys.stderr.write(
-            f"group {g['src_host']} -> {g['dst_host']}: {g['pairs']} pairs, {g['files']} files, "
+            f"group {g['src_host']} -> {g['dst_host']}: {plural(g['pairs'], 'pair')}, {plural(g['files'], 'file')}, "
             f"pp={g['params']['pp']} p={g['params']['p']} cc={g['params']['cc']} "
-            f"({g['params_source']}), {g['throughput_mbit']:.1f} Mbit/s, {len(g['failed'])} failed\n"
+            f"({g['params_source']}), {format_rate(g['throughput_mbit'])}, {len(g['failed'])} failed\n"
         )
 
     summary = run_request_list(base, pairs, lambda url: endpoint(url, args), on_group=said)
     ok = not summary["failed"]
     sys.stderr.write(
-        f"{'done' if ok else 'INCOMPLETE'}: {len(pairs)} pairs in {len(summary['groups'])} groups, "
-        f"{summary['files']} files, {summary['bytes']} bytes in {summary['seconds']:.1f}s\n"
+        f"{'done' if ok else 'INCOMPLETE'}: {plural(len(pairs), 'pair')} in {plural(len(summary['groups']), 'group')}, "
+        f"{plural(summary['files'], 'file')}, {plural(summary['bytes'], 'byte')} in {summary['seconds']:.1f}s\n"
     )
     print_json(args, summary)
     return 0 if ok else 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .cli_endpoint import add_json_option, endpoint, print_json
+from .cli_endpoint import add_json_option, endpoint, error_object, failure_json, print_json
 from .errors import UsageError
 from .protocols.endpoint import Endpoint
 from .query.expr import QueryError
@@ -73,6 +73,8 @@ def run(args) -> int:
         summary = run_query(req)
     except QueryError as exc:
         sys.stderr.write(f"airflow-transfer: error: {exc.message}\n{exc.caret}\n")
+        error = {**error_object(exc, exc.message, exc.exit_code), "position": exc.pos + 1}
+        print_json(args, failure_json(exc.message, error))
         return exc.exit_code
     rg = summary["row_groups"]
     groups = f", {rg['read']}/{rg['total']} row groups" if rg else ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -56,7 +57,7 @@ def main() -> int:
         log = proc.stdout + proc.stderr
         for line in log.splitlines():
             if "Mbit/s" in line or "transfer summary" in line or line.startswith("  "):
-                print("    " + line[-200:])
+                print("    " + _shown(line))
         if proc.returncode != 0:
             print(log[-5000:])
             say("DAG run FAILED")
@@ -72,6 +73,17 @@ def main() -> int:
             server.stop()
             say("sshd stopped")
         shutil.rmtree(work, ignore_errors=True)
+
+
+# What Airflow's log appends to every line: the logger's name and the source location.
+_LOG_CONTEXT = re.compile(r"\s+\[[\w.]+\]\s+loc=\S+$")
+
+
+def _shown(line: str, width: int = 200) -> str:
+    """A task log line for the terminal: without the logger suffix, and cut at its end when long,
+    so its timestamp and message stay readable."""
+    line = _LOG_CONTEXT.sub("", line)
+    return line if len(line) <= width else line[: width - 4] + " ..."
 
 
 def _xcom(env: dict) -> dict:

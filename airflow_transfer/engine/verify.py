@@ -23,6 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from ..store.errors import StoreError
 from .verify_channel import RECONNECT_ATTEMPTS, ReadBackError, is_channel_error, reconnect
 from .verify_digests import (
     BATCH,
@@ -82,6 +83,7 @@ class Verifier:
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="transfer-verify", daemon=True)
         self.seconds = 0.0
+        self.abandoned: StoreError | None = None  # why verdicts stopped being handed over, if they did
         # Sequential mode (--verify-mode sequential) clears it: nothing is checksummed until the
         # engine has ended every transfer of the chunk, then everything is.
         self.gate = threading.Event()
@@ -155,7 +157,19 @@ class Verifier:
                     self.before(it)
             results = self._rounds(items)
             self.seconds += time.monotonic() - t0
-            self.deliver(self._verdicts(items, results))
+            try:
+                self.deliver(self._verdicts(items, results))
+            except StoreError as exc:
+                # The journal cannot take the verdict. After Ctrl-C or an error the copy closes
+                # its journal before it stops this thread, so verdicts of files still queued
+                # have no copy left to reach; a journal that failed otherwise is reported by
+                # the copy itself, when it writes or closes the journal. Either way the thread
+                # ends here instead of dying with a traceback. A file renamed into place but
+                # not journaled is found complete by the next run's size and mtime check.
+                self.abandoned = exc
+                with self._cv:
+                    self._q.clear()
+                return
 
     def _rounds(self, items: list[VerifyItem]) -> list[list[str] | BaseException]:
         """The batch's digests; a dead channel is reopened and the batch computed again, at most
