@@ -4,6 +4,9 @@
 store_url = postgresql+psycopg://user@db/airflow_transfer   (default: SQLite under $AIRFLOW_HOME)
 staging_dir = /shared/airflow-transfer/manifests   (default: $AIRFLOW_HOME/airflow_transfer/manifests)
 
+[operators]
+default_deferrable = True   (Airflow's own option; the sensors' default for ``deferrable``)
+
 The environment form AIRFLOW__AIRFLOW_TRANSFER__STORE_URL works too (Airflow
 maps it onto the same option).
 """
@@ -21,6 +24,13 @@ from airflow.configuration import conf
 def store_url() -> str | None:
     value = conf.get("airflow_transfer", "store_url", fallback=None)
     return value or None
+
+
+def default_deferrable() -> bool:
+    """Airflow's ``[operators] default_deferrable``: whether a sensor waits in the triggerer when
+    its DAG does not say. Airflow's own deferrable operators read the same option. Read when a
+    sensor is built (not cached), so the DAG processor and a test see the current setting."""
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
 
 
 def staging_dir() -> str:

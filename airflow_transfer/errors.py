@@ -11,9 +11,13 @@ import errno
 
 
 class TransferError(Exception):
-    """A failure a user can act on. str() is the one-line message."""
+    """A failure a user can act on. str() is the one-line message.
+
+    ``kind`` names the class of failure in words that outlive the Python class (the store
+    keeps it with a failed transfer; the Airflow layer words its hint by it)."""
 
     exit_code = 1
+    kind = "error"
 
     def __init__(self, what: str, where: str = "", todo: str = "") -> None:
         self.what, self.where, self.todo = what, where, todo
@@ -33,22 +37,41 @@ class UsageError(TransferError):
     """Bad arguments: nothing was attempted."""
 
     exit_code = 2
+    kind = "usage"
 
 
 class ConnectError(TransferError):
     """The host could not be reached (DNS, refused, timeout)."""
 
+    kind = "connect"
+
 
 class AuthError(TransferError):
     """The host refused our credentials."""
+
+    kind = "auth"
 
 
 class HostKeyError(TransferError):
     """The host key is unknown or changed: refusing to talk to it."""
 
+    kind = "host_key"
+
 
 class UnsafePathError(TransferError):
     """A name would land outside the destination root."""
+
+    kind = "unsafe_path"
+
+
+# Failures that the same request can never get past, however often it is repeated: the
+# engine does not retry them per file (engine/retry.py), and Airflow must not retry the task.
+PERMANENT_ERRORS: tuple[type[TransferError], ...] = (HostKeyError, AuthError, UsageError, UnsafePathError)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A copy stopped from outside: SIGTERM (a service stop, Airflow killing or timing out the
+    task). A KeyboardInterrupt, so whatever already handles Ctrl-C handles it the same way."""
 
 
 def describe_oserror(exc: OSError) -> str:

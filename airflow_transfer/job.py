@@ -7,8 +7,12 @@ import hashlib
 import math
 import os
 import posixpath
+import re
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .engine.accounting import Reporter, Stats
@@ -20,7 +24,7 @@ from .engine.params import TransferParams
 from .engine.retry import RetryPolicy
 from .engine.session import Session, SessionOptions
 from .engine.transfer import TransferSession
-from .errors import UsageError
+from .errors import Interrupted, TransferError, UsageError, describe_oserror
 from .integrity.algorithms import algorithm_info
 from .manifest import Manifest
 from .protocols.endpoint import Endpoint
@@ -28,7 +32,7 @@ from .protocols.fallback import alternate_endpoints
 from .protocols.pool import SFTPPool, warm_count
 from .protocols.replicas import ReplicaSet
 from .protocols.resolve import resolve_endpoint
-from .store import decode, decode_blocks, open_store
+from .store import FAILED, INTERRUPTED, LOST, RUNNING, SUCCEEDED, decode, decode_blocks, mask_url, open_store
 from .summary import TransferSummary
 from .tuning import LinkInfo, get_algorithm
 from .tuning.library import StartingPoint, choose, remember_first_contact
@@ -65,6 +69,12 @@ class CopyRequest:
     make_endpoint: Callable[[str], Endpoint] | None = None  # URL -> Endpoint (the CLI's SSH options)
     log: Callable[[str], None] | None = None  # one-line notices (protocol switches)
     pool: SFTPPool | None = None  # to the remote end, already warming (the CLI's); unused ones are closed
+    # besides KeyboardInterrupt (SIGINT, Interrupted) and SystemExit: exceptions that mean the copy
+    # was stopped from outside, not that it went wrong (the operator's: Airflow's task timeout)
+    interrupted_by: tuple[type[BaseException], ...] = ()
+    # (what, todo) of an error as the caller's users act on it, for the store's record of a failed
+    # transfer: the operator words hints for Airflow connections instead of command-line flags
+    reword: Callable[[TransferError], tuple[str, str]] | None = None
 
 
 def engine_options(req: CopyRequest) -> dict:
@@ -157,7 +167,11 @@ def _resume_map(store, transfer_id: int, manifest: Manifest) -> dict[str, list]:
 
 
 def run_copy(req: CopyRequest) -> dict:
-    """Copy and return the summary (fields: docs/summary.md; those a copy does not fill stay empty)."""
+    """Copy and return the summary (fields: docs/summary.md; those a copy does not fill stay empty).
+
+    With a store, the transfer ends there as succeeded, failed or interrupted whatever stops
+    it (docs/durability.md, "How a transfer ends"); an exception that stopped it carries how
+    it was recorded (transfer_end)."""
     t0 = time.monotonic()
     stats = Stats()
     _check_request(req)
@@ -165,7 +179,7 @@ def run_copy(req: CopyRequest) -> dict:
     if req.pool is not None and getattr(session, "pool", None) is not req.pool:
         req.pool.close()  # warmed for a session this request did not get
     store = None
-    with session:
+    with _sigterm_interrupts(), session:
         # The first SSH handshakes run while the store opens and the source is listed.
         session.warm(warm_count(req.algorithm, req.params.p * req.params.cc, req.verify is not None))
         if req.use_store:
@@ -201,47 +215,63 @@ def _check_request(req: CopyRequest) -> None:
 
 def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
     key = req.transfer_key or default_key(req.src, req.dst)
-    record = journal = None
+    if store is None:
+        return _copy(req, t0, stats, None, None, session, key)
+    # Recorded before the first contact with either end, so a refused login, an unknown host
+    # key or a bad destination ends a transfer the store shows as failed, with that error.
+    record = store.begin_transfer(
+        key, req.src.display, req.dst.display, algorithm=req.algorithm, resume=not req.restart
+    )
+    if record.resumed_from == LOST and req.log is not None:
+        req.log(f"transfer {record.id} had no heartbeat for its lease (its process died); this copy takes it over")
+    with store.heartbeat(record.id):
+        try:
+            return _copy(req, t0, stats, store, record, session, key)
+        except BaseException as exc:
+            _record_end(store, record, key, exc, req)
+            raise
+
+
+def _copy(req: CopyRequest, t0: float, stats: Stats, store, record, session, key: str) -> dict:
+    journal = None
     resume: dict[str, list] | None = None
     session.before_verify = req.before_verify
     if req.link is not None and getattr(req.link, "measured", False):
         session.bandwidth_bps = req.link.bandwidth_bps
     manifest = req.manifest or session.list_source()
     manifest.validate(req.src.display)
-    if store is not None:
-        record = store.begin_transfer(
-            key, req.src.display, req.dst.display, algorithm=req.algorithm, resume=not req.restart
-        )
+    if record is not None:
         resume = _resume_map(store, record.id, manifest) if record.resumed else {}
         if resume and req.verify is not None and session.verify_mode == "block":
             session.resume_blocks = _resume_blocks(store, record.id, resume)
         store.record_listing(record.id, manifest.table)
-        journal = store.journal_writer(record.id, max_delay_ms=200)
+        # the lease is kept by _run's heartbeat for the whole copy, not only while the journal is open
+        journal = store.journal_writer(record.id, max_delay_ms=200, heartbeat=False)
         session.journal = journal
         session.on_switch = lambda rec, tid=record.id: store.record_protocol_switch(tid, rec)
-    src_root = req.src.path
-    if manifest.root_is_file:
-        src_root = (os.path if req.src.scheme == "file" else posixpath).dirname(req.src.path.rstrip("/")) or "/"
-    ordered = manifest.sorted_by_size()
-    stats.add_total(ordered.files, ordered.bytes)
-    session.ensure_dirs(req.dst.path, ordered.empty_dirs)
-    modes = ordered.modes.to_pylist() if ordered.modes is not None else None
-    emit = req.progress or (lambda s: None)
-
-    start = choose(
-        req.src,
-        req.dst,
-        req.link,
-        store,
-        measure=req.measure_link,
-        algorithm=req.algorithm,
-        total_bytes=ordered.bytes,
-        progress=req.log,
-    )
-    link = start.link or _unknown_link()
-    if session.remote is not None:
-        link = sftp_link(link)
     try:
+        src_root = req.src.path
+        if manifest.root_is_file:
+            src_root = (os.path if req.src.scheme == "file" else posixpath).dirname(req.src.path.rstrip("/")) or "/"
+        ordered = manifest.sorted_by_size()
+        stats.add_total(ordered.files, ordered.bytes)
+        session.ensure_dirs(req.dst.path, ordered.empty_dirs)
+        modes = ordered.modes.to_pylist() if ordered.modes is not None else None
+        emit = req.progress or (lambda s: None)
+
+        start = choose(
+            req.src,
+            req.dst,
+            req.link,
+            store,
+            measure=req.measure_link,
+            algorithm=req.algorithm,
+            total_bytes=ordered.bytes,
+            progress=req.log,
+        )
+        link = start.link or _unknown_link()
+        if session.remote is not None:
+            link = sftp_link(link)
         with Reporter(stats, emit, req.progress_interval):
             if req.algorithm == "fixed":
                 chunks = [
@@ -306,11 +336,126 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
         server=server,
         extra=session.summary_extra(),  # fall-back: per-protocol totals; replicas: per-host
     ).as_dict()
-    if store is not None and record is not None:
+    if record is not None:
         for c in chunks:
             store.record_chunk(record.id, c)
-        store.finish_transfer(record.id, "failed" if summary["failed"] else "succeeded", summary)
+        if summary["failed"]:
+            store.finish_transfer(record.id, FAILED, summary, error=_files_failed(summary, req.dst.display))
+        else:
+            store.finish_transfer(record.id, SUCCEEDED, summary)
     return summary
+
+
+# --- how a transfer ends (docs/durability.md) ---------------------------------------------
+
+_END_ATTR = "transfer_end"
+_URL = re.compile(r"[A-Za-z][\w+.-]*://\S+")
+MAX_ERROR_CHARS = 2_000
+RESUME_HINT = "run the same copy again to resume (completed files are kept)"
+
+
+def transfer_end(exc: BaseException) -> dict | None:
+    """How the transfer that ``exc`` stopped was recorded: ``{"transfer_id", "transfer_key",
+    "state", "error"}``; None when it stopped before a transfer was recorded (or without a store)."""
+    return getattr(exc, _END_ATTR, None)
+
+
+def _record_end(store, record, key: str, exc: BaseException, req: CopyRequest) -> None:
+    interrupted = isinstance(exc, (KeyboardInterrupt, SystemExit, *req.interrupted_by))
+    state = INTERRUPTED if interrupted else FAILED
+    error = error_record(exc, interrupted=interrupted, reword=req.reword)
+    try:
+        store.finish_transfer(record.id, state, error=error)
+    except Exception as store_exc:  # noqa: BLE001 - the caller must see the copy's error, not the store's
+        exc.add_note(
+            f"the store could not record transfer {record.id} as {state} ({store_exc}); "
+            "it shows as lost once its lease runs out"
+        )
+        state = RUNNING
+    try:
+        setattr(exc, _END_ATTR, {"transfer_id": record.id, "transfer_key": key, "state": state, "error": error})
+    except AttributeError:  # an exception class with __slots__: the store still has it
+        pass
+
+
+def error_record(
+    exc: BaseException,
+    *,
+    interrupted: bool = False,
+    reword: Callable[[TransferError], tuple[str, str]] | None = None,
+) -> dict[str, str]:
+    """What the store keeps about the exception that ended a transfer: its ``kind`` (errors.py),
+    Python ``type``, ``what`` / ``where`` / ``todo`` (``reword`` gives what and todo for a
+    TransferError) and the one-line ``message``. URLs in it are masked: an exception's text is
+    not known to be free of passwords."""
+    kind, where, todo = "error", "", ""
+    if isinstance(exc, TransferError):
+        kind, where = exc.kind, exc.where
+        what, todo = reword(exc) if reword is not None else (exc.what, exc.todo)
+    elif isinstance(exc, Interrupted):
+        kind, what, todo = "interrupted", str(exc) or "stopped by a signal", RESUME_HINT
+    elif isinstance(exc, KeyboardInterrupt):
+        kind, what, todo = "interrupted", "interrupted (SIGINT, Ctrl-C)", RESUME_HINT
+    elif isinstance(exc, SystemExit):
+        kind, what, todo = "interrupted", f"the process exited (status {exc.code})", RESUME_HINT
+    elif interrupted:
+        kind, what, todo = (
+            "interrupted",
+            f"stopped by {type(exc).__name__}" + (f": {exc}" if str(exc) else ""),
+            RESUME_HINT,
+        )
+    elif isinstance(exc, OSError):
+        what = describe_oserror(exc) + (f": {exc.filename}" if exc.filename else "")
+    else:
+        what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    what, where = _masked(what)[:MAX_ERROR_CHARS], _masked(where)
+    message = TransferError(what, where, todo).message
+    return {"kind": kind, "type": type(exc).__name__, "what": what, "where": where, "todo": todo, "message": message}
+
+
+def _files_failed(summary: dict, dst: str) -> dict[str, str]:
+    failed = summary["failed"]
+    first = failed[0]
+    what = (
+        f"{len(failed)} of {summary['files']} files did not arrive verified (first: {first['path']}: {first['error']})"
+    )
+    todo = "run the same copy again to finish (completed files are kept)"
+    what = _masked(what)[:MAX_ERROR_CHARS]
+    return {
+        "kind": "files_failed",
+        "type": "",
+        "what": what,
+        "where": dst,
+        "todo": todo,
+        "message": TransferError(what, dst, todo).message,
+    }
+
+
+def _masked(text: str) -> str:
+    return _URL.sub(lambda m: mask_url(m.group()), text)
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """While a copy runs, SIGTERM raises Interrupted where nothing else handles it (the CLI, a
+    plain script), so the copy records itself interrupted instead of vanishing mid-write.
+
+    Only in the main thread (the only one signals reach) and only over the default action:
+    Airflow's task runner has its own handler, which calls the operator's on_kill."""
+    install = (
+        threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    )
+    if install:
+        signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        yield
+    finally:
+        if install:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _raise_interrupted(signum: int, frame: object) -> None:
+    raise Interrupted(f"stopped by {signal.Signals(signum).name}")
 
 
 def _learned_notes(algorithm, start: StartingPoint, store, req: CopyRequest) -> None:

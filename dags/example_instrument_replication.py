@@ -66,6 +66,7 @@ with DAG(
         stable_for="{{ params.stable_for }}",
         poke_interval=float(os.environ.get("AT_INSTRUMENT_POLL", "60")),
         timeout=6 * 3600,
+        deferrable=True,  # hours of waiting belong in the triggerer, not in a worker slot
     )
     manifest = DatasetManifestOperator(
         task_id="manifest",

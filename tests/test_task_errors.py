@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import airflow  # noqa: F401 - installed with the project; a missing Airflow must fail, not skip
 import pytest
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_transfer.errors import TransferError, UsageError
 from airflow_transfer.operators.failures import task_error
@@ -11,15 +12,21 @@ from airflow_transfer.query.expr import QueryError
 
 
 def test_transfer_error_becomes_runtime_error_with_the_same_message():
+    exc = TransferError("source does not exist", "/x", "check the source path")
+    err = task_error(exc)
+    assert type(err) is RuntimeError and str(err) == exc.message == "source does not exist (/x): check the source path"
+
+
+def test_usage_error_fails_without_retry_with_the_same_message():
     exc = UsageError("no such file", "/x", "check the path")
     err = task_error(exc)
-    assert type(err) is RuntimeError and str(err) == exc.message == "no such file (/x): check the path"
+    assert type(err) is AirflowFailException and str(err) == exc.message == "no such file (/x): check the path"
 
 
-def test_query_error_becomes_value_error_with_a_caret():
+def test_query_error_fails_without_retry_with_a_caret():
     exc = QueryError("unknown column 'z'", "z > 1", 0)
     err = task_error(exc)
-    assert type(err) is ValueError
+    assert type(err) is AirflowFailException
     assert str(err) == f"{exc.message}\n  z > 1\n  ^"
 
 

@@ -7,18 +7,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowTaskTerminated, AirflowTaskTimeout
 
 from .. import airflow_conf
 from ..engine.accounting import format_line
 from ..engine.params import check_params
 from ..engine.retry import RetryPolicy
-from ..errors import TransferError
+from ..errors import Interrupted, TransferError
 from ..hooks.endpoint import TransferEndpointHook
 from ..plugins.links import TransferPageLink
 from ..protocols.endpoint import Endpoint
 from ..protocols.resolve import resolve_endpoint
 from .arguments import choice, names, number, templated, text, whole
-from .failures import fail_on_failed_files, failed_files_error, task_error
+from .failures import airflow_words, fail_on_failed_files, failed_files_error, task_error
 
 
 def summary_table(summary: dict) -> str:
@@ -44,6 +45,10 @@ def summary_table(summary: dict) -> str:
 
 
 ALGORITHMS = ("fixed", "globus", "pcp", "mc", "adaptive-cc", "auto")
+# Airflow stopping the task from outside: the copy is recorded interrupted, not failed.
+STOPPED_BY_AIRFLOW: tuple[type[BaseException], ...] = (AirflowTaskTimeout, AirflowTaskTerminated)
+# The transfer states the return value and the ``summary`` XCom carry (store/schema.py's).
+SUCCEEDED, FAILED = "succeeded", "failed"
 
 
 def _check_algorithm(name: str) -> None:
@@ -85,9 +90,15 @@ class TunedTransferOperator(BaseOperator):
     :param switch_after: consecutive failures before switching protocol.
     :param probe_interval: seconds between probes of the preferred protocol while on an alternate.
 
-    Returns the transfer summary (fields: docs/summary.md) as XCom: counts and
-    per-chunk figures only, never the file list. Fails if any file failed,
-    after pushing the summary under the key ``summary``.
+    Returns the transfer summary (fields: docs/summary.md) plus ``state`` (``succeeded``) as
+    XCom: counts and per-chunk figures only, never the file list. Fails if any file failed,
+    after pushing the summary (``state`` ``failed``) under the key ``summary``. A copy that an
+    error or a kill stopped pushes how the store recorded it under the key ``transfer``:
+    ``{"transfer_id", "transfer_key", "state", "error"}`` (docs/operators.md).
+
+    Errors a retry cannot fix (host key, authentication, bad arguments) fail the task without
+    retrying it (AirflowFailException); SIGTERM from Airflow (a timeout, the task marked failed)
+    stops the copy and records it ``interrupted``.
     """
 
     template_fields: Sequence[str] = ("src", "dst", "src_conn_id", "dst_conn_id", "transfer_key", "algorithm", "pairs")
@@ -149,8 +160,25 @@ class TunedTransferOperator(BaseOperator):
         self.alt_protocols = names("alt_protocols", alt_protocols)  # fall-back protocols (docs/protocols.md)
         self.switch_after = whole("switch_after", switch_after)
         self.probe_interval = number("probe_interval", probe_interval)
+        self._copying = False
+
+    def on_kill(self) -> None:
+        """Airflow's SIGTERM (a timeout, the task marked failed or cleared): stop the copy here, in
+        the task's main thread, so it records itself interrupted before the process goes."""
+        if self._copying:
+            raise Interrupted("stopped by SIGTERM: Airflow is stopping the task")
 
     def execute(self, context: Any) -> dict:
+        self._copying = True
+        try:
+            return self._execute(context)
+        except BaseException as exc:
+            _push_transfer_end(self, context, exc)
+            raise
+        finally:
+            self._copying = False
+
+    def _execute(self, context: Any) -> dict:
         if self.pairs:
             return _run_pairs(self, self.pairs)
         if self.src is None or self.dst is None:  # __init__ takes src and dst, or pairs
@@ -191,11 +219,14 @@ class TunedTransferOperator(BaseOperator):
                     probe_interval=self.probe_interval,
                     log=self.log.info,
                     make_endpoint=_alternate_maker(self.dst_conn_id if dst.scheme != "file" else self.src_conn_id),
+                    interrupted_by=STOPPED_BY_AIRFLOW,
+                    reword=airflow_words,
                 )
             )
         except TransferError as exc:
             raise task_error(exc) from exc
         self.log.info("transfer summary:\n%s", summary_table(summary))
+        summary = {**summary, "state": FAILED if summary["failed"] else SUCCEEDED}
         fail_on_failed_files(self, context, summary)
         return summary
 
@@ -222,6 +253,8 @@ def _run_pairs(op: TunedTransferOperator, pairs: Sequence[Sequence[str]] | str) 
             switch_after=op.switch_after,
             probe_interval=op.probe_interval,
             log=op.log.info,
+            interrupted_by=STOPPED_BY_AIRFLOW,
+            reword=airflow_words,
         )
         summary = run_request_list(
             base,
@@ -244,6 +277,23 @@ def _run_pairs(op: TunedTransferOperator, pairs: Sequence[Sequence[str]] | str) 
     if summary["failed"]:
         raise failed_files_error(summary)
     return summary
+
+
+def _push_transfer_end(op: BaseOperator, context: Any, exc: BaseException) -> None:
+    """XCom ``transfer``: how the store recorded the copy that ``exc`` stopped (the task's return
+    value is lost when it fails)."""
+    # heavy: job loads the engine, pyarrow and NumPy (~0.3 s); execute imported it already
+    from ..job import transfer_end
+
+    end = transfer_end(exc)
+    if end is None and exc.__cause__ is not None:  # task_error(core error) from core error
+        end = transfer_end(exc.__cause__)
+    if end is None:
+        return
+    try:
+        context["ti"].xcom_push(key="transfer", value=end)
+    except Exception as push_exc:  # noqa: BLE001 - the task fails with the copy's error either way
+        op.log.warning("could not push XCom 'transfer' (%s)", push_exc)
 
 
 def _alternate_maker(conn_id: str | None):

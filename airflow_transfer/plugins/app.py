@@ -74,6 +74,15 @@ def jinja_env() -> Environment:
     return env
 
 
+def transfer_page(env: Environment, data: dict, *, base: str = "", user: str | None = None) -> str:
+    """The HTML page of one transfer from its views.transfer_detail() dict (the JSON API's body)."""
+    chart = charts.chunk_chart(data["chunks"], average_mbit=data["transfer"]["throughput_mbit"])
+    progress = charts.progress_bar(data["journal"]["counts"])
+    return env.get_template("transfer.html").render(
+        base=base, user=user, page=data, nav="transfers", chart_svg=chart, progress_svg=progress
+    )
+
+
 class _StoreHolder:
     """Opens the store on first use (the api-server may start before the database is reachable)."""
 
@@ -166,9 +175,11 @@ def create_app(store_url: str | None = None):
         except StoreError as exc:
             raise HTTPException(503, f"cannot open the transfer store: {exc}") from None
 
+    def user_name(user) -> str | None:
+        return getattr(user, "get_name", lambda: None)() if user is not None else None
+
     def page(request: Request, template: str, user, status: int = 200, **values) -> HTMLResponse:
-        name = getattr(user, "get_name", lambda: None)() if user is not None else None
-        html = env.get_template(template).render(base=base(request), user=name, **values)
+        html = env.get_template(template).render(base=base(request), user=user_name(user), **values)
         return HTMLResponse(html, status_code=status)
 
     def detail_or_404(transfer_id: int, user) -> dict:
@@ -226,11 +237,9 @@ def create_app(store_url: str | None = None):
         return page(request, "transfers.html", user, page=data, nav="transfers", query=f"?{query}" if query else "")
 
     @app.get("/transfers/{transfer_id}", response_class=HTMLResponse)
-    def transfer_page(request: Request, transfer_id: int, user: GetUserDep):
+    def transfer_html(request: Request, transfer_id: int, user: GetUserDep):
         data = detail_or_404(transfer_id, user)
-        chart = charts.chunk_chart(data["chunks"], average_mbit=data["transfer"]["throughput_mbit"])
-        progress = charts.progress_bar(data["journal"]["counts"])
-        return page(request, "transfer.html", user, page=data, nav="transfers", chart_svg=chart, progress_svg=progress)
+        return HTMLResponse(transfer_page(env, data, base=base(request), user=user_name(user)))
 
     @app.get("/transfers/{transfer_id}/chunks.svg")
     def transfer_chart(transfer_id: int, user: GetUserDep):

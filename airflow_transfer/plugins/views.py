@@ -69,8 +69,15 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat(timespec="seconds")
 
 
-def _duration(record: TransferRecord) -> float | None:
-    end = record.ended_at or (datetime.now(UTC) if record.state == S.RUNNING else None)
+def _duration(record: TransferRecord, state: str, now: datetime) -> float | None:
+    """Seconds from the start to the end; only a transfer still running keeps counting. A lost
+    one stops at its last heartbeat (the last moment it is known to have run)."""
+    if state == S.RUNNING:
+        end: datetime | None = now
+    elif state == S.LOST:
+        end = record.last_seen
+    else:
+        end = record.ended_at
     if end is None or record.started_at is None:
         return None
     start = record.started_at if record.started_at.tzinfo else record.started_at.replace(tzinfo=UTC)
@@ -78,25 +85,40 @@ def _duration(record: TransferRecord) -> float | None:
     return max(0.0, (end - start).total_seconds())
 
 
-def transfer_row(record: TransferRecord) -> dict[str, Any]:
-    """One line of the transfers list."""
+def lost_error(record: TransferRecord) -> dict[str, str]:
+    """What a lost transfer shows in place of an error: the process died without writing one."""
+    what = (
+        f"no heartbeat since {_iso(record.last_seen)}: the process running it stopped without "
+        "recording an end (killed, or its machine lost)"
+    )
+    todo = "run the same copy (same transfer key) again: it takes the transfer over and resumes it"
+    return {"kind": "lost", "type": "", "what": what, "where": "", "todo": todo, "message": f"{what}: {todo}"}
+
+
+def transfer_row(record: TransferRecord, now: datetime | None = None) -> dict[str, Any]:
+    """One line of the transfers list: the state as shown (``lost`` for a running transfer whose
+    lease ran out), the error that ended it, and a duration that stops when it ended."""
     summary = record.summary or {}
+    now = now or datetime.now(UTC)
+    state = record.current_state(now)
     return {
         "id": record.id,
         "key": record.key,
         "airflow": parse_key(record.key),
-        "state": record.state,
+        "state": state,
         "src": record.src_url,
         "dst": record.dst_url,
         "algorithm": record.algorithm,
         "attempts": record.attempts,
         "started_at": _iso(record.started_at),
         "ended_at": _iso(record.ended_at),
-        "duration_s": _duration(record),
+        "heartbeat_at": _iso(record.heartbeat_at),
+        "duration_s": _duration(record, state, now),
         "files": summary.get("files"),
         "bytes": summary.get("bytes"),
         "throughput_mbit": summary.get("throughput_mbit"),
         "failed": len(summary.get("failed") or []) if summary else None,
+        "error": lost_error(record) if state == S.LOST else record.error,
     }
 
 
@@ -107,17 +129,19 @@ def list_transfers(
     state: str | None = None,
     readable_dags: Collection[str] | None = None,
     limit: int = 100,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
-    """The transfers page: newest first, optionally one DAG's and / or one state's."""
-    if state is not None and state not in S.TRANSFER_STATES:
-        raise ValueError(f"unknown state {state!r}; states are {', '.join(S.TRANSFER_STATES)}")
+    """The transfers page: newest first, optionally one DAG's and / or one (shown) state's."""
+    if state is not None and state not in S.SHOWN_STATES:
+        raise ValueError(f"unknown state {state!r}; states are {', '.join(S.SHOWN_STATES)}")
+    now = now or datetime.now(UTC)
     prefix = f"{AIRFLOW_KEY_PREFIX}{dag_id}/" if dag_id else None
-    records = visible(store.list_transfers(state=state, key_prefix=prefix, limit=limit), readable_dags)
+    records = visible(store.list_transfers(state=state, key_prefix=prefix, limit=limit, now=now), readable_dags)
     return {
         "filters": {"dag_id": dag_id, "state": state, "limit": limit},
-        "states": list(S.TRANSFER_STATES),
+        "states": list(S.SHOWN_STATES),
         "dag_ids": known_dags(store, readable_dags),
-        "transfers": [transfer_row(r) for r in records],
+        "transfers": [transfer_row(r, now) for r in records],
     }
 
 
@@ -193,8 +217,11 @@ def _file_rows(store: Store, transfer_id: int, condition, limit: int) -> dict[st
     return store.read(query)
 
 
-def transfer_detail(store: Store, transfer_id: int, *, file_limit: int = FILE_LIST_LIMIT) -> dict[str, Any] | None:
-    """One transfer: its chunks on a timeline, journal progress, failed / retried files, switches."""
+def transfer_detail(
+    store: Store, transfer_id: int, *, file_limit: int = FILE_LIST_LIMIT, now: datetime | None = None
+) -> dict[str, Any] | None:
+    """One transfer: how it ended (state and error), its chunks on a timeline, journal progress,
+    failed / retried files, switches."""
     record = store.get_transfer(transfer_id, with_chunks=True)
     if record is None:
         return None
@@ -206,7 +233,7 @@ def transfer_detail(store: Store, transfer_id: int, *, file_limit: int = FILE_LI
     done_bytes = sum(v["bytes_done"] for v in counts.values())
     verify = summary.get("verify") or {}
     return {
-        "transfer": transfer_row(record),
+        "transfer": transfer_row(record, now),
         "chunks": chunks,
         "journal": {
             "counts": counts,

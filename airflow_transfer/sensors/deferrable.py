@@ -1,4 +1,4 @@
-"""What the package's sensors share: poke from a worker, or wait in the triggerer (the default)."""
+"""What the package's sensors share: poke from a worker, or wait in the triggerer."""
 
 from __future__ import annotations
 
@@ -9,23 +9,26 @@ from typing import Any, ClassVar
 from airflow.sdk import BaseSensorOperator
 from airflow.triggers.base import BaseTrigger
 
+from .. import airflow_conf
+
 
 class DeferrableSensor(BaseSensorOperator):
-    """A sensor that by default defers to its trigger instead of holding a worker slot.
+    """A sensor that can defer to its trigger instead of holding a worker slot.
 
-    With ``deferrable=False`` it pokes (``poke()``, BaseSensorOperator's loop). Deferred, it
-    resumes in ``execute_complete`` with the trigger's event: an event whose status is
-    ``fired_status`` becomes the task's result (``result()``), anything else fails the task
-    with the event's message.
+    ``deferrable`` defaults to Airflow's ``[operators] default_deferrable`` (False unless set),
+    as for Airflow's own sensors. Without deferring it pokes (``poke()``, BaseSensorOperator's
+    loop). Deferred, it resumes in ``execute_complete`` with the trigger's event: an event whose
+    status is ``fired_status`` becomes the task's result (``result()``), anything else fails the
+    task with the event's message.
     """
 
     fired_status: ClassVar[str]  # the status of the trigger's event when the wait is over
     waits_for: ClassVar[str]  # what the trigger watches, for the message when no event came
 
-    def __init__(self, *, deferrable: bool = True, **kwargs: Any) -> None:
+    def __init__(self, *, deferrable: bool | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("poke_interval", 30.0)
         super().__init__(**kwargs)
-        self.deferrable = deferrable
+        self.deferrable = airflow_conf.default_deferrable() if deferrable is None else bool(deferrable)
 
     @abstractmethod
     def trigger(self) -> BaseTrigger:

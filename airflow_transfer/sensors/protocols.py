@@ -27,7 +27,8 @@ class ProtocolAvailableSensor(DeferrableSensor):
     :param protocols: protocol names in preference order: sftp, ftp, https, http.
     :param ports: non-default ports, e.g. ``{"sftp": 2222}``.
     :param mode: ``"any"`` (default) or ``"all"``.
-    :param deferrable: wait in the triggerer (ProtocolAvailableTrigger) without a worker slot. Default True.
+    :param deferrable: wait in the triggerer (ProtocolAvailableTrigger) without a worker slot.
+        Default: Airflow's ``[operators] default_deferrable`` (False unless set).
 
     Returns (XCom) ``{"host", "available": [protocols up], "results": [per-protocol probes]}``.
     """
@@ -45,7 +46,7 @@ class ProtocolAvailableSensor(DeferrableSensor):
         host: str | None = None,
         ports: dict[str, int] | None = None,
         mode: str = "any",
-        deferrable: bool = True,
+        deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(deferrable=deferrable, **kwargs)

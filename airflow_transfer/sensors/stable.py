@@ -32,8 +32,8 @@ class DatasetStableSensor(DeferrableSensor):
         instrument that pauses between frames).
     :param poke_interval: seconds between two listings (BaseSensorOperator's argument).
     :param deferrable: wait in the triggerer (DatasetStableTrigger) instead of holding a
-        worker slot. Default True. Without it use ``mode="poke"``: the unchanged-since
-        time lives in the running task.
+        worker slot. Default: Airflow's ``[operators] default_deferrable`` (False unless set).
+        Without it use ``mode="poke"``: the unchanged-since time lives in the running task.
     :param timeout: seconds to wait in total before failing (BaseSensorOperator's argument).
 
     Returns (XCom) the final state: ``{"fingerprint", "files", "bytes", "changes", "held_for"}``.
@@ -50,7 +50,7 @@ class DatasetStableSensor(DeferrableSensor):
         src: str,
         src_conn_id: str | None = None,
         stable_for: float | str = 300.0,
-        deferrable: bool = True,
+        deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(deferrable=deferrable, **kwargs)

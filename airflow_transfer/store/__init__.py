@@ -17,9 +17,17 @@ Opening
 Transfers (one row per transfer; a retry resumes the same row)
 --------------------------------------------------------------
 ``store.begin_transfer(key, src_url, dst_url, *, algorithm=None, resume=True) -> TransferRecord``
-    Reuses the newest *running* or *failed* transfer with ``key`` (``record.resumed``
-    is then True and its journal is intact); else creates one. URLs are stored masked.
-``store.finish_transfer(transfer_id, "succeeded" | "failed", summary=None) -> TransferRecord``
+    Reuses the newest *running*, *failed* or *interrupted* transfer with ``key``
+    (``record.resumed`` is then True, ``record.resumed_from`` the state it was found in,
+    ``lost`` for a dead process's, and its journal is intact); else creates one. URLs are
+    stored masked.
+``store.finish_transfer(transfer_id, "succeeded" | "failed" | "interrupted", summary=None, *, error=None)``
+    Every transfer ends in one of these; ``error`` (kind, what, where, todo, message) says
+    why a failed or interrupted one stopped.
+``store.heartbeat(transfer_id) -> Heartbeat``
+    Renews the transfer's lease from a thread until closed (lease.py): a *running* row
+    whose heartbeat is older than ``schema.LEASE_S`` shows as *lost*
+    (``record.current_state()``; ``list_transfers(state="lost")``).
 ``store.record_chunk(transfer_id, chunk_result_or_summary_dict, *, started_at=None, ended_at=None) -> int``
 ``store.get_transfer(transfer_id, *, with_chunks=True) -> TransferRecord | None``
 ``store.list_transfers(*, state=None, key_prefix=None, limit=100, offset=0) -> list[TransferRecord]``
@@ -64,12 +72,15 @@ docstring), and query functions taking a Connection; run them with
 from .config import ENV_VAR, mask_url, resolve_store_url
 from .errors import StoreError, UnknownFileError
 from .journal import FILE_STATES_SCHEMA, decode_blocks
+from .lease import Heartbeat
 from .ranges import coalesce, decode, missing_ranges
 from .records import ChunkRecord, TransferRecord
 from .schema import (
     DONE,
     FAILED,
     FILE_FAILED,
+    INTERRUPTED,
+    LOST,
     PARTIAL,
     PENDING,
     RUNNING,
@@ -85,11 +96,14 @@ __all__ = [
     "FAILED",
     "FILE_FAILED",
     "FILE_STATES_SCHEMA",
+    "INTERRUPTED",
+    "LOST",
     "PARTIAL",
     "PENDING",
     "RUNNING",
     "SUCCEEDED",
     "ChunkRecord",
+    "Heartbeat",
     "JournalWriter",
     "Store",
     "StoreError",

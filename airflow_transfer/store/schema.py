@@ -26,14 +26,26 @@ from sqlalchemy import (
 
 from .coltypes import UTCDateTime
 
-# Transfer states. A transfer is "finished" only when it succeeded: a failed
-# one is resumed by the next begin_transfer with the same key (an Airflow
-# retry after the engine recorded the failure).
+# Transfer states. A transfer is "finished" only when it succeeded: a failed or
+# interrupted one is resumed by the next begin_transfer with the same key (an
+# Airflow retry after the engine recorded the failure, a re-run after Ctrl-C).
 RUNNING = "running"
 SUCCEEDED = "succeeded"
-FAILED = "failed"
-TRANSFER_STATES = (RUNNING, SUCCEEDED, FAILED)
-RESUMABLE_STATES = (RUNNING, FAILED)
+FAILED = "failed"  # an error ended it; the error column says what, where and what to do
+INTERRUPTED = "interrupted"  # a signal or the task's kill stopped it; nothing was wrong with the copy
+TRANSFER_STATES = (RUNNING, SUCCEEDED, FAILED, INTERRUPTED)
+END_STATES = (SUCCEEDED, FAILED, INTERRUPTED)
+RESUMABLE_STATES = (RUNNING, FAILED, INTERRUPTED)
+# Never written: what readers call a running transfer whose heartbeat is older than the
+# lease, because the process running it died without a chance to say so (SIGKILL, a lost
+# machine). The next begin_transfer with its key takes it over.
+LOST = "lost"
+SHOWN_STATES = (*TRANSFER_STATES, LOST)
+
+# The running copy refreshes heartbeat_at this often (store/lease.py); a row not refreshed
+# for LEASE_S is lost. Four intervals: a store busy for a minute does not make a live copy lost.
+HEARTBEAT_INTERVAL_S = 15.0
+LEASE_S = 4 * HEARTBEAT_INTERVAL_S
 
 # Per-file journal states.
 PENDING = "pending"  # listed, nothing committed yet
@@ -87,6 +99,8 @@ transfers = Table(
     Column("updated_at", UTCDateTime, nullable=False),
     Column("ended_at", UTCDateTime, nullable=True),
     Column("summary", JSON, nullable=True),
+    Column("heartbeat_at", UTCDateTime, nullable=True),  # last sign of life of a running copy (v5)
+    Column("error", JSON, nullable=True),  # why it failed or stopped: kind, what, where, todo, message (v5)
     Index("ix_at_transfers_key_state", "key", "state"),
     Index("ix_at_transfers_state_started", "state", "started_at"),
     Index("ix_at_transfers_started", "started_at"),

@@ -23,8 +23,10 @@ from .coltypes import utcnow
 from .config import mask_url, resolve_store_url
 from .connection import DEFAULT_BUSY_TIMEOUT_MS, make_engine, run_transaction
 from .errors import StoreError
+from .lease import Heartbeat
 from .migrations import migrate
 from .records import ChunkRecord, TransferRecord
+from .schema import HEARTBEAT_INTERVAL_S, LEASE_S
 from .writer import DEFAULT_MAX_DELAY_MS, DEFAULT_MAX_EVENTS, JournalWriter
 
 if TYPE_CHECKING:
@@ -112,9 +114,22 @@ class Store(Closing):
         """
         return self.write(lambda conn: transfers.begin(conn, key, src_url, dst_url, algorithm, resume))
 
-    def finish_transfer(self, transfer_id: int, state: str, summary: Mapping[str, Any] | None = None) -> TransferRecord:
-        """Close a transfer as 'succeeded' or 'failed' with its summary (the ``copy --json`` object)."""
-        return self.write(lambda conn: transfers.finish(conn, transfer_id, state, summary))
+    def finish_transfer(
+        self,
+        transfer_id: int,
+        state: str,
+        summary: Mapping[str, Any] | None = None,
+        *,
+        error: Mapping[str, Any] | None = None,
+    ) -> TransferRecord:
+        """Close a transfer as 'succeeded', 'failed' or 'interrupted' with its summary (the ``copy
+        --json`` object, when the copy got that far) and, unless it succeeded, why (``error``:
+        kind, what, where, todo, message; job.error_record builds it from an exception)."""
+        return self.write(lambda conn: transfers.finish(conn, transfer_id, state, summary, error))
+
+    def heartbeat(self, transfer_id: int, *, interval_s: float = HEARTBEAT_INTERVAL_S) -> Heartbeat:
+        """Keep the lease of a running transfer from a thread until closed (``with``; lease.py)."""
+        return Heartbeat(self, transfer_id, interval_s)
 
     def record_chunk(
         self,
@@ -139,9 +154,14 @@ class Store(Closing):
         key_prefix: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        now: datetime | None = None,
+        lease_s: float = LEASE_S,
     ) -> list[TransferRecord]:
-        """Transfers, newest first, optionally only some states / keys starting with a prefix."""
-        return self.read(lambda conn: transfers.list_transfers(conn, state, key_prefix, limit, offset))
+        """Transfers, newest first, optionally only some states / keys starting with a prefix.
+
+        States are those shown (schema.SHOWN_STATES): ``running`` and ``lost`` split running
+        rows on whether their heartbeat is within ``lease_s`` of ``now``."""
+        return self.read(lambda conn: transfers.list_transfers(conn, state, key_prefix, limit, offset, now, lease_s))
 
     def chunks(self, transfer_id: int) -> list[ChunkRecord]:
         return self.read(lambda conn: transfers.list_chunks(conn, transfer_id))
@@ -169,9 +189,20 @@ class Store(Closing):
         max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
         max_events: int = DEFAULT_MAX_EVENTS,
         background: bool = True,
+        heartbeat: bool = True,
     ) -> JournalWriter:
-        """A thread-safe buffered writer for the engine's per-range reports (see writer.py)."""
-        return JournalWriter(self, transfer_id, max_delay_ms=max_delay_ms, max_events=max_events, background=background)
+        """A thread-safe buffered writer for the engine's per-range reports (see writer.py).
+
+        With ``heartbeat`` (and ``background``) it also keeps the transfer's lease while open,
+        for callers that hold no Store.heartbeat of their own (a chunk of a distributed copy)."""
+        return JournalWriter(
+            self,
+            transfer_id,
+            max_delay_ms=max_delay_ms,
+            max_events=max_events,
+            background=background,
+            heartbeat_s=HEARTBEAT_INTERVAL_S if heartbeat and background else None,
+        )
 
     def mark_range(self, transfer_id: int, path: str, offset: int, length: int) -> None:
         """Unbuffered: one transaction. The engine should use journal_writer() instead."""

@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
 
 from .coltypes import utcnow
 from .config import mask_url
 from .connection import lock_key
 from .errors import StoreError
 from .records import ChunkRecord, TransferRecord
-from .schema import FAILED, KEY_LENGTH, RESUMABLE_STATES, RUNNING, SUCCEEDED, TRANSFER_STATES, chunks, transfers
+from .schema import (
+    END_STATES,
+    KEY_LENGTH,
+    LEASE_S,
+    LOST,
+    RESUMABLE_STATES,
+    RUNNING,
+    SHOWN_STATES,
+    chunks,
+    transfers,
+)
 
-FINAL_STATES = (SUCCEEDED, FAILED)
 _CHUNK_INT_FIELDS = ("pp", "p", "cc", "files", "bytes")
 
 
@@ -48,6 +58,7 @@ def begin(
                 f"from {existing['src_url']} to {existing['dst_url']}, not {src} to {dst}",
                 todo="use another key, or finish that transfer first",
             )
+        was = TransferRecord.from_row(existing).current_state(now)
         conn.execute(
             update(transfers)
             .where(transfers.c.id == existing["id"])
@@ -55,11 +66,13 @@ def begin(
                 state=RUNNING,
                 attempts=transfers.c.attempts + 1,
                 updated_at=now,
+                heartbeat_at=now,
                 ended_at=None,
+                error=None,
                 algorithm=algorithm if algorithm is not None else existing["algorithm"],
             )
         )
-        return get(conn, existing["id"], resumed=True)
+        return get(conn, existing["id"], resumed=True, resumed_from=was)
     new_id = conn.execute(
         insert(transfers)
         .values(
@@ -71,31 +84,63 @@ def begin(
             attempts=1,
             started_at=now,
             updated_at=now,
+            heartbeat_at=now,
         )
         .returning(transfers.c.id)
     ).scalar_one()
     return get(conn, new_id)
 
 
-def finish(conn: Connection, transfer_id: int, state: str, summary: Mapping[str, Any] | None) -> TransferRecord:
-    if state not in FINAL_STATES:
-        raise ValueError(f"a transfer finishes as one of {FINAL_STATES}, not {state!r}")
+def finish(
+    conn: Connection,
+    transfer_id: int,
+    state: str,
+    summary: Mapping[str, Any] | None,
+    error: Mapping[str, Any] | None = None,
+) -> TransferRecord:
+    if state not in END_STATES:
+        raise ValueError(f"a transfer finishes as one of {END_STATES}, not {state!r}")
     now = utcnow()
     changed = conn.execute(
         update(transfers)
         .where(transfers.c.id == transfer_id)
-        .values(state=state, ended_at=now, updated_at=now, summary=dict(summary) if summary is not None else None)
+        .values(
+            state=state,
+            ended_at=now,
+            updated_at=now,
+            summary=dict(summary) if summary is not None else None,
+            error=dict(error) if error is not None else None,
+        )
     ).rowcount
     if not changed:
         raise StoreError(f"no transfer with id {transfer_id} in the store")
     return get(conn, transfer_id)
 
 
-def get(conn: Connection, transfer_id: int, *, resumed: bool = False, with_chunks: bool = False) -> TransferRecord:
+def beat(conn: Connection, transfer_id: int) -> bool:
+    """Renew the lease of a running transfer; False when it is no longer running (it ended)."""
+    # updated_at stays: it dates the last change of the row, not the last sign of life
+    return bool(
+        conn.execute(
+            update(transfers)
+            .where(transfers.c.id == transfer_id, transfers.c.state == RUNNING)
+            .values(heartbeat_at=utcnow())
+        ).rowcount
+    )
+
+
+def get(
+    conn: Connection,
+    transfer_id: int,
+    *,
+    resumed: bool = False,
+    resumed_from: str | None = None,
+    with_chunks: bool = False,
+) -> TransferRecord:
     row = conn.execute(select(transfers).where(transfers.c.id == transfer_id)).mappings().first()
     if row is None:
         raise StoreError(f"no transfer with id {transfer_id} in the store")
-    extra: dict[str, Any] = {"resumed": resumed}
+    extra: dict[str, Any] = {"resumed": resumed, "resumed_from": resumed_from}
     if with_chunks:
         extra["chunks"] = tuple(list_chunks(conn, transfer_id))
     return TransferRecord.from_row(row, **extra)
@@ -112,19 +157,36 @@ def list_transfers(
     key_prefix: str | None,
     limit: int,
     offset: int,
+    now: datetime | None = None,
+    lease_s: float = LEASE_S,
 ) -> list[TransferRecord]:
     query = select(transfers).order_by(transfers.c.started_at.desc(), transfers.c.id.desc())
     if state is not None:
         states = (state,) if isinstance(state, str) else tuple(state)
-        unknown = set(states) - set(TRANSFER_STATES)
+        unknown = set(states) - set(SHOWN_STATES)
         if unknown:
-            raise ValueError(f"unknown transfer state(s) {sorted(unknown)}; states are {TRANSFER_STATES}")
-        query = query.where(transfers.c.state.in_(states))
+            raise ValueError(f"unknown transfer state(s) {sorted(unknown)}; states are {SHOWN_STATES}")
+        query = query.where(_in_states(states, now or utcnow(), lease_s))
     if key_prefix:
         # autoescape: '%' and '_' in a key are literal characters, not wildcards
         query = query.where(transfers.c.key.startswith(key_prefix, autoescape=True))
     rows = conn.execute(query.limit(limit).offset(offset)).mappings().all()
     return [TransferRecord.from_row(row) for row in rows]
+
+
+def _in_states(states: tuple[str, ...], now: datetime, lease_s: float) -> ColumnElement[bool]:
+    """SQL for "shows as one of ``states``": running and lost split on the heartbeat's age."""
+    cutoff = now - timedelta(seconds=lease_s)
+    last_seen = func.coalesce(transfers.c.heartbeat_at, transfers.c.updated_at)
+    stored = [s for s in states if s not in (RUNNING, LOST)]
+    terms: list[ColumnElement[bool]] = [transfers.c.state.in_(stored)] if stored else []
+    if RUNNING in states and LOST in states:
+        terms.append(transfers.c.state == RUNNING)
+    elif RUNNING in states:
+        terms.append(and_(transfers.c.state == RUNNING, last_seen >= cutoff))
+    elif LOST in states:
+        terms.append(and_(transfers.c.state == RUNNING, last_seen < cutoff))
+    return or_(*terms)
 
 
 def add_chunk(

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from .closing import Closing
 from .errors import StoreError, UnknownFileError
 from .journal import BlockDone, Event, FileDone, FileFailed, RangeDone, RangesReset
+from .lease import Heartbeat
 
 if TYPE_CHECKING:
     from .store import Store
@@ -43,6 +44,7 @@ class JournalWriter(Closing):
         max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
         max_events: int = DEFAULT_MAX_EVENTS,
         background: bool = True,
+        heartbeat_s: float | None = None,
     ) -> None:
         if max_delay_ms < 0 or max_events < 1:
             raise ValueError("max_delay_ms must be >= 0 and max_events >= 1")
@@ -61,6 +63,8 @@ class JournalWriter(Closing):
         if background and max_delay_ms > 0:
             self._thread = threading.Thread(target=self._tick, name=f"journal-writer-{transfer_id}", daemon=True)
             self._thread.start()
+        # heartbeat_s: keep the transfer's lease while the writer is open (lease.py)
+        self._heartbeat = Heartbeat(store, transfer_id, heartbeat_s) if heartbeat_s else None
 
     # --- what the engine calls -------------------------------------------
 
@@ -110,6 +114,8 @@ class JournalWriter(Closing):
         if self._closed.is_set():
             return
         self._closed.set()
+        if self._heartbeat is not None:
+            self._heartbeat.close()
         if self._thread is not None:
             self._thread.join()
         self._raise_background_error()

@@ -17,4 +17,5 @@ with DAG(dag_id="test_protocol_sensor", schedule=None, catchup=False) as dag:
         mode="all",
         poke_interval=0.5,
         timeout=180,
+        deferrable=True,
     )

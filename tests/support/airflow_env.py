@@ -29,9 +29,10 @@ with create_session() as s:
     mi = lambda m: f"[{m}]" if m is not None and m >= 0 else ""
     xcoms = {f"{x.task_id}{mi(x.map_index)}.{x.key}": x.value for x in
              s.query(XComModel).filter(XComModel.dag_id == dr.dag_id, XComModel.run_id == dr.run_id)}
-    states = {f"{ti.task_id}{mi(ti.map_index)}": str(ti.state) for ti in
-              s.query(TaskInstance).filter(TaskInstance.dag_id == dr.dag_id, TaskInstance.run_id == dr.run_id)}
-print("@@RESULT@@" + json.dumps({"state": str(dr.state), "xcom": xcoms, "tasks": states}, default=str))
+    tis = s.query(TaskInstance).filter(TaskInstance.dag_id == dr.dag_id, TaskInstance.run_id == dr.run_id).all()
+    states = {f"{ti.task_id}{mi(ti.map_index)}": str(ti.state) for ti in tis}
+    tries = {f"{ti.task_id}{mi(ti.map_index)}": ti.try_number for ti in tis}
+print("@@RESULT@@" + json.dumps({"state": str(dr.state), "xcom": xcoms, "tasks": states, "tries": tries}, default=str))
 """
 
 

@@ -37,12 +37,19 @@ def run_cli(*args: str, timeout: float = 300, env: dict | None = None) -> Run:
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
-def kill_cli_when(args: list[str], ready, timeout: float = 120) -> None:
-    """Start `airflow-transfer ARGS`, SIGKILL it as soon as `ready()` holds; fails if it ended first."""
-    proc = subprocess.Popen([sys.executable, "-m", "airflow_transfer.cli", *args], stderr=subprocess.DEVNULL)
+def kill_cli_when(
+    args: list[str], ready, timeout: float = 120, sig: signal.Signals = signal.SIGKILL, env: dict | None = None
+) -> int:
+    """Start `airflow-transfer ARGS`, send it `sig` (SIGKILL unless told) as soon as `ready()`
+    holds and return its exit status; fails if it ended first."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airflow_transfer.cli", *args],
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None and not ready():
         time.sleep(0.005)
     assert proc.poll() is None, "the copy ended before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    os.kill(proc.pid, sig)
+    return proc.wait(timeout=timeout)

@@ -33,7 +33,13 @@ from sqlalchemy.engine import Connection, Engine
 from ..coltypes import UTCDateTime, utcnow
 from ..connection import lock_key, run_transaction
 from ..errors import StoreError
-from . import v0001_transfers_journal, v0002_tuning_library, v0003_block_digests, v0004_protocols
+from . import (
+    v0001_transfers_journal,
+    v0002_tuning_library,
+    v0003_block_digests,
+    v0004_protocols,
+    v0005_transfer_lifecycle,
+)
 from .ddl import add_column  # noqa: F401 - public here too (docs/store.md: migrations.add_column)
 
 
@@ -53,6 +59,7 @@ STEPS: tuple[Migration, ...] = (
     _step(v0002_tuning_library),
     _step(v0003_block_digests),
     _step(v0004_protocols),
+    _step(v0005_transfer_lifecycle),
 )
 
 # The runner's own bookkeeping table never changes shape.
