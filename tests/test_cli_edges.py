@@ -97,24 +97,10 @@ def test_missing_local_parents_of_dst_are_created(sshd, remote_dir, tmp_path):
     assert (dst / "a.txt").read_text() == "x\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: on an SFTP destination only the root and the directories below it are created "
-    "(TransferSession.ensure_dirs, remote_tree.make_dirs), not the root's missing parents; docs/cli.md, "
-    "'Destination root'",
-)
 def test_missing_remote_parents_of_dst_are_created(data, sshd, remote_dir):
     res = run_cli("copy", str(data), sshd.url(f"{remote_dir}/p/q/r"), *ssh_args(sshd))
     assert res.code == 0, res.err
     assert (remote_dir / "p" / "q" / "r" / "a.txt").read_text() == "hello\n"
-
-
-def test_missing_remote_parent_is_one_clear_line_meanwhile(data, sshd, remote_dir):
-    """Until then (docs/cli.md, "Destination root"): one line naming the directory, exit 1."""
-    res = run_cli("copy", str(data), sshd.url(f"{remote_dir}/p/q/r"), *ssh_args(sshd))
-    assert res.code == 1
-    line = _one_error_line(res)
-    assert "cannot create destination directory" in line and f"{remote_dir}/p/q/r" in line
 
 
 # -- 3. list --out ----------------------------------------------------------------------------------
@@ -364,11 +350,6 @@ def test_skipped_bytes_count_as_progress_but_not_as_rate():
     assert "(100%)" in format_line(snap)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: runner.py counts a skipped file's bytes with Stats.add_bytes; with Stats.add_skipped_bytes "
-    "(passed on by chunk_session._ChunkStats) the rate counts only the bytes moved",
-)
 def test_all_skipped_rerun_shows_no_rate(data, tmp_path):
     dst = tmp_path / "dst"
     assert run_cli("copy", str(data), str(dst), "--verify", "none").code == 0

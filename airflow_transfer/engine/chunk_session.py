@@ -55,6 +55,10 @@ class _ChunkStats(Stats):
         super().add_bytes(n)
         self.parent.add_bytes(n)
 
+    def add_skipped_bytes(self, n: int) -> None:
+        super().add_skipped_bytes(n)
+        self.parent.add_skipped_bytes(n)
+
     def file_finished(self, ok: bool, skipped: bool = False) -> None:
         super().file_finished(ok, skipped)
         self.parent.file_finished(ok, skipped)

@@ -59,6 +59,12 @@ class PhaseStats:
         if n:
             s.add_bytes(n)
 
+    def add_skipped_bytes(self, n: int) -> None:
+        s = self._stats
+        n = min(n, max(0, s.bytes_total - s.bytes_done))
+        if n:
+            s.add_skipped_bytes(n)
+
     def __getattr__(self, name):
         return getattr(self._stats, name)
 

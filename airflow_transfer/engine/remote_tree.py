@@ -7,6 +7,7 @@ entry: on a 50 ms link that is what makes a re-run of a large tree cheap.
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,27 @@ def make_dirs(pool: SFTPPool, todo: list[str], host: str) -> None:
                 )
     finally:
         pool.release(conn)
+
+
+def missing_parents(pool: SFTPPool, root: str) -> list[str]:
+    """The ancestors of `root` that do not exist, outermost first: one STAT when the parent is
+    there (the usual case), one more per missing level."""
+    missing: list[str] = []
+    conn = pool.acquire()
+    try:
+        parent = posixpath.dirname(root.rstrip("/"))
+        while parent and parent not in ("/", "."):
+            try:
+                conn.wire.stat(parent)
+                break
+            except FileNotFoundError:
+                missing.append(parent)
+                parent = posixpath.dirname(parent)
+            except OSError:
+                break  # not ours to judge (no permission to stat): MKDIR of the root will say
+    finally:
+        pool.release(conn)
+    return missing[::-1]
 
 
 def same_size_and_mtime(pool: SFTPPool, tasks: list[FileTask]) -> set[int]:

@@ -268,7 +268,7 @@ def run_chunk(
         t = tasks[i]
         outcomes[i] = FileOutcome(t.rel, t.size, ok=True, skipped=True)
         session.stats.file_finished(True, skipped=True)
-        session.stats.add_bytes(t.size)
+        session.stats.add_skipped_bytes(t.size)  # progress, not transfer: the rate leaves it out
         # A crash between a rename and its journal mark leaves a complete file the journal does
         # not call done; the re-run that skips it must say so.
         if session.journal is not None:

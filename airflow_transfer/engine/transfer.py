@@ -25,7 +25,7 @@ from .block_verify import DEFAULT_BLOCK_SIZE, BlockVerifier, choose_threads
 from .bundle import BUNDLE_MAX_FILE, BundleMover, BundleState
 from .failures import error_text
 from .local_mover import LocalMover
-from .remote_tree import make_dirs, same_size_and_mtime, verify_account
+from .remote_tree import make_dirs, missing_parents, same_size_and_mtime, verify_account
 from .runner import Mover, Runner
 from .session import Session, SessionOptions
 from .sftp_jobs import FileTask
@@ -216,6 +216,8 @@ class TransferSession(Session):
                     ) from exc
             self._dirs_made.update(todo)
             return
+        if dst_root not in self._dirs_made:
+            todo = missing_parents(self._pool(), dst_root) + todo  # as mkdir -p, like a local destination
         make_dirs(self._pool(), todo, self.dst.host_label)
         self._dirs_made.update(todo)
 
