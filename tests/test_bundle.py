@@ -74,14 +74,14 @@ def test_a_byte_flipped_on_the_way_is_caught_and_only_that_file_sent_again(sshd,
 
     real_send = bundle.SinkChannel.send
 
-    def corrupting_send(self, items, algorithm):
+    def corrupting_send(self, items, algorithm, *rest):
         out = []
         for t, data, digest in items:
             if t.rel.endswith("s0013.bin") and not flipped and data:
                 flipped.append(t.rel)
                 data = bytes([data[0] ^ 0xFF]) + data[1:]  # after the source digest: a flip in transit
             out.append((t, data, digest))
-        return real_send(self, out, algorithm)
+        return real_send(self, out, algorithm, *rest)
 
     monkeypatch.setattr(bundle.SinkChannel, "send", corrupting_send)
     s = _copy(sshd, src, dst, use_store=False)
@@ -91,6 +91,26 @@ def test_a_byte_flipped_on_the_way_is_caught_and_only_that_file_sent_again(sshd,
     assert v["mismatched"] == 1 and v["repaired"] == 1 and v["verified"] == 60
     assert s["files_retried"] == 1  # that file alone went again
     assert tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+
+
+def test_a_fault_in_our_own_code_fails_the_chunk_instead_of_reconnecting_forever(
+    sshd, local_dir, remote_dir, monkeypatch
+):
+    # A TypeError is the same on every connection: the worker must not reconnect and try again
+    # until the deadline (a changed signature once hung a copy this way).
+    src = _tree(local_dir / "bug", 40, seed=4)
+    dst = remote_dir / "bug"
+    calls = []
+
+    def broken_send(self, *args):
+        calls.append(1)
+        raise TypeError("send() takes 3 positional arguments")
+
+    monkeypatch.setattr(bundle.SinkChannel, "send", broken_send)
+    s = _copy(sshd, src, dst, use_store=False)
+    assert s["failed"] and all("send() takes 3 positional arguments" in f["error"] for f in s["failed"]), s["failed"]
+    assert len(calls) <= 2  # one per worker (cc 2), not one per reconnect
+    assert temp_files(dst) == []
 
 
 def test_kill_mid_group_then_resume_sends_only_the_unfinished(sshd, local_dir, remote_dir, tmp_path):

@@ -327,13 +327,18 @@ class BundleMover(SFTPMover):
             if waiting is not None:
                 self.settle(waiting, sink.result(waiting.commit_id, len(waiting.items)))
                 waiting = None
-        except (OSError, EOFError, ValueError) as exc:
-            # The channel broke: nothing of the groups in flight is known to be in place; every
-            # file goes again (whole: they are small), over a new connection.
+        except BaseException as exc:
+            # Nothing of the groups in flight is known to be in place. When the channel broke, every
+            # file goes again (whole: they are small), over a new connection; any other error is
+            # each file's outcome as it is, so no file stays counted as running.
+            broke = isinstance(exc, (OSError, EOFError, ValueError))
+            why = ConnectionError(f"connection lost during a bundle: {exc}") if broke else exc
             for lost in (waiting, group):
                 for i, t, _, _ in lost.items if lost is not None else ():
-                    self.r.failed(i, ConnectionError(f"connection lost during a bundle: {exc}"), 0.0, t.dst)
-            raise ConnectionError(f"bundle channel lost: {exc}") from exc
+                    self.r.failed(i, why, 0.0, t.dst)
+            if broke:
+                raise ConnectionError(f"bundle channel lost: {exc}") from exc
+            raise
 
     def _sink(self, conn: Any) -> SinkChannel | None:
         if self.state.off:

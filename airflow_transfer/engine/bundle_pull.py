@@ -80,9 +80,12 @@ def pull_groups(mover: BundleMover, sink: SinkChannel) -> None:
             _receive(mover, sink, waiting, lander, landing)
             waiting = None
         _committed(landing)
-    except (OSError, EOFError, ValueError) as exc:
-        # The channel broke: nothing of the groups in flight is known to be in place (the local
-        # sink never renamed them); every file goes again, whole, over a new connection.
+    except BaseException as exc:
+        # Nothing of the groups in flight is known to be in place (the local sink never renamed
+        # them). When the channel broke, every file goes again, whole, over a new connection; any
+        # other error is each file's outcome as it is, so no file stays counted as running.
+        broke = isinstance(exc, (OSError, EOFError, ValueError))
+        why = ConnectionError(f"connection lost during a bundle: {exc}") if broke else exc
         for lost in (waiting, asked):
             if lost is None:
                 continue
@@ -91,7 +94,9 @@ def pull_groups(mover: BundleMover, sink: SinkChannel) -> None:
             lost.local.pending = []
             for i, t in zip(lost.indices, lost.tasks):
                 if i not in lost.answered:
-                    r.failed(i, ConnectionError(f"connection lost during a bundle: {exc}"), 0.0, t.src)
+                    r.failed(i, why, 0.0, t.src)
+        if not broke:
+            raise
         _committed(landing)  # the group before was whole: it lands
         raise ConnectionError(f"bundle channel lost: {exc}") from exc
     finally:

@@ -227,11 +227,23 @@ class Runner:
             broken = False
             try:
                 self.mover.drain(conn, gone)
+            except BUGS as exc:
+                # A fault in our own code fails the same way on every connection: reconnecting
+                # would loop until the deadline. The chunk's files fail with it instead.
+                self.mover.release(conn, True)
+                self.worker_errors.append(exc)
+                self.schedule.fail_all(exc)
+                return
             except Exception as exc:  # noqa: BLE001 - the connection is dropped; its files were handed back
                 broken = True
                 self.worker_errors.append(exc)
-            finally:
                 self.mover.release(conn, broken)
+            else:
+                self.mover.release(conn, broken)
+
+
+# Exceptions that mean a mistake in this program, never the network or the remote side.
+BUGS = (TypeError, AttributeError, NameError, AssertionError, NotImplementedError)
 
 
 def run_chunk(

@@ -60,7 +60,7 @@ def _bundle_flipper(victim: str, at: float) -> None:
     real_send = bundle.SinkChannel.send
     done = threading.Event()
 
-    def send(self, items, algorithm):
+    def send(self, items, algorithm, *rest):
         out = []
         for t, data, digest in items:
             if t.tmp == victim and data and not done.is_set():
@@ -70,7 +70,7 @@ def _bundle_flipper(victim: str, at: float) -> None:
                 sys.stderr.write(f"chaos: flipped the byte at {offset} of {t.tmp} (in a bundle)\n")
                 sys.stderr.flush()
             out.append((t, data, digest))
-        return real_send(self, out, algorithm)
+        return real_send(self, out, algorithm, *rest)
 
     bundle.SinkChannel.send = send
 
