@@ -260,3 +260,21 @@ def test_first_contact_is_kept_and_the_next_copy_starts_from_it(sshd, remote_dir
     assert f"ramp from cc {row['cc']}" in "\n".join(tuning["notes"]), tuning["notes"]
     for i in range(40):
         assert (remote_dir / "2" / f"f{i:02d}.bin").read_bytes() == (local_dir / f"f{i:02d}.bin").read_bytes()
+
+
+def test_a_first_contact_row_is_not_taken_for_a_measurement_by_model_based_algorithms(tmp_path):
+    from airflow_transfer.protocols.endpoint import Endpoint
+    from airflow_transfer.protocols.ssh import SSHTarget
+    from airflow_transfer.tuning.library import choose, remember_first_contact
+
+    src = Endpoint("file", "/data")
+    dst = Endpoint("sftp", "/srv/in", SSHTarget(host="far.example.org", port=22, username="u"))
+    with Store.open(f"sqlite:///{tmp_path / 'lib.db'}") as store:
+        kept = remember_first_contact(store, src, dst, {"rtt_ms": 40.0, "rate_mbit": 6.0, "cc": 4, "pp_level": 8})
+        assert kept and "cc 4" in kept
+        for algorithm in ("auto", "first-contact"):
+            start = choose(src, dst, None, store, algorithm=algorithm)
+            assert start.link is not None and start.link.learned_cc == 4, algorithm
+        for algorithm in ("mc", "pcp", "fixed"):
+            start = choose(src, dst, None, store, algorithm=algorithm, measure=False)
+            assert start.link is None and any("learned by a first contact" in n for n in start.notes), algorithm

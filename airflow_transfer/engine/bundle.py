@@ -122,7 +122,10 @@ class ChannelReader:
 
 
 def _count_sent(pending: list[tuple[FileTask, int]], stats: Any) -> None:
+    """Bytes handed to the channel are moved, whatever becomes of their group (a channel that
+    dies before the commit leaves them in temporary files a later protocol may resume from)."""
     for t, n in pending:
+        t.moved_total += n
         count_progress(t, stats, n)
     pending.clear()
 
@@ -413,8 +416,7 @@ class BundleMover(SFTPMover):
             self.state.groups += 1
             self.state.files += len(group.items)
         for (i, t, data, digest), res in zip(group.items, results, strict=True):
-            t.moved_total += len(data)
-            count_progress(t, self.s.stats, len(data))
+            count_progress(t, self.s.stats, len(data))  # counted already as sent or received; capped
             if res.get("ok"):
                 self.state.count(verified=r.alg is not None, repaired=bool(t.mismatches))
                 r.finish(i, True, seconds, None)

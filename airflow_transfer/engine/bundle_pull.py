@@ -130,6 +130,7 @@ def _receive(
             pull.answered.add(i)
             r.failed(i, SourceChanged(f"source changed since it was listed: {t.src}"), 0.0, t.src)
             continue
+        t.moved_total += len(data)
         count_progress(t, mover.s.stats, len(data))  # progress as bytes arrive, not at the group's commit
         digest = head.get("digest") if r.alg else None
         put = local.begin(

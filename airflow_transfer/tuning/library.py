@@ -41,6 +41,7 @@ from .models import LinkInfo
 
 LIBRARY = "library"
 FIRST_CONTACT = "first contact"  # a tuned row's params["method"] when a copy learned it
+LEARNERS = ("auto", "first-contact")  # the algorithms that start from a first contact's row
 MEASURED_NOW = "measured now"
 GIVEN = "given"
 # A light profile costs a few seconds (sink start over SSH, RTT probes, a 3 s rate probe).
@@ -176,6 +177,14 @@ def choose(
         return unknown  # a local copy has no link to tune
     protocol = protocol_of(src, dst)
     row = store.tuned_for(source_key, dest_key, protocol)
+    if row is not None and (row.get("params") or {}).get("method") == FIRST_CONTACT and algorithm not in LEARNERS:
+        # A first contact's rate is what that copy reached, a lower bound: models built on it as
+        # if it were the link's bandwidth would under-provision. Only a first contact starts from it.
+        unknown.notes.append(
+            f"library row {row['id']} for {source_key} -> {dest_key} was learned by a first contact, "
+            f"not measured: not used by {algorithm}"
+        )
+        row = None
     if row is not None:
         link = link_from_tuned(row)
         if link is not None:
