@@ -106,7 +106,7 @@ class Auto(Algorithm):
         if link.learned_cc > 0:
             return Decision(
                 "first-contact",
-                f"the tuning library knows this link from a first contact: ramp from cc {link.learned_cc}",
+                f"the tuning library knows this link from a first contact: hold cc {link.learned_cc}, re-checked on drift",
             )
         min_chunk = self.opts["min_chunk_bytes"] or default_min_chunk_bytes(link)
         if total < self.opts["min_chunks"] * min_chunk:

@@ -60,17 +60,24 @@ class CCRamp:
         self.settled_cc: int | None = None if self.ramping else self.cc  # where the last ramp stopped
         self._from: float = 0.0  # the current interval starts measuring here
         self._mark: tuple[float, int] | None = None
+        self._seen = 0  # the total at the last tick
+        self._since = 0  # the total when the level (or the mix) last changed
 
     # -- input ------------------------------------------------------------------------------
     def restart(self, at: float) -> None:
         """What moves changed under the ramp: measure afresh after a settle time."""
-        self._from, self._mark = at + self.settle_s, None
+        self._from, self._mark, self._since = at + self.settle_s, None, self._seen
         if self.mode == "hold":
             self.reference = None
 
     def observe(self, at: float, total_bytes: int) -> int | None:
-        """One progress tick; returns the new channel count when it should change, else None."""
-        if at < self._from:
+        """One progress tick; returns the new channel count when it should change, else None.
+
+        A measuring window opens only after the settle time AND once bytes have moved since the
+        change: a start-up (connections, the bundle helper) can outlast the settle time, and a
+        window opened during it measured a stall, not the level."""
+        seen, self._seen = self._seen, total_bytes
+        if at < self._from or total_bytes <= self._since or seen <= self._since:
             return None
         if self._mark is None:
             self._mark = (at, total_bytes)
@@ -84,7 +91,7 @@ class CCRamp:
         if changed is None:
             self._mark = (at, total_bytes)  # same level: the next interval starts now, no settle
             return None
-        self._from, self._mark = at + self.settle_s, None
+        self._from, self._mark, self._since = at + self.settle_s, None, total_bytes
         return changed
 
     def feed(self, at: float, rate_bps: float) -> int | None:

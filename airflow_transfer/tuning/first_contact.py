@@ -25,7 +25,7 @@ Nothing is probed before the copy. What the copy does anyway tells enough to sta
    others, as Multi-Chunk's do.
 5. **What was learned is returned** (`learned`): RTT, the best rate reached, and the level the
    ramp settled on. The copy keeps it in the tuning library, and the next copy over the link
-   starts its ramp at that level (`LinkInfo.learned_cc`).
+   holds that level from the start (`LinkInfo.learned_cc`), re-checking it when the rate drifts.
 """
 
 from __future__ import annotations
@@ -175,6 +175,8 @@ class FirstContact(Algorithm):
             floor=min(MIN_CC, self.opts["max_cc"]),
             gain=self.opts["gain"],
             drift=self.opts["drift"],
+            # a level learned over this link is held, and re-checked only when the rate drifts from it
+            ramping=not (link.learned_cc > 0 and not self.opts["start_cc"]),
         )
         ramp.restart(0.0)
         rtt_text = f"{rtt * 1000:.3g} ms (min {min_rtt * 1000:.3g})" if rtt and min_rtt else "unknown"
