@@ -174,8 +174,9 @@ def load_cached(root: Path, spec: DatasetSpec) -> Dataset | None:
     return Dataset(spec, path, manifest)
 
 
-def ensure(spec: DatasetSpec | str, root: Path = DEFAULT_CACHE, log=None) -> Dataset:
-    """The dataset under `root`, generated (or regenerated) when missing or damaged."""
+def ensure(spec: DatasetSpec | str, root: Path = DEFAULT_CACHE, log=None, sizes: list[int] | None = None) -> Dataset:
+    """The dataset under `root`, generated (or regenerated) when missing or damaged. `sizes`: the
+    files' sizes when they are drawn elsewhere (benchmarks/generalize.py), else the spec's."""
     if isinstance(spec, str):
         if spec not in DATASETS:
             raise ValueError(f"unknown dataset {spec!r}: choose from {', '.join(DATASETS)}")
@@ -186,14 +187,14 @@ def ensure(spec: DatasetSpec | str, root: Path = DEFAULT_CACHE, log=None) -> Dat
         return found
     make_traversable(root)
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    sizes = file_sizes(spec)
+    sizes_list = list(sizes) if sizes is not None else file_sizes(spec).tolist()
     paths = relative_paths(spec)
-    say(f"datasets: generating {spec.name} ({spec.files} files, {int(sizes.sum()) / MIB:.0f} MiB) in {root}")
+    say(f"datasets: generating {spec.name} ({len(sizes_list)} files, {sum(sizes_list) / MIB:.0f} MiB) in {root}")
     t0 = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=root))
     manifest: dict[str, tuple[int, str]] = {}
     try:
-        for index, (rel, size) in enumerate(zip(paths, sizes.tolist())):
+        for index, (rel, size) in enumerate(zip(paths, sizes_list)):
             target = tmp / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             manifest[rel] = (size, write_file(target, size, spec.seed, index))

@@ -40,12 +40,11 @@ import json
 import math
 import os
 import random
-import shutil
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -56,16 +55,11 @@ from benchmarks.contenders.openssh import Rsync
 from benchmarks.contenders.testbed import WORK_ROOT, Testbed
 from benchmarks.datasets import (
     DEFAULT_CACHE,
-    GENERATOR_VERSION,
     KIB,
     MIB,
     Dataset,
     DatasetSpec,
-    load_cached,
-    make_traversable,
-    manifest_path,
-    relative_paths,
-    write_file,
+    ensure,
 )
 from benchmarks.wan.link import MIN_QUEUE_BYTES, EmulatedLink, bdp_bytes
 
@@ -208,39 +202,9 @@ def describe_sizes(sizes: list[int], capped: bool) -> dict[str, Any]:
 
 
 def ensure_dataset(pair: Pair, sizes: list[int], root: Path = CACHE) -> Dataset:
-    """The pair's files under `root`, generated unless an intact copy is there (the manifest format
-    and content generator of benchmarks/datasets.py, so its cache check applies unchanged)."""
-    spec = dataset_spec(pair, sizes)
-    root = Path(root)
-    found = load_cached(root, spec)
-    if found is not None:
-        return found
-    make_traversable(root)
-    say(f"generalize: generating {spec.name} ({len(sizes)} files, {human(sum(sizes))}) in {root}")
-    t0 = time.monotonic()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=root))
-    manifest: dict[str, tuple[int, str]] = {}
-    try:
-        for index, (rel, size) in enumerate(zip(relative_paths(spec), sizes)):
-            target = tmp / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            manifest[rel] = (size, write_file(target, size, spec.seed, index))
-        for d, _, names in os.walk(tmp):
-            os.chmod(d, 0o755)
-            for n in names:
-                os.chmod(os.path.join(d, n), 0o644)
-        final = root / spec.name
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    doc = {"spec": asdict(spec), "generator": GENERATOR_VERSION, "files": [[p, s, d] for p, (s, d) in manifest.items()]}
-    tmp_manifest = manifest_path(root, spec).with_suffix(".tmp")
-    tmp_manifest.write_text(json.dumps(doc))
-    os.replace(tmp_manifest, manifest_path(root, spec))
-    say(f"generalize: {spec.name} ready in {time.monotonic() - t0:.1f} s")
-    return Dataset(spec, final, manifest)
+    """The pair's files under `root`, generated unless an intact copy is there (benchmarks/datasets.py's
+    generator and cache check, with the sizes this draw gave)."""
+    return ensure(dataset_spec(pair, sizes), root, log=say, sizes=sizes)
 
 
 # -- the grid -----------------------------------------------------------------------
