@@ -54,7 +54,7 @@ class CCRamp:
         self.cc = max(self.floor, min(self.start, self.cap))
         self.mode = "up" if self.ramping else "hold"
         self.best_cc, self.best_rate = self.cc, 0.0
-        self.base_cc, self.base_rate = self.cc, 0.0
+        self.base_cc = self.cc
         self.reference: float | None = None
         self.peak_rate = 0.0  # the highest interval rate seen, for the tuning library
         self.settled_cc: int | None = None if self.ramping else self.cc  # where the last ramp stopped
@@ -141,7 +141,7 @@ class CCRamp:
         if abs(change) <= self.drift:
             return "hold"
         # drifted: re-check from here, up first
-        self.base_cc, self.base_rate = self.cc, rate
+        self.base_cc = self.cc
         self.best_cc, self.best_rate = self.cc, rate
         if self.cc < self.cap:
             self.mode = "up"
@@ -159,12 +159,8 @@ class CCRamp:
         self.mode = "hold"
         self.reference = None  # measured afresh at the level held
         self.settled_cc = self.cc
-        self.base_cc, self.base_rate = self.cc, self.best_rate
+        self.base_cc = self.cc
         return action
-
-    @property
-    def done_ramping(self) -> bool:
-        return self.settled_cc is not None
 
     @property
     def learned_cc(self) -> int:
