@@ -5,6 +5,7 @@
     run_chunk(spec, src, dst, ...)              move the rows of one spec
     verify_tree(src, dst, manifest_uri, ...)    compare source and destination digests, repair
     finish_transfer(store_url, key, verify)     close the shared store record with a summary
+    fail_transfer(store_url, key, chunk, ...)   a chunk failed for good: end the shared record failed
 
 The staged manifest is written sorted by (size, path), so a chunk spec is just
 a row range of the file (plus its knobs): specs stay a few hundred bytes each
@@ -42,7 +43,7 @@ from .integrity.algorithms import algorithm_info
 from .job import _resume_map, sftp_link
 from .manifest import Manifest
 from .protocols.endpoint import Endpoint
-from .store import Store, open_store
+from .store import Store, TransferRecord, open_store
 from .summary import TransferSummary
 from .tuning import LinkInfo, get_algorithm
 from .tuning.chunks import ChunkSpec, make_spec
@@ -300,10 +301,8 @@ def run_chunk(
             src, dst, stats=stats, skip_existing=True, retry=retry or RetryPolicy(), verify=verify
         ) as session:
             if store is not None:
-                record = store.begin_transfer(
-                    spec["transfer_key"], src.display, dst.display, algorithm=spec.get("algorithm"), resume=True
-                )
-                resume = _resume_map(store, record.id, chunk_manifest) if record.resumed else {}
+                record, reopened = _join_transfer(store, spec, src, dst)
+                resume = _resume_map(store, record.id, chunk_manifest) if reopened else {}
                 store.record_listing(record.id, rows)
                 journal = store.journal_writer(record.id, max_delay_ms=200)
                 session.journal = journal
@@ -350,6 +349,56 @@ def run_chunk(
         host=_hostname(),
         pid=os.getpid(),
     ).as_dict()
+
+
+def _join_transfer(store: Store, spec: dict, src: Endpoint, dst: Endpoint) -> tuple[TransferRecord, bool]:
+    """The shared record this chunk journals into, and whether it existed before (then its
+    journal holds earlier progress to resume from).
+
+    A record that another chunk ended failed (fail_transfer) stays failed: this chunk still
+    journals its files, but reopening the record would leave it running with nobody to close
+    it (the verify step does not run after a failed chunk). Re-running the failed chunk itself
+    reopens it, like any resumed copy."""
+    key = spec["transfer_key"]
+    latest = _find_transfer(store, key)
+    if latest is not None and latest.state == "failed" and (latest.error or {}).get("chunk") not in (None, spec["id"]):
+        return latest, True
+    record = store.begin_transfer(key, src.display, dst.display, algorithm=spec.get("algorithm"), resume=True)
+    return record, record.resumed
+
+
+def _find_transfer(store: Store, key: str) -> TransferRecord | None:
+    found = [r for r in store.list_transfers(key_prefix=key, limit=20) if r.key == key]
+    return max(found, key=lambda r: r.id) if found else None
+
+
+def fail_transfer(
+    store_url: str | None, transfer_key: str, chunk_id: str, error: dict, src: Endpoint, dst: Endpoint
+) -> TransferRecord:
+    """A chunk failed for good (no retry left): end the transfer all chunks journal into as
+    failed with ``error`` (job.error_record's fields), its ``what`` naming the chunk.
+
+    Only the verify step closes a distributed transfer, and it never runs once a chunk failed:
+    without this the record stayed running until its lease ran out. A record that already
+    ended is left as it is; one the chunk never reached (it failed before its first contact)
+    is created, so the failure shows in the store and the UI all the same."""
+    store = _open_store(store_url)
+    try:
+        record = _find_transfer(store, transfer_key)
+        if record is not None and record.state != "running":
+            return record
+        if record is None:
+            record = store.begin_transfer(transfer_key, src.display, dst.display, resume=True)
+        what = f"chunk {chunk_id}: {error['what']}"
+        ended = {
+            **error,
+            "what": what,
+            "chunk": chunk_id,
+            "message": TransferError(what, error.get("where", ""), error.get("todo", "")).message,
+        }
+        return store.finish_transfer(record.id, "failed", error=ended)
+    finally:
+        store.close()
 
 
 def _hostname() -> str:

@@ -340,7 +340,7 @@ def _copy(req: CopyRequest, t0: float, stats: Stats, store, record, session, key
         for c in chunks:
             store.record_chunk(record.id, c)
         if summary["failed"]:
-            store.finish_transfer(record.id, FAILED, summary, error=_files_failed(summary, req.dst.display))
+            store.finish_transfer(record.id, FAILED, summary, error=files_failed_record(summary, req.dst.display))
         else:
             store.finish_transfer(record.id, SUCCEEDED, summary)
     return summary
@@ -413,7 +413,8 @@ def error_record(
     return {"kind": kind, "type": type(exc).__name__, "what": what, "where": where, "todo": todo, "message": message}
 
 
-def _files_failed(summary: dict, dst: str) -> dict[str, str]:
+def files_failed_record(summary: dict, dst: str) -> dict[str, str]:
+    """The store's error of a copy that ran to its end with files that did not arrive verified."""
     failed = summary["failed"]
     first = failed[0]
     what = (

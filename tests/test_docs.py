@@ -90,3 +90,84 @@ def test_docs_build_strict_with_a_reference_page_per_operator_and_sensor(tmp_pat
     ui = (site / "ui" / "index.html").read_text()
     for shot in ("ui-transfers.png", "ui-transfer.png", "ui-in-airflow.png", "ui-tuning.png", "ui-protocols.png"):
         assert shot in ui and (site / "img" / shot).exists(), shot
+
+
+# --- the stable interfaces are written down in docs/ ---------------------------------------
+
+
+def _subcommands():
+    import argparse
+
+    from airflow_transfer import cli
+
+    parser = cli._parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return sub.choices
+
+
+def _mentions(text: str, word: str) -> bool:
+    """`word` appears on its own (not as the prefix of a longer flag or key)."""
+    import re
+
+    return re.search(r"(?<![\w-])" + re.escape(word) + r"(?![\w-])", text) is not None
+
+
+def test_the_cli_reference_names_every_subcommand_and_flag():
+    doc = (REPO / "docs" / "cli.md").read_text()
+    missing = []
+    commands = _subcommands()
+    assert {"copy", "plan", "list", "profile", "query"} <= set(commands)
+    for name, parser in commands.items():
+        if f"airflow-transfer {name}" not in doc:
+            missing.append(name)
+        for action in parser._actions:
+            missing += [
+                f"{name} {o}" for o in action.option_strings if o not in ("-h", "--help") and not _mentions(doc, o)
+            ]
+    assert not missing, f"docs/cli.md does not mention: {missing}"
+
+
+def test_the_summary_schema_documents_every_top_level_key():
+    from airflow_transfer.summary import ORDER, SHAPES
+
+    doc = (REPO / "docs" / "summary.md").read_text()
+    assert set(ORDER) == {k for keys in SHAPES.values() for k in keys}
+    # the summary's own keys, the sections a session adds, and what a failed --json and an operator add
+    keys = [*ORDER, "server", "replicas", "protocols", "protocol_order", "files_sent_twice_in_full", "error", "state"]
+    missing = [k for k in keys if f"`{k}`" not in doc]
+    assert not missing, f"docs/summary.md does not document: {missing}"
+    from airflow_transfer.cli_endpoint import error_object
+    from airflow_transfer.errors import AuthError
+
+    error = error_object(AuthError("refused", "h", "fix"), "refused (h): fix", 1)
+    assert [k for k in error if f"`{k}`" not in doc] == []
+
+
+def test_the_benchmark_results_schema_documents_every_key_of_latest_json():
+    doc = (REPO / "docs" / "summary.md").read_text()
+    section = doc[doc.index("## The benchmark results file") :]
+    results = json.loads((REPO / "benchmarks" / "results" / "latest.json").read_text())
+    missing: list[str] = []
+
+    def walk(value, path: str, depth: int) -> None:
+        if depth > 3:
+            return
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                if f"`{key}`" not in section:
+                    missing.append(path + key)
+                walk(inner, f"{path}{key}.", depth + 1)
+        elif isinstance(value, list) and value:
+            walk(value[0], f"{path}[].", depth + 1)
+
+    walk(results, "", 0)
+    assert results["runs"] and not missing, f"docs/summary.md does not document: {missing}"
+
+
+def test_nothing_in_the_repository_cites_a_file_outside_it():
+    # spelt in two parts, so this file does not cite them itself
+    for pattern in ("DESIGN" + ".md", ".." + "/shared"):
+        found = subprocess.run(
+            ["git", "grep", "-n", "-F", pattern], cwd=REPO, capture_output=True, text=True, timeout=60
+        )
+        assert found.returncode == 1 and not found.stdout, f"{pattern} is cited:\n{found.stdout[:2000]}"

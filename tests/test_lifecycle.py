@@ -411,3 +411,38 @@ def test_sensors_defer_by_default_only_where_airflow_is_configured_so(monkeypatc
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "False")
     assert [s.deferrable for s in built()] == [False, False]
     assert DatasetStableSensor(task_id="s", src=str(local_dir), deferrable=True).deferrable is True
+
+
+@pytest.mark.airflow
+@pytest.mark.parametrize("dag_id", ["test_lifecycle_chunk_fails", "test_lifecycle_chunk_retried"])
+def test_a_chunk_that_fails_for_good_ends_the_shared_transfer_failed(
+    dag_id, airflow_home, sshd, local_dir, remote_dir, tmp_path
+):
+    src = make_tree(local_dir / "src", small=6, seed=66)
+    locked = remote_dir / "locked"
+    locked.mkdir()
+    locked.chmod(0o755)  # owned by the test's user: the sshd's login cannot write into it
+    store_url = f"sqlite:///{tmp_path / 'store.db'}"
+    env = {
+        **sftp_conn_env("at_lifecycle_sftp", sshd),
+        "AT_LIFECYCLE_SRC": str(src),
+        "AT_LIFECYCLE_DST": str(locked / "dst"),
+        "AIRFLOW__AIRFLOW_TRANSFER__STORE_URL": store_url,
+        "AIRFLOW__CORE__DAGS_FOLDER": str(LIFECYCLE_DAGS.parent),
+    }
+    result, log = run_dag(airflow_home, LIFECYCLE_DAGS, dag_id, {}, extra_env=env)
+    moves = {k: v for k, v in result["tasks"].items() if k.startswith("move[")}
+    assert len(moves) == 2 and all(v.endswith("failed") for v in moves.values()), (result["tasks"], log[-4000:])
+    assert {result["tries"][k] for k in moves} == {1 if dag_id.endswith("fails") else 2}
+    assert not result["tasks"]["verify"].endswith("success")  # it never ran: nothing else closes the record
+
+    with Store.open(store_url) as store:
+        (record,) = store.list_transfers(key_prefix=f"airflow:{dag_id}/")
+    assert record.state == "failed" and record.ended_at is not None, record
+    assert record.error["chunk"] in {"chunk-001-of-002", "chunk-002-of-002"}, record.error
+    assert record.error["what"].startswith(f"chunk {record.error['chunk']}: ")
+    assert "ermission denied" in record.error["message"], record.error
+    if dag_id.endswith("retried"):
+        # between the two tries of each chunk the transfer was still running: a retry could finish it
+        between = [line.split()[-1] for line in log.splitlines() if line.startswith("@@BETWEEN-TRIES@@")]
+        assert between and set(between) == {"running"}, log[-4000:]

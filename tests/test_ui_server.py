@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from urllib.parse import parse_qs, urljoin, urlsplit
@@ -19,9 +20,10 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 import httpx
 import pytest
 
+from airflow_transfer.store import Store
 from tests.support.airflow_env import REPO, migrate, run_dag, sftp_conn_env
 from tests.support.api_server import ApiServer
-from tests.support.cli import run_cli, ssh_args
+from tests.support.cli import kill_cli_when, run_cli, ssh_args
 from tests.support.data import make_tree
 
 pytestmark = pytest.mark.airflow
@@ -77,6 +79,37 @@ def ui(tmp_path_factory, sshd, test_base):
     failing = run_cli("copy", str(src), f"{dst}{partial}", "--retries", "1", "--json", *ssh_args(sshd), env=cli_env)
     assert failing.code != 0 and failing.summary["failed"], failing.err[-2000:]
 
+    # A key the sshd does not accept: the copy fails at the login, before any file.
+    refused = run_cli(
+        "copy",
+        str(src),
+        f"{dst}{remote}/refused",
+        "--transfer-key",
+        "ui-refused-key",
+        "--identity",
+        str(sshd.other_key),
+        "--known-hosts",
+        str(sshd.known_hosts),
+        env=cli_env,
+    )
+    assert refused.code == 1 and "authentication" in refused.err, refused.err[-2000:]
+    # A copy stopped by Ctrl-C (SIGINT) once it has finished some files.
+    many = make_tree(work / "many", small=2500, seed=32)
+    with Store.open(store_url) as store:
+
+        def some_done() -> bool:
+            found = [r for r in store.list_transfers(key_prefix="ui-interrupted") if r.key == "ui-interrupted"]
+            return bool(found) and store.journal_counts(found[0].id).get("done", {}).get("files", 0) >= 20
+
+        code = kill_cli_when(
+            ["copy", str(many), f"{dst}{remote}/interrupted", "--transfer-key", "ui-interrupted"]
+            + ["--algorithm", "fixed", "--pp", "2", "-c", "1", *ssh_args(sshd)],
+            some_done,
+            sig=signal.SIGINT,
+            env=cli_env,
+        )
+    assert code == 130
+
     profiled = run_cli(
         "profile", f"{dst}{remote}", "--quick", "--via", "ssh", "--json", *ssh_args(sshd), env=cli_env, timeout=600
     )
@@ -92,6 +125,7 @@ def ui(tmp_path_factory, sshd, test_base):
             "tuned": tuned.summary,
             "store_url": store_url,
             "sshd_port": sshd.port,
+            "failing_key": failing.summary["transfer_key"],
         }
     finally:
         server.stop()
@@ -152,7 +186,7 @@ def test_transfers_list_and_filters(ui):
     server, headers = ui["server"], _auth(ui)
     everything = httpx.get(f"{server.url}{PREFIX}/api/transfers", headers=headers, timeout=30).json()
     states = sorted(t["state"] for t in everything["transfers"])
-    assert states == ["failed", "succeeded", "succeeded"]
+    assert states == ["failed", "failed", "interrupted", "succeeded", "succeeded"]
     assert everything["dag_ids"] == ["example_sftp_copy"]
 
     one_dag = httpx.get(
@@ -164,7 +198,9 @@ def test_transfers_list_and_filters(ui):
     failed = httpx.get(
         f"{server.url}{PREFIX}/api/transfers", params={"state": "failed"}, headers=headers, timeout=30
     ).json()["transfers"]
-    assert len(failed) == 1 and failed[0]["airflow"] is None and failed[0]["failed"] > 0
+    assert {t["key"] for t in failed} == {"ui-refused-key", ui["failing_key"]}
+    (files_failed,) = [t for t in failed if t["key"] != "ui-refused-key"]
+    assert files_failed["airflow"] is None and files_failed["failed"] > 0
 
     html = httpx.get(f"{server.url}{PREFIX}/", params={"state": "succeeded"}, headers=headers, timeout=30)
     assert html.status_code == 200 and html.text.count('class="transfer-row"') == 2
@@ -197,6 +233,7 @@ def test_transfer_page_shows_each_chunk_with_its_knobs(ui):
         for t in httpx.get(
             f"{server.url}{PREFIX}/api/transfers", params={"state": "failed"}, headers=headers, timeout=30
         ).json()["transfers"]
+        if t["key"] == ui["failing_key"]
     )
     failed = httpx.get(f"{server.url}{PREFIX}/api/transfers/{failed_id}", headers=headers, timeout=30).json()
     assert failed["failed_files"]["total"] > 0
@@ -342,7 +379,7 @@ def test_browser_logs_in_and_sees_transfers_and_chunks(ui, browser, shots):
     _log_in(browser, server)
     browser.get(f"{server.url}{PREFIX}/")
     rows = _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "tr.transfer-row"))
-    assert len(rows) == 3
+    assert len(rows) == 5
     assert "example_sftp_copy" in rows[-1].text or any("example_sftp_copy" in r.text for r in rows)
     browser.save_screenshot(str(shots / "ui-transfers.png"))
 
@@ -362,6 +399,7 @@ def test_browser_logs_in_and_sees_transfers_and_chunks(ui, browser, shots):
         for t in httpx.get(
             f"{server.url}{PREFIX}/api/transfers", params={"state": "failed"}, headers=_auth(ui), timeout=30
         ).json()["transfers"]
+        if t["key"] == ui["failing_key"]
     )
     browser.get(f"{server.url}{PREFIX}/transfers/{failed_id}")
     failed_rows = _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "table.failed tbody tr"))
@@ -378,6 +416,49 @@ def test_browser_logs_in_and_sees_transfers_and_chunks(ui, browser, shots):
     browser.save_screenshot(str(shots / "ui-protocols.png"))
 
 
+def _row_of(driver, key: str):
+    from selenium.webdriver.common.by import By
+
+    rows = _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "tr.transfer-row"))
+    (row,) = [r for r in rows if key in r.text]
+    return row
+
+
+def test_browser_shows_a_refused_login_failed_and_a_ctrl_c_interrupted_on_the_list_and_their_pages(ui, browser):
+    """The states a person sees for a CLI copy whose key the server refused and one stopped by Ctrl-C."""
+    from selenium.webdriver.common.by import By
+
+    server = ui["server"]
+    if browser.get_cookie("_token") is None:
+        _log_in(browser, server)
+    cases = {
+        "ui-refused-key": ("failed", "authentication as"),
+        "ui-interrupted": ("interrupted", "interrupted (SIGINT, Ctrl-C)"),
+    }
+    ids = {}
+    for key, (state, error) in cases.items():
+        browser.get(f"{server.url}{PREFIX}/")
+        row = _row_of(browser, key)
+        badge = row.find_element(By.CSS_SELECTOR, "span.state")
+        assert badge.text == state and f"state-{state}" in badge.get_attribute("class"), (key, badge.text)
+        assert error in row.find_element(By.CSS_SELECTOR, ".row-error").text, row.text
+        assert error in badge.get_attribute("title")  # the whole message on hover
+        ids[key] = row.find_element(By.CSS_SELECTOR, "td a").text
+
+        browser.get(f"{server.url}{PREFIX}/transfers/{ids[key]}")
+        heading = _wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, "h1 span.state"))
+        assert heading.text == state
+        box = browser.find_element(By.CSS_SELECTOR, ".transfer-error")
+        assert box.text.startswith(f"{state.capitalize()}: ") and error in box.text, box.text
+        assert "What to do:" in box.text
+        assert "no chunks recorded yet" not in browser.page_source.lower()
+    # the refused login never reached a chunk; the interrupted copy shows what it finished
+    browser.get(f"{server.url}{PREFIX}/transfers/{ids['ui-refused-key']}")
+    assert "No chunk ran: the transfer failed first" in browser.find_element(By.CSS_SELECTOR, ".no-chunk-ran").text
+    browser.get(f"{server.url}{PREFIX}/transfers/{ids['ui-interrupted']}")
+    assert "run the same copy again to resume" in browser.find_element(By.CSS_SELECTOR, ".transfer-error").text
+
+
 def test_browser_opens_the_page_inside_airflow_navigation(ui, browser, shots):
     """The external view: Airflow's UI shows the plugin's page in its own frame, logged in by cookie."""
     from selenium.webdriver.common.by import By
@@ -391,7 +472,7 @@ def test_browser_opens_the_page_inside_airflow_navigation(ui, browser, shots):
     browser.switch_to.frame(frame)
     try:
         rows = _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "tr.transfer-row"))
-        assert len(rows) == 3
+        assert len(rows) == 5
     finally:
         browser.switch_to.default_content()
     browser.save_screenshot(str(shots / "ui-in-airflow.png"))

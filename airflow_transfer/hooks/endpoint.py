@@ -1,6 +1,8 @@
 """Airflow connections -> endpoints. With a conn_id, credentials come only from the connection.
 
-Supported connection types: ssh and sftp (Airflow's own). Fields used: host,
+Connection types: `airflow_transfer` (this provider's own, with its form fields and Test
+button: provider_info.py, docs/operators.md "Connections"), and the ssh and sftp
+connections users already have (read the same way). Fields used: host,
 port, login, password; extras: key_file, private_key, private_key_passphrase,
 host_key (pins the server key), known_hosts (a file; default ~/.ssh/known_hosts),
 no_host_key_check (host keys are checked unless this is explicitly true).
@@ -16,10 +18,13 @@ import os
 
 from airflow.sdk import BaseHook
 
-from ..errors import UsageError
+from ..errors import TransferError, UsageError
+from ..operators.failures import airflow_words
+from ..protocols.check import check_sftp
 from ..protocols.endpoint import Endpoint, parse_url
 from ..protocols.resolve import resolve_endpoint
 from ..protocols.ssh import SSH_CLIENTS, SSHTarget
+from ..provider_info import CONN_TYPE, HOOK_NAME
 
 _TRUE = ("true", "1", "yes", "on")
 
@@ -28,13 +33,30 @@ class TransferEndpointHook(BaseHook):
     """Resolves `url` (+ optional `conn_id`) to an Endpoint the core can use."""
 
     conn_name_attr = "conn_id"
-    default_conn_name = "sftp_default"
-    conn_type = "sftp"
-    hook_name = "airflow-transfer endpoint"
+    default_conn_name = "airflow_transfer_default"
+    conn_type = CONN_TYPE
+    hook_name = HOOK_NAME
 
     def __init__(self, conn_id: str | None = None) -> None:
         super().__init__()
         self.conn_id = conn_id
+
+    def test_connection(self) -> tuple[bool, str]:
+        """The connection form's Test button and `airflow connections test`: log in as a copy
+        would (host key checked, the connection's credentials and SSH client) and list the
+        login's home directory. Returns (ok, one line saying what was reached or what failed)."""
+        if not self.conn_id:
+            return False, "no connection to test: give the hook a conn_id"
+        try:
+            target = self.endpoint(".").target
+            assert target is not None  # with a conn_id, a path always resolves to the connection's host
+            return True, check_sftp(target)
+        except TransferError as exc:
+            what, todo = airflow_words(exc)
+            where = f" ({exc.where})" if exc.where else ""
+            return False, f"{what}{where}: {todo}" if todo else f"{what}{where}"
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong is the Test button's answer, never a traceback
+            return False, f"{type(exc).__name__}: {exc}"
 
     def endpoint(self, url: str) -> Endpoint:
         if not url or not url.strip():  # e.g. a template that rendered empty

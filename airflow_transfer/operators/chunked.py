@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
 
 from .. import airflow_conf
 from ..engine.accounting import format_line, human_bytes
@@ -59,6 +60,17 @@ def verify_table(report: dict) -> str:
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
+
+
+def _last_try(task: BaseOperator, context: Any, exc: BaseException) -> bool:
+    """Whether Airflow will not run this task again after ``exc``: AirflowFailException, or no
+    retry left (``max_tries`` grows when a task is cleared, so it counts rather than ``retries``)."""
+    if isinstance(exc, AirflowFailException):
+        return True
+    ti = context["ti"]
+    max_tries = getattr(ti, "max_tries", None)
+    allowed = task.retries if max_tries is None else max_tries
+    return int(ti.try_number or 1) > int(allowed or 0)
 
 
 class _TransferStep(BaseOperator):
@@ -308,6 +320,35 @@ class ChunkTransferOperator(_SourceToDestination):
         self.retries_per_file, self.deadline = retries_per_file, deadline
 
     def execute(self, context: Any) -> dict:
+        self._summary: dict | None = None
+        try:
+            return self._execute(context)
+        except Exception as exc:
+            if _last_try(self, context, exc):
+                self._end_shared_transfer(exc)
+            raise
+
+    def _end_shared_transfer(self, exc: Exception) -> None:
+        """This chunk failed for good: end the transfer all chunks share as failed, with the error
+        (its verify step will not run to close it). With retries left it stays running."""
+        # heavy: chunked and job load the engine, pyarrow and NumPy (~0.3 s); execute imported them already
+        from ..chunked import fail_transfer
+        from ..job import error_record, files_failed_record
+
+        spec = self.chunk
+        try:
+            src, dst = self.endpoints()
+            if self._summary is not None and self._summary["failed"]:
+                error = files_failed_record(self._summary, dst.display)
+            else:
+                # task_error already worded the core error for Airflow; it is the cause
+                core = exc.__cause__ if isinstance(exc.__cause__, TransferError) else exc
+                error = error_record(core)
+            fail_transfer(airflow_conf.store_url(), spec["transfer_key"], spec["id"], error, src, dst)
+        except Exception as store_exc:  # noqa: BLE001 - the task fails with the chunk's error either way
+            self.log.warning("could not record transfer %s as failed (%s)", spec.get("transfer_key"), store_exc)
+
+    def _execute(self, context: Any) -> dict:
         # heavy: chunked loads the engine, pyarrow and NumPy (~0.2 s); DAG files import this module
         from ..chunked import run_chunk
 
@@ -344,6 +385,7 @@ class ChunkTransferOperator(_SourceToDestination):
         except TransferError as exc:
             raise task_error(exc) from exc
         self.log.info("chunk summary (host %s, pid %s):\n%s", summary["host"], summary["pid"], summary_table(summary))
+        self._summary = summary
         fail_on_failed_files(self, context, summary, of=f" of {spec['id']}", again="retry")
         return summary
 

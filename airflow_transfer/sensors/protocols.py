@@ -9,6 +9,7 @@ from airflow.sdk import BaseHook, PokeReturnValue
 
 from .. import airflow_conf
 from ..protocols.hostlib import DEFAULT_PORTS, describe_round, probe_round
+from ..provider_info import CONN_TYPE
 from ..triggers.protocols import ProtocolAvailableTrigger
 from .deferrable import DeferrableSensor
 
@@ -84,7 +85,8 @@ class ProtocolAvailableSensor(DeferrableSensor):
         if not conn.host:
             raise ValueError(f"connection {self.conn_id!r} has no host")
         ports = dict(self.ports)
-        kind = {"ssh": "sftp", "sftp": "sftp", "ftp": "ftp", "http": "http", "https": "https"}.get(conn.conn_type or "")
+        kinds = {"ssh": "sftp", "sftp": "sftp", CONN_TYPE: "sftp", "ftp": "ftp", "http": "http", "https": "https"}
+        kind = kinds.get(conn.conn_type or "")
         if kind and conn.port and kind not in ports:
             ports[kind] = int(conn.port)
         return conn.host, ports

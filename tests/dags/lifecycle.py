@@ -6,6 +6,11 @@ cannot fix that: the task must fail on its first try); ``refused`` meets a port 
 nothing listens (the server may be up on the next try: Airflow must retry it).
 
 ``test_lifecycle_killed``: one copy long enough to be stopped by SIGTERM while it runs.
+
+``test_lifecycle_chunk_fails`` / ``test_lifecycle_chunk_retried``: a distributed copy
+(manifest -> plan -> mapped chunks -> verify) into a destination the login may not write;
+its chunks have no retry in the first, one in the second, whose retry callback prints the
+shared transfer's state between the two tries.
 """
 
 from __future__ import annotations
@@ -15,6 +20,12 @@ from datetime import timedelta
 
 from airflow.sdk import DAG
 
+from airflow_transfer.operators.chunked import (
+    ChunkPlanOperator,
+    ChunkTransferOperator,
+    DatasetManifestOperator,
+    VerifyTransferOperator,
+)
 from airflow_transfer.operators.transfer import TunedTransferOperator
 
 SRC = os.environ.get("AT_LIFECYCLE_SRC", "/nonexistent/src")
@@ -47,3 +58,42 @@ with DAG(dag_id="test_lifecycle_killed", schedule=None, catchup=False) as killed
         parallelism=1,
         concurrency=1,
     )
+
+
+def _print_shared_state(context) -> None:
+    """on_retry_callback: how the store shows the shared transfer while a retry is pending."""
+    from airflow_transfer.store import Store
+
+    with Store.open(os.environ["AIRFLOW__AIRFLOW_TRANSFER__STORE_URL"]) as store:
+        for record in store.list_transfers(key_prefix="airflow:test_lifecycle_chunk_retried/"):
+            print(f"@@BETWEEN-TRIES@@ {record.id} {record.state}", flush=True)
+
+
+def _chunked(dag_id: str, retries: int) -> DAG:
+    with DAG(dag_id=dag_id, schedule=None, catchup=False) as dag:
+        manifest = DatasetManifestOperator(task_id="manifest", src=SRC)
+        plan = ChunkPlanOperator(task_id="plan", manifest=manifest.output, pp=2, concurrency=1, min_chunks=2)
+        move = ChunkTransferOperator.partial(
+            task_id="move",
+            src=SRC,
+            dst=DST,
+            dst_conn_id="at_lifecycle_sftp",
+            retries_per_file=1,
+            retries=retries,
+            retry_delay=timedelta(0),
+            on_retry_callback=_print_shared_state,
+        ).expand(chunk=plan.output)
+        check = VerifyTransferOperator(
+            task_id="verify",
+            src=SRC,
+            dst=DST,
+            dst_conn_id="at_lifecycle_sftp",
+            manifest=manifest.output,
+            transfer_key=plan.output["transfer_key"],
+        )
+        manifest >> plan >> move >> check
+    return dag
+
+
+chunk_fails = _chunked("test_lifecycle_chunk_fails", retries=0)
+chunk_retried = _chunked("test_lifecycle_chunk_retried", retries=1)
