@@ -273,7 +273,8 @@ def plan_runs(
     settings: list[tuple[int, int, int]], reps: int, skip_grid: bool = False
 ) -> list[tuple[int, str, str, dict[str, int] | None]]:
     """(rep, kind, name, setting) in run order: per repetition auto cold, auto second (on the
-    store the cold run just filled), rsync, then the grid, so drift spreads over all of them."""
+    store the cold run just filled), rsync, then the grid (or the settings re-measured for the
+    oracle), so drift spreads over all of them."""
     out: list[tuple[int, str, str, dict[str, int] | None]] = []
     for rep in range(1, reps + 1):
         out += [
@@ -284,6 +285,19 @@ def plan_runs(
         if not skip_grid:
             out += [(rep, GRID, setting_name(*s), {"pp": s[0], "p": s[1], "cc": s[2]}) for s in settings]
     return out
+
+
+def oracle_candidates(grid_runs: list[dict[str, Any]], top: int) -> list[tuple[int, int, int]]:
+    """The `top` settings of an earlier grid by their rate there: the ones worth measuring again
+    with as many repetitions as auto. The best of 20 single runs is biased upwards by each run's
+    noise (on one pair the same setting measured 475 and 366 Mbit/s); the candidates' medians
+    are not."""
+    by_setting: dict[tuple[int, int, int], list[dict[str, Any]]] = {}
+    for r in grid_runs:
+        st = r.get("setting") or {}
+        by_setting.setdefault((st["pp"], st["p"], st["cc"]), []).append(r)
+    valued = [(v["mbit"], k) for k, rs in by_setting.items() if (v := contender_value(rs)) and not v["stopped"]]
+    return [k for _, k in sorted(valued, reverse=True)[:top]]
 
 
 def _summary_of(stdout: str) -> dict[str, Any] | None:
@@ -374,7 +388,14 @@ def pair_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         by_name.setdefault(r["contender"], []).append(r)
     values: dict[str, dict[str, Any] | None] = {}
     grid_values = []
+    # Where settings were measured again (--oracle-top), only those runs value the grid: the
+    # earlier single runs found the candidates, the repetitions measure them.
+    rechecked = any(r.get("recheck") for r in runs)
     for name, rs in by_name.items():
+        if rechecked and rs[0]["kind"] == GRID:
+            rs = [r for r in rs if r.get("recheck")]
+            if not rs:
+                continue
         value = contender_value(rs)
         if rs[0]["kind"] == GRID:
             if value is not None:
@@ -519,7 +540,13 @@ def markdown(result: dict[str, Any]) -> str:
         + (" not run (`--skip-grid`): no oracle" if result["skip_grid"] else "")
         + (
             f" taken from an earlier run of the same draw (commit `{result['grid_from']['commit'][:12]}`, "
-            f"{result['grid_from']['date']}): only auto and rsync ran again"
+            f"{result['grid_from']['date']}): "
+            + (
+                f"auto, rsync and its {result['oracle_top']} best settings ran again, and the oracle is the best "
+                "median of those"
+                if result.get("oracle_top")
+                else "only auto and rsync ran again"
+            )
             if result.get("grid_from")
             else ""
         )
@@ -613,6 +640,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="take the fixed grid's runs from an earlier generalize.json of the same draw instead of running "
         "them again (the file's commit and date are recorded; for re-measuring auto after a change to auto only)",
     )
+    ap.add_argument(
+        "--oracle-top",
+        type=int,
+        metavar="K",
+        help="with --grid-from: measure the K best settings of that grid again in every repetition, "
+        "interleaved with auto and rsync, and take the oracle from their medians",
+    )
     ap.add_argument("--reps", type=int, default=1, help="repetitions (default 1; medians when more, interleaved)")
     ap.add_argument(
         "--timeout", type=float, help="stop a run after this many seconds (default: 10 x --seconds, at least 60)"
@@ -635,6 +669,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--seconds must be positive")
     if args.reps < 1:
         ap.error("--reps must be at least 1")
+    if args.oracle_top is not None and (args.oracle_top < 1 or args.grid_from is None):
+        ap.error("--oracle-top needs --grid-from and must be at least 1")
     if args.timeout is None:
         args.timeout = max(60.0, 10 * args.seconds)
     return args
@@ -684,10 +720,12 @@ def main(argv: list[str] | None = None) -> int:
             else f": {', '.join(setting_name(*s).removeprefix('fixed ') for s in settings)}"
         )
     )
+    per_pair = len(plan) + (args.reps * args.oracle_top if args.oracle_top else 0)
     print(
-        f"generalize: per pair {len(plan)} runs ({args.reps} x: auto cold, auto second, rsync"
-        + ("" if args.skip_grid else f", {len(settings)} fixed")
-        + f"), {len(plan) * len(chosen)} in all; each stopped after {args.timeout:g} s"
+        f"generalize: per pair {per_pair} runs ({args.reps} x: auto cold, auto second, rsync"
+        + ("" if args.skip_grid or reused is not None else f", {len(settings)} fixed")
+        + (f", the {args.oracle_top} best settings of the reused grid" if args.oracle_top else "")
+        + f"), {per_pair * len(chosen)} in all; each stopped after {args.timeout:g} s"
     )
     if args.dry_run:
         return 0
@@ -721,14 +759,19 @@ def main(argv: list[str] | None = None) -> int:
         "grid": {"name": args.grid, "settings": [{"pp": pp, "p": p, "cc": cc} for pp, p, cc in settings]},
         "skip_grid": args.skip_grid,
         "grid_from": None if reused is None else reused["source"],
+        "oracle_top": args.oracle_top,
         "pairs": [],
         "summary": overall({}),
     }
-    total = len(plan) * len(chosen)
+    total = per_pair * len(chosen)
     done = 0
     t_start = time.monotonic()
     summaries: dict[int, dict[str, Any]] = {}
     for pair in chosen:
+        pair_plan = plan
+        if reused is not None and args.oracle_top:
+            candidates = oracle_candidates(reused["runs"].get(pair.index, []), args.oracle_top)
+            pair_plan = plan_runs(candidates, args.reps)
         doc = pair_doc(pair, *drawn[pair.index])
         doc["dataset"]["name"] = datasets[pair.index].name
         if reused is not None:
@@ -743,7 +786,7 @@ def main(argv: list[str] | None = None) -> int:
             bed.up()
         except Exception as exc:  # noqa: BLE001 - a pair whose link does not come up is recorded, the others still run
             doc["error"] = f"{type(exc).__name__}: {one_line(str(exc))}"
-            for rep, kind, name, setting in plan:
+            for rep, kind, name, setting in pair_plan:
                 done += 1
                 doc["runs"].append({"contender": name, "kind": kind, "rep": rep, "setting": setting, "ok": False})
                 doc["runs"][-1]["error"] = f"test bed did not come up: {doc['error']}"
@@ -755,7 +798,7 @@ def main(argv: list[str] | None = None) -> int:
             rsync.timeout = args.timeout
             rsync.prepare(bed)
             fixed_store = bed.work / "fixed-store.db"  # never read by auto: its cold store stays empty
-            for rep, kind, name, setting in plan:
+            for rep, kind, name, setting in pair_plan:
                 done += 1
                 if kind == RSYNC:
                     contender: Contender = rsync
@@ -770,6 +813,8 @@ def main(argv: list[str] | None = None) -> int:
                 prefix = f"[{done}/{total} {time.monotonic() - t_start:5.0f}s] pair {pair.index} rep {rep} {name}"
                 say(f"{prefix} ...")
                 rec = {"contender": name, "kind": kind, "rep": rep, "setting": setting}
+                if kind == GRID and reused is not None:
+                    rec["recheck"] = True
                 rec.update(one_run(bed, contender, dataset, args.verify == "hash"))
                 doc["runs"].append(rec)
                 tuning = f"; tuning: {rec['tuning_source']}" if rec.get("tuning_source") else ""

@@ -203,3 +203,17 @@ def test_a_sink_serves_every_chunk_of_its_connection(sshd, local_dir, remote_dir
     assert len(s["chunks"]) >= 4 and all("bundle:" in c["transport"] for c in s["chunks"]), s["chunks"]
     opened = max(c["cc"] for c in s["chunks"])
     assert 1 <= len(started) <= opened + 1 < len(s["chunks"]), (len(started), opened, len(s["chunks"]))
+
+
+def test_every_channel_gets_its_share_of_the_groups(sshd, local_dir, remote_dir):
+    # 300 small files fit one group (1024 files, 16 MiB): without a per-worker share the first
+    # channel took them all while the second had nothing, and a channel opened late (slow start
+    # on a long path) could take the last big group alone.
+    src = _tree(local_dir / "share", 300, seed=5)
+    dst = remote_dir / "share"
+    s = _copy(sshd, src, dst, use_store=False)
+    assert s["failed"] == [] and tree_digest(dst) == tree_digest(src)
+    (chunk,) = s["chunks"]
+    groups = int(chunk["transport"].split(" in ")[1].split()[0])
+    # cc 2: each group at most half of what was waiting (150, 75, 38, ...), never under 16 files
+    assert 4 <= groups <= 300 // bundle.TAIL_GROUP_FILES + 8, chunk["transport"]

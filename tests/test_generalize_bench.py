@@ -143,6 +143,29 @@ def test_pair_summary_takes_the_best_grid_setting_as_the_oracle() -> None:
     assert s["grid_finished"] == 2 and s["grid_settings"] == 4
 
 
+def test_the_oracle_candidates_are_the_best_settings_of_the_earlier_grid() -> None:
+    earlier = [grid_run(8, 1, 4, 250.0), grid_run(32, 1, 16, 400.0), grid_run(1, 1, 4, 475.0)]
+    earlier += [grid_run(8, 4, 8, None, timed_out=True, partial_mbit=900.0), grid_run(1, 1, 8, None)]
+    assert gen.oracle_candidates(earlier, 2) == [(1, 1, 4), (32, 1, 16)]
+
+
+def test_re_measured_settings_alone_value_the_oracle() -> None:
+    # A single lucky run (475) found the candidate; its three repetitions say 380. The oracle is
+    # the best median of the re-measured settings, not the single runs they were chosen from.
+    runs = [run(gen.AUTO_SECOND, "auto second", 370.0), grid_run(1, 1, 4, 475.0), grid_run(32, 1, 16, 400.0)]
+    runs += [grid_run(1, 1, 4, m, rep, recheck=True) for rep, m in ((1, 380.0), (2, 350.0), (3, 390.0))]
+    runs += [grid_run(32, 1, 16, m, rep, recheck=True) for rep, m in ((1, 300.0), (2, 360.0), (3, 320.0))]
+    s = gen.pair_summary(runs)
+    assert s["oracle"]["setting"] == "fixed pp=1 p=1 cc=4" and s["oracle"]["mbit"] == 380.0
+    assert s["oracle"]["runs"] == 3
+    assert s["ratios"]["auto_second/oracle"]["ratio"] == round(370 / 380, 3)
+
+
+def test_oracle_top_needs_an_earlier_grid() -> None:
+    with pytest.raises(SystemExit):
+        gen.parse_args(["--oracle-top", "3"])
+
+
 def test_pair_summary_medians_over_repetitions_and_missing_figures() -> None:
     runs = [
         run(gen.AUTO_COLD, "auto cold", 100.0, 1),

@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 BUNDLE_MAX_FILE = 1 << 20  # files up to 1 MiB travel in bundles; larger ones stream over SFTP
 GROUP_FILES = 1024  # files per commit (and so per syncfs); the sink may allow fewer (its fd limit)
 GROUP_BYTES = 16 << 20  # bytes per commit: bounds the memory a group holds on both ends
+# Fewest files a group takes towards the end of a chunk, when groups shrink to each worker's share
+# of what is left so that every channel finishes at about the same time.
+TAIL_GROUP_FILES = 16
 SEND_PIECE = 1 << 20  # bytes joined into one send
 HELLO_TIMEOUT = 10.0  # the sink answers at once where python3 runs; a forced command never does
 COMMIT_TIMEOUT = 300.0  # a group's fsync and read-back on a slow disk
@@ -362,7 +365,12 @@ class BundleMover(SFTPMover):
         return sink
 
     def take_group(self, limit: int) -> list[int]:
+        """The next group's files: up to `limit` files and GROUP_BYTES, and no more than this
+        worker's share of what is waiting. Without that rule one channel could take the last 16 MiB
+        group while the others had nothing left (on an emulated 139 ms path the last 2 % of a
+        617 MiB copy of small files took 5 s of its 28)."""
         r = self.r
+        limit = min(limit, max(TAIL_GROUP_FILES, r.schedule.share()))
         group: list[int] = []
         size = 0
         while len(group) < limit and size < GROUP_BYTES:

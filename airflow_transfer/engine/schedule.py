@@ -62,6 +62,12 @@ class Schedule:
             self.running += 1
             return self.queue.popleft()
 
+    def share(self) -> int:
+        """Files waiting per worker (rounded up): what one worker may take at once and still
+        leave the others as much."""
+        with self.lock:
+            return -(-len(self.queue) // max(1, self.wanted))
+
     def each(self) -> Iterator[int]:
         """Files for one worker, one at a time, until none is ready or it is one too many."""
         while not self.surplus():
