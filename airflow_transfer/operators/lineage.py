@@ -81,7 +81,7 @@ def asset_extra(ends: Ends, **more: Any) -> dict:
 def declare_destination(op: Any, emit_asset: bool, dst: Any, dst_conn_id: Any, alias: str | None) -> None:
     """``__init__``'s part: remember and declare the destination's outlet (none with emit_asset=False)."""
     op.asset_outlet = destination_outlet(op, dst, dst_conn_id, alias) if emit_asset else None
-    if op.asset_outlet is not None:
+    if op.asset_outlet is not None and op.asset_outlet not in op.outlets:  # the DAG may list it already
         op.outlets.append(op.asset_outlet)
 
 
