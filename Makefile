@@ -86,7 +86,7 @@ interop: venv
 	@$(PY) -m benchmarks.interop $(INTEROP_ARGS)
 
 lock:
-	uv pip compile -q pyproject.toml --extra airflow --extra test --extra celery -p 3.11 -o requirements.lock
+	uv pip compile -q pyproject.toml --extra airflow --extra test --extra celery --extra lineage -p 3.11 -o requirements.lock
 
 clean:
 	rm -rf .venv .demo

@@ -129,6 +129,7 @@ def stage_manifest(src: Endpoint, staging_dir: str, name: str) -> dict:
         "empty_dirs": len(ordered.empty_dirs),
         "skipped_entries": dict(manifest.skipped),
         "histogram": size_histogram(sizes),
+        "manifest_digest": ordered.digest(),
     }
 
 
@@ -501,6 +502,7 @@ def verify_tree(
         "found": problems[:100],
         "seconds": round(time.monotonic() - t0, 3),
         "ok": not still_bad,
+        "manifest_digest": m.digest(),
     }
 
 
@@ -553,6 +555,7 @@ def transfer_summary(
             transfer_key=transfer_key,
             transfer_id=rec.id,
             store=store.masked_url,
+            manifest_digest=(verify or {}).get("manifest_digest"),
         ).as_dict()
         if finish and rec.state == "running":
             # A verification (with repair) is the final word on the destination.

@@ -333,6 +333,7 @@ def _copy(req: CopyRequest, t0: float, stats: Stats, store, record, session, key
         transfer_key=key,
         transfer_id=record.id if record else None,
         store=store.masked_url if store is not None else None,
+        manifest_digest=manifest.digest(),
         server=server,
         extra=session.summary_extra(),  # fall-back: per-protocol totals; replicas: per-host
     ).as_dict()

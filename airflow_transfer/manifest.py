@@ -8,6 +8,7 @@ tree) and falls back to SFTP readdir where the server allows no exec.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -46,6 +47,18 @@ class Manifest:
     @property
     def bytes(self) -> int:
         return int(pc.sum(self.table[ms.SIZE]).as_py() or 0) if self.table.num_rows else 0
+
+    def digest(self) -> str:
+        """``sha256:<hex>`` over the (path, size) rows in path order: equal exactly when two listings
+        hold the same files with the same sizes, whatever order they were listed in. mtimes are left
+        out, so a copy that kept them and one that did not describe the same dataset."""
+        h = hashlib.sha256()
+        if self.table.num_rows:
+            rows = self.table.select([ms.PATH, ms.SIZE]).sort_by([(ms.PATH, "ascending")])
+            # NUL cannot occur in a path, so the rows cannot run into each other
+            for path, size in zip(rows[ms.PATH].to_pylist(), rows[ms.SIZE].to_pylist()):
+                h.update(f"{path}\0{size}\0".encode("utf-8", "surrogateescape"))
+        return "sha256:" + h.hexdigest()
 
     def sorted_by_size(self) -> Manifest:
         idx = pc.sort_indices(self.table, sort_keys=[(ms.SIZE, "ascending"), (ms.PATH, "ascending")])

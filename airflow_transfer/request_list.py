@@ -115,7 +115,15 @@ def run_request_list(
             "throughput_mbit": throughput_mbit(moved, seconds),
             "failed": [f for r in runs for f in r["failed"]],
             "transfers": [
-                {"src": r["src"], "dst": r["dst"], "files": r["files"], "transfer_id": r["transfer_id"]} for r in runs
+                {
+                    "src": r["src"],
+                    "dst": r["dst"],
+                    "files": r["files"],
+                    "transfer_id": r["transfer_id"],
+                    "bytes": r["bytes"],
+                    "manifest_digest": r["manifest_digest"],
+                }
+                for r in runs
             ],
         }
         out_groups.append(group)

@@ -27,7 +27,7 @@ Kind = Literal["copy", "chunk", "transfer"]
 ORDER = tuple(
     "files bytes seconds throughput_mbit algorithm src dst direction files_skipped bytes_moved skipped_entries verify"
     " chunks protocol_switches ssh_client tuning failed journal files_resumed files_retried bytes_resent transfer_key"
-    " transfer_id store host pid".split()
+    " transfer_id store host pid manifest_digest".split()
 )
 _COMMON = set(
     "files bytes seconds throughput_mbit algorithm src dst files_skipped bytes_moved verify chunks protocol_switches"
@@ -37,9 +37,11 @@ _RETRIES = {"files_resumed", "files_retried", "bytes_resent"}
 SHAPES: dict[str, tuple[str, ...]] = {
     kind: tuple(k for k in ORDER if k in keys)
     for kind, keys in {
-        "copy": _COMMON | _RETRIES | {"direction", "skipped_entries", "ssh_client", "tuning", "store"},
+        "copy": _COMMON
+        | _RETRIES
+        | {"direction", "skipped_entries", "ssh_client", "tuning", "store", "manifest_digest"},
         "chunk": _COMMON | _RETRIES | {"direction", "host", "pid"},
-        "transfer": _COMMON | {"tuning", "journal", "store"},
+        "transfer": _COMMON | {"tuning", "journal", "store", "manifest_digest"},
     }.items()
 }
 
@@ -82,6 +84,7 @@ class TransferSummary:
     store: str | None = None  # masked URL
     host: str | None = None
     pid: int | None = None
+    manifest_digest: str | None = None  # Manifest.digest() of the listing the copy worked from
     server: dict | None = None  # copy: what the SFTP server reported, after the shape's keys when known
     extra: dict[str, Any] = field(default_factory=dict)  # session-specific sections, last (replicas, fall-back)
 

@@ -11,8 +11,12 @@
    end and journalled into one store transfer. The pool caps how many SSH
    connections all running chunks open on the instrument's link.
 5. VerifyTransferOperator compares source and archive digests, repairs what
-   differs, closes the transfer record and, on success, emits the archive Asset:
-   example_science_pipeline is scheduled on it.
+   differs, closes the transfer record and, on success, emits the archive's Asset
+   event (files, bytes and the manifest digest in its extra). The destination is
+   templated, so the event goes through the task's AssetAlias
+   (``airflow_transfer/example_instrument_replication/verify``) to the Asset
+   ``file://<params.dst>``; example_science_pipeline is scheduled on the Asset of
+   the default archive, so a run into that archive starts it (docs/lineage.md).
 
 The instrument host is the Airflow connection `params.conn_id` (ssh/sftp: host,
 login, key_file and known_hosts or host_key in its extras). Paths and the pool
@@ -24,7 +28,7 @@ from __future__ import annotations
 import os
 
 import pendulum
-from airflow.sdk import DAG, Asset, Param
+from airflow.sdk import DAG, Param
 
 from airflow_transfer.operators.chunked import (
     ChunkPlanOperator,
@@ -35,8 +39,6 @@ from airflow_transfer.operators.chunked import (
 from airflow_transfer.sensors.stable import DatasetStableSensor
 
 ARCHIVE_DIR = os.environ.get("AT_INSTRUMENT_ARCHIVE", "/srv/archive/instrument")
-# Downstream DAGs schedule on this Asset (same name and URI in example_science_pipeline).
-INSTRUMENT_ARCHIVE = Asset(f"file://{ARCHIVE_DIR}")  # name = URI: one archive, one Asset
 # An Airflow pool with N slots caps the link at N connections: each chunk holds
 # `max_cc` slots and opens at most that many connections (docs/operators.md).
 LINK_POOL = os.environ.get("AT_INSTRUMENT_POOL", "default_pool")
@@ -102,6 +104,6 @@ with DAG(
         manifest=manifest.output,
         transfer_key=plan.output["transfer_key"],
         repair=True,
-        outlets=[INSTRUMENT_ARCHIVE],
+        # emits file://<dst> through its AssetAlias; outlets=[Asset("file:///...")] would name it up front
     )
     wait >> manifest >> plan >> move >> verify

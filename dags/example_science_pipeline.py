@@ -1,10 +1,11 @@
 """Example: a scientific pipeline that runs whenever the instrument archive receives data.
 
-Scheduled on the archive Asset (its URI) that example_instrument_replication
-emits after a verified replication, so it starts as soon as new data has
-arrived, not at a guessed time. It indexes the archive (per-file size and
-sha256, a size summary) into a products directory and publishes the products
-to a results host with TunedTransferOperator.
+Scheduled on the archive Asset (its URI) that example_instrument_replication's
+verify task emits after a verified replication, so it starts as soon as new data
+has arrived, not at a guessed time. The event's extra says what arrived (files,
+bytes, manifest digest); the index task logs it. It indexes the archive (per-file
+size and sha256, a size summary) into a products directory and publishes the
+products to a results host with TunedTransferOperator.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from airflow.sdk import DAG, Asset, Param, task
 from airflow_transfer.operators.transfer import TunedTransferOperator
 
 ARCHIVE_DIR = os.environ.get("AT_INSTRUMENT_ARCHIVE", "/srv/archive/instrument")
-INSTRUMENT_ARCHIVE = Asset(f"file://{ARCHIVE_DIR}")  # name = URI: one archive, one Asset
+# The URI the replication's verify task gives the archive: file:// + its absolute path (name = URI).
+INSTRUMENT_ARCHIVE = Asset(f"file://{os.path.abspath(ARCHIVE_DIR)}")
 
 with DAG(
     dag_id="example_science_pipeline",
@@ -42,7 +44,7 @@ with DAG(
 
         for asset, events in (triggering_asset_events or {}).items():
             for event in events:
-                print(f"triggered by {asset} at {event.timestamp} from {event.source_dag_id}")
+                print(f"triggered by {asset} at {event.timestamp} from {event.source_dag_id}: {event.extra}")
         entries = []
         for dirpath, _, names in os.walk(archive):
             for name in sorted(names):

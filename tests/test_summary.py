@@ -35,6 +35,7 @@ COPY_KEYS = [
     "transfer_key",
     "transfer_id",
     "store",
+    "manifest_digest",
 ]
 CHUNK_KEYS = [
     "files",
@@ -78,6 +79,7 @@ TRANSFER_KEYS = [
     "transfer_key",
     "transfer_id",
     "store",
+    "manifest_digest",
 ]
 
 

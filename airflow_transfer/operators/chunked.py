@@ -28,6 +28,7 @@ from ..errors import TransferError
 from ..hooks.endpoint import TransferEndpointHook
 from ..protocols.endpoint import Endpoint
 from .failures import fail_on_failed_files, task_error
+from .lineage import Ends, LineageMixin, asset_extra, declare_destination, emit_destination_events
 from .transfer import ALGORITHMS, summary_table
 
 
@@ -73,8 +74,9 @@ def _last_try(task: BaseOperator, context: Any, exc: BaseException) -> bool:
     return int(ti.try_number or 1) > int(allowed or 0)
 
 
-class _TransferStep(BaseOperator):
-    """Shared by the step operators: a place for extra links (UI plugin) and the colour."""
+class _TransferStep(BaseOperator, LineageMixin):
+    """Shared by the step operators: a place for extra links (UI plugin), the colour and the
+    OpenLineage methods (each step records the ends it touched in ``transfer_lineage``)."""
 
     operator_extra_links: Sequence[Any] = ()
     ui_color = "#d9ecff"
@@ -93,6 +95,9 @@ class _SourceToDestination(_TransferStep):
     def endpoints(self) -> tuple[Endpoint, Endpoint]:
         """Both ends as the core takes them (resolved when the task runs, from the rendered fields)."""
         return _endpoint(self.src_conn_id, self.src), _endpoint(self.dst_conn_id, self.dst)
+
+    def planned_ends(self) -> Ends:
+        return Ends.of(*self.endpoints())
 
 
 class DatasetManifestOperator(_TransferStep):
@@ -132,6 +137,9 @@ class DatasetManifestOperator(_TransferStep):
         self.src, self.src_conn_id = src, src_conn_id
         self.staging_dir, self.manifest_name = staging_dir, manifest_name
 
+    def planned_ends(self) -> Ends:
+        return Ends.of(_endpoint(self.src_conn_id, self.src), None)
+
     def execute(self, context: Any) -> dict:
         # heavy: chunked loads the engine, pyarrow and NumPy (~0.2 s); DAG files import this module
         from ..chunked import safe_name, stage_manifest
@@ -143,6 +151,9 @@ class DatasetManifestOperator(_TransferStep):
             info = stage_manifest(src, self.staging_dir or airflow_conf.staging_dir(), name)
         except TransferError as exc:
             raise task_error(exc) from exc
+        self.transfer_lineage = Ends.of(src, None)
+        self.transfer_lineage.files, self.transfer_lineage.bytes = info["files"], info["bytes"]
+        self.transfer_lineage.digest = info["manifest_digest"]
         self.log.info("listed %s into %s\n%s", info["src"], info["manifest"], histogram_table(info))
         return info
 
@@ -358,6 +369,7 @@ class ChunkTransferOperator(_SourceToDestination):
             spec["params"] = {**spec["params"], "cc": self.max_cc}
         try:
             src, dst = self.endpoints()
+            self.transfer_lineage = lineage = Ends.of(src, dst)
             self.log.info(
                 "%s: rows [%s, %s) of %s, %s files, %s, pp=%s p=%s cc=%s, %s -> %s",
                 spec.get("id"),
@@ -386,6 +398,7 @@ class ChunkTransferOperator(_SourceToDestination):
             raise task_error(exc) from exc
         self.log.info("chunk summary (host %s, pid %s):\n%s", summary["host"], summary["pid"], summary_table(summary))
         self._summary = summary
+        lineage.files, lineage.bytes = summary["files"], summary["bytes"]  # this chunk's share
         fail_on_failed_files(self, context, summary, of=f" of {spec['id']}", again="retry")
         return summary
 
@@ -410,6 +423,12 @@ class VerifyTransferOperator(_SourceToDestination):
     :param transfer_key: the plan's key (``plan.output["transfer_key"]``) to close the shared
         store record and log the overall summary. Templated.
     :param fail_on_mismatch: fail the task when files are still wrong after any repair.
+    :param emit_asset: declare the destination as an outlet and emit its Asset event with
+        ``files``, ``bytes``, ``manifest_digest`` and ``verified_ok`` in the extra when the task
+        succeeds (docs/lineage.md): the verified destination is the transfer's result, so the
+        chunks emit none. A literal ``dst`` without ``dst_conn_id`` is a fixed Asset, otherwise
+        an AssetAlias carries it.
+    :param asset_alias: name of that AssetAlias; default ``airflow_transfer/<dag_id>/<task_id>``.
 
     Returns (XCom) ``{"verify": {...}, "summary": {...} | None}``: the verification report
     (counts, where digests were computed, up to 100 problems) and the overall transfer summary.
@@ -425,12 +444,15 @@ class VerifyTransferOperator(_SourceToDestination):
         repair: bool = False,
         transfer_key: str | None = None,
         fail_on_mismatch: bool = True,
+        emit_asset: bool = True,
+        asset_alias: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.manifest = manifest
         self.algorithm, self.repair = algorithm, repair
         self.transfer_key, self.fail_on_mismatch = transfer_key, fail_on_mismatch
+        declare_destination(self, emit_asset, self.dst, self.dst_conn_id, asset_alias)
 
     def execute(self, context: Any) -> dict:
         # heavy: chunked loads the engine, pyarrow and NumPy (~0.2 s); DAG files import this module
@@ -438,6 +460,7 @@ class VerifyTransferOperator(_SourceToDestination):
 
         try:
             src, dst = self.endpoints()
+            self.transfer_lineage = lineage = Ends.of(src, dst)
             report = verify_tree(
                 src,
                 dst,
@@ -459,10 +482,13 @@ class VerifyTransferOperator(_SourceToDestination):
         if summary is not None:
             self.log.info("transfer summary (all chunks):\n%s", summary_table({**summary, "files_skipped": 0}))
         result = {"verify": report, "summary": summary}
+        lineage.files, lineage.bytes, lineage.digest = report["files"], report["bytes"], report["manifest_digest"]
         if not report["ok"] and self.fail_on_mismatch:
             context["ti"].xcom_push(key="verify", value=report)
             raise RuntimeError(
                 f"{report['problems_total']} of {report['files']} files are missing or differ at "
                 f"{dst.display}" + ("" if self.repair else "; set repair=True to re-send them")
             )
+        extra = asset_extra(lineage, verified_ok=report["ok"], transfer_id=summary["transfer_id"] if summary else None)
+        emit_destination_events(self, context, lineage, extra)
         return result

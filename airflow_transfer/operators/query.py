@@ -9,13 +9,15 @@ from airflow.sdk import BaseOperator
 
 from ..errors import TransferError
 from ..hooks.endpoint import TransferEndpointHook
+from ..protocols.naming import url_dataset_name
 from ..query.expr import Where
 from ..query.sources import is_http
 from .arguments import number
 from .failures import task_error
+from .lineage import Ends, LineageMixin, asset_extra, declare_destination, emit_destination_events
 
 
-class AttributeQueryTransferOperator(BaseOperator):
+class AttributeQueryTransferOperator(BaseOperator, LineageMixin):
     """Read the columns in ``select`` of the rows matching ``where`` at ``src``; write them to ``dst``.
 
     :param src: a Parquet, Arrow IPC or CSV file or directory of files: a path, ``file://``,
@@ -27,6 +29,13 @@ class AttributeQueryTransferOperator(BaseOperator):
     :param format: ``parquet`` or ``csv`` (default: from ``dst``'s extension, else parquet). Templated.
     :param src_conn_id: Airflow ssh/sftp connection for an SFTP source.
     :param dst_conn_id: Airflow ssh/sftp connection for an SFTP destination.
+    :param emit_asset: declare the output file as an outlet and emit its Asset event with
+        ``files`` (1), ``bytes`` (written), ``rows`` and ``sha256`` in the extra (docs/lineage.md);
+        a templated ``dst`` or one with ``dst_conn_id`` goes through an AssetAlias.
+    :param asset_alias: name of that AssetAlias; default ``airflow_transfer/<dag_id>/<task_id>``.
+
+    OpenLineage: the source as input dataset (rows and bytes scanned), the output file as output
+    dataset (rows, bytes written, its sha256 as dataset version).
 
     Returns the query summary as XCom (rows, bytes read at the source, bytes written,
     sha256 of the output, seconds). Bad ``select`` / ``where`` fail the task with the position.
@@ -46,6 +55,8 @@ class AttributeQueryTransferOperator(BaseOperator):
         src_conn_id: str | None = None,
         dst_conn_id: str | None = None,
         progress_interval: float = 5.0,
+        emit_asset: bool = True,
+        asset_alias: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -66,17 +77,32 @@ class AttributeQueryTransferOperator(BaseOperator):
         number("progress_interval", progress_interval)
         if where and "{{" not in where:
             Where.parse(where)  # syntax errors at DAG parse time, not at run time
+        declare_destination(self, emit_asset, dst, dst_conn_id, asset_alias)
+
+    def _conn_ids(self) -> tuple[str | None, str | None]:
+        # A templated conn id left empty renders as "" (or "None"): no connection.
+        return tuple(c if c not in ("", "None") else None for c in (self.src_conn_id, self.dst_conn_id))  # type: ignore[return-value]
+
+    def planned_ends(self) -> Ends:
+        src_conn, dst_conn = self._conn_ids()
+        src = (
+            [url_dataset_name(self.src)]
+            if is_http(self.src)
+            else Ends.of(TransferEndpointHook(src_conn).endpoint(self.src), None).inputs
+        )
+        return Ends(
+            src, Ends.of(None, TransferEndpointHook(dst_conn).endpoint(self.dst)).outputs, inputs_same_version=False
+        )
 
     def execute(self, context: Any) -> dict:
         # heavy: the query engine loads pyarrow and NumPy (~0.1 s); DAG files import this module
         from ..query.run import QueryRequest, run_query
 
-        # A templated conn id left empty renders as "" (or "None"): no connection.
-        src_conn = self.src_conn_id if self.src_conn_id not in ("", "None") else None
-        dst_conn = self.dst_conn_id if self.dst_conn_id not in ("", "None") else None
+        src_conn, dst_conn = self._conn_ids()
         try:
             src = self.src if is_http(self.src) else TransferEndpointHook(src_conn).endpoint(self.src)
             dst = TransferEndpointHook(dst_conn).endpoint(self.dst)
+            self.transfer_lineage = lineage = self.planned_ends()
             self.log.info(
                 "query %s -> %s: select %s where %s",
                 getattr(src, "display", src),
@@ -114,4 +140,10 @@ class AttributeQueryTransferOperator(BaseOperator):
             summary["sha256"],
             summary["seconds"],
         )
+        lineage.files, lineage.bytes, lineage.digest = 1, summary["bytes_written"], "sha256:" + summary["sha256"]
+        lineage.read = (summary["files"], summary["bytes_read"])
+        lineage.rows = (summary["rows_scanned"], summary["rows"])
+        extra = asset_extra(lineage, rows=summary["rows"], sha256=summary["sha256"])
+        del extra["manifest_digest"]  # one output file: its sha256 says more than a listing would
+        emit_destination_events(self, context, lineage, extra)
         return summary

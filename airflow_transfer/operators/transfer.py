@@ -17,9 +17,11 @@ from ..errors import Interrupted, TransferError
 from ..hooks.endpoint import TransferEndpointHook
 from ..plugins.links import TransferPageLink
 from ..protocols.endpoint import Endpoint
+from ..protocols.naming import dataset_names, url_dataset_name
 from ..protocols.resolve import resolve_endpoint
 from .arguments import choice, names, number, templated, text, whole
 from .failures import airflow_words, fail_on_failed_files, failed_files_error, task_error
+from .lineage import Ends, LineageMixin, asset_extra, declare_destination, emit_destination_events
 
 
 def summary_table(summary: dict) -> str:
@@ -56,7 +58,7 @@ def _check_algorithm(name: str) -> None:
         raise ValueError(f"unknown algorithm {name!r}; choose one of: {', '.join(ALGORITHMS)}")
 
 
-class TunedTransferOperator(BaseOperator):
+class TunedTransferOperator(BaseOperator, LineageMixin):
     """Copy a dataset from `src` to `dst` with pipelining, parallelism and concurrency.
 
     :param src: source URL or path (``sftp://host/path``, ``file:///path``, a plain path,
@@ -89,6 +91,14 @@ class TunedTransferOperator(BaseOperator):
         back when the preferred protocol answers again (docs/protocols.md).
     :param switch_after: consecutive failures before switching protocol.
     :param probe_interval: seconds between probes of the preferred protocol while on an alternate.
+    :param emit_asset: declare the destination as an outlet and, when the copy succeeded, emit its
+        Asset event with ``files``, ``bytes`` and ``manifest_digest`` in the extra (docs/lineage.md).
+        A literal ``dst`` without ``dst_conn_id`` is a fixed Asset (``file:///path``,
+        ``sftp://host:port/path``); otherwise the Asset is attached to an AssetAlias when the task runs.
+    :param asset_alias: name of that AssetAlias; default ``airflow_transfer/<dag_id>/<task_id>``.
+
+    OpenLineage (with the OpenLineage provider installed): the source and destination as input
+    and output datasets, with their files and bytes and the manifest digest as dataset version.
 
     Returns the transfer summary (fields: docs/summary.md) plus ``state`` (``succeeded``) as
     XCom: counts and per-chunk figures only, never the file list. Fails if any file failed,
@@ -128,6 +138,8 @@ class TunedTransferOperator(BaseOperator):
         alt_protocols: Sequence[str] | None = None,
         switch_after: int = 3,
         probe_interval: float = 5.0,
+        emit_asset: bool = True,
+        asset_alias: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -161,6 +173,16 @@ class TunedTransferOperator(BaseOperator):
         self.switch_after = whole("switch_after", switch_after)
         self.probe_interval = number("probe_interval", probe_interval)
         self._copying = False
+        declare_destination(self, emit_asset, dst, dst_conn_id, text("asset_alias", asset_alias))
+
+    def planned_ends(self) -> Ends:
+        if self.pairs:
+            pairs = json.loads(self.pairs) if isinstance(self.pairs, str) else self.pairs
+            return Ends([url_dataset_name(str(a)) for a, _ in pairs], [url_dataset_name(str(b)) for _, b in pairs])
+        return Ends.of(
+            TransferEndpointHook(self.src_conn_id).endpoint(str(self.src)),
+            TransferEndpointHook(self.dst_conn_id).endpoint(str(self.dst)),
+        )
 
     def on_kill(self) -> None:
         """Airflow's SIGTERM (a timeout, the task marked failed or cleared): stop the copy here, in
@@ -180,7 +202,7 @@ class TunedTransferOperator(BaseOperator):
 
     def _execute(self, context: Any) -> dict:
         if self.pairs:
-            return _run_pairs(self, self.pairs)
+            return _run_pairs(self, self.pairs, context)
         if self.src is None or self.dst is None:  # __init__ takes src and dst, or pairs
             raise ValueError("give src and dst, or pairs=[[src, dst], ...]")
         # heavy: job loads the engine, pyarrow and NumPy (~0.3 s); DAG files import this module
@@ -192,6 +214,7 @@ class TunedTransferOperator(BaseOperator):
             link = link_from_args(self.rtt_ms, self.bandwidth_mbit, None)
             src = TransferEndpointHook(self.src_conn_id).endpoint(self.src)
             dst = TransferEndpointHook(self.dst_conn_id).endpoint(self.dst)
+            self.transfer_lineage = lineage = Ends.of(src, dst)
             if self.algorithm == "fixed":
                 self.log.info(
                     "copying %s -> %s with pp=%d p=%d cc=%d", src.display, dst.display, params.pp, params.p, params.cc
@@ -227,11 +250,13 @@ class TunedTransferOperator(BaseOperator):
             raise task_error(exc) from exc
         self.log.info("transfer summary:\n%s", summary_table(summary))
         summary = {**summary, "state": FAILED if summary["failed"] else SUCCEEDED}
+        lineage.files, lineage.bytes, lineage.digest = summary["files"], summary["bytes"], summary["manifest_digest"]
         fail_on_failed_files(self, context, summary)
+        emit_destination_events(self, context, lineage, asset_extra(lineage, transfer_id=summary["transfer_id"]))
         return summary
 
 
-def _run_pairs(op: TunedTransferOperator, pairs: Sequence[Sequence[str]] | str) -> dict:
+def _run_pairs(op: TunedTransferOperator, pairs: Sequence[Sequence[str]] | str, context: Any) -> dict:
     """pairs=: one request list, group by group (request_list.run_request_list)."""
     # heavy: job and request_list load the engine, pyarrow and NumPy (~0.3 s); DAG files import this module
     from ..job import CopyRequest, link_from_args
@@ -274,8 +299,24 @@ def _run_pairs(op: TunedTransferOperator, pairs: Sequence[Sequence[str]] | str) 
         )
     except TransferError as exc:
         raise task_error(exc) from exc
+    # lineage: every pair's ends; each destination's event carries its own pair's figures
+    ends = [
+        (TransferEndpointHook(None).endpoint(str(a)), TransferEndpointHook(None).endpoint(str(b))) for a, b in pairs
+    ]
+    op.transfer_lineage = Ends(
+        [n for s, _ in ends for n in dataset_names(s)],
+        [n for _, d in ends for n in dataset_names(d)],
+        summary["files"],
+        summary["bytes"],
+    )
     if summary["failed"]:
         raise failed_files_error(summary)
+    runs = {(t["src"], t["dst"]): t for g in summary["groups"] for t in g["transfers"]}
+    for src, dst in ends:
+        run = runs[(src.display, dst.display)]
+        pair = Ends.of(src, dst)
+        pair.files, pair.bytes, pair.digest = run["files"], run["bytes"], run["manifest_digest"]
+        emit_destination_events(op, context, pair, asset_extra(pair, transfer_id=run["transfer_id"]))
     return summary
 
 

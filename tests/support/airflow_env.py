@@ -58,6 +58,12 @@ def migrate(home: Path) -> dict:
     return env
 
 
+def _result(line: str) -> dict:
+    # The JSON object only: a process the run left behind (OpenLineage emits DAG events from a
+    # process pool) may write to the same stdout right after it, before the newline.
+    return json.JSONDecoder().raw_decode(line[len("@@RESULT@@") :])[0]
+
+
 def run_dag(
     env: dict, dag_file: Path, dag_id: str, conf: dict, extra_env: dict | None = None, timeout: float = 600
 ) -> tuple[dict, str]:
@@ -71,7 +77,7 @@ def run_dag(
     log = proc.stdout + proc.stderr
     for line in proc.stdout.splitlines():
         if line.startswith("@@RESULT@@"):
-            return json.loads(line[len("@@RESULT@@") :]), log
+            return _result(line), log
     raise AssertionError(f"dag.test() gave no result (exit {proc.returncode}):\n{log[-6000:]}")
 
 
@@ -104,7 +110,7 @@ class RunningDag:
         log = "".join(self.lines)
         for line in self.lines:
             if line.startswith("@@RESULT@@"):
-                return json.loads(line[len("@@RESULT@@") :]), log
+                return _result(line), log
         raise AssertionError(f"dag.test() gave no result (exit {self.proc.returncode}):\n{log[-6000:]}")
 
 
