@@ -134,7 +134,11 @@ class BastionSite:
         self.known_hosts.write_text(
             f"[127.0.0.1]:{self.bastion_port} {bastion_key[0]} {bastion_key[1]}\n" + self.target.known_hosts.read_text()
         )
-        common = [f"  User {self.target.user}", f"  UserKnownHostsFile {self.known_hosts}", "  StrictHostKeyChecking yes"]
+        common = [
+            f"  User {self.target.user}",
+            f"  UserKnownHostsFile {self.known_hosts}",
+            "  StrictHostKeyChecking yes",
+        ]
         self.ssh_config.write_text(
             "\n".join(
                 [
