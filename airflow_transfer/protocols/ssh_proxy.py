@@ -18,6 +18,7 @@ import os
 import select
 import subprocess
 import tempfile
+import threading
 from typing import Any
 
 SHELL = "/bin/sh"  # OpenSSH runs ProxyCommand through a shell; /bin/sh behaves the same for every user
@@ -118,6 +119,8 @@ class HopSocket:
     def __init__(self, channel: Any, hop_transport: Any) -> None:
         self.channel = channel
         self.hop_transport = hop_transport
+        self._closing = threading.Lock()
+        self._done = False
 
     def __getattr__(self, name: str) -> Any:
         # send, recv, settimeout, gettimeout, fileno, getpeername: the channel's own
@@ -128,7 +131,15 @@ class HopSocket:
         return bool(self.channel.closed)
 
     def close(self) -> None:
-        try:
-            self.channel.close()
-        finally:
-            self.hop_transport.close()
+        # Transport.close() and the transport's own thread both close their socket, at the same
+        # moment when a connection is closed: the second call must not find the first half done.
+        with self._closing:
+            if self._done:
+                return
+            self._done = True
+            try:
+                self.channel.close()
+            except (EOFError, OSError):  # the jump host's connection went first; nothing left to tell it
+                pass
+            finally:
+                self.hop_transport.close()
