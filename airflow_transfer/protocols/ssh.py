@@ -15,7 +15,7 @@ import hashlib
 import io
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import AuthError, ConnectError, HostKeyError, TransferError, UsageError
@@ -65,7 +65,7 @@ class SSHTarget:
     # connection): through a jump host (ProxyJump; the jump host may sit behind another), or over
     # a command's stdin/stdout (ProxyCommand, tokens already expanded). At most one is set.
     jump: SSHTarget | None = None
-    proxy_command: str | None = None
+    proxy_command: str | None = field(default=None, repr=False)  # may name a proxy's credentials
     # paramiko's disabled_algorithms ({"ciphers": [...], "kex": [...], "macs": [...], "keys": [...],
     # "pubkeys": [...]}) and an explicit cipher preference (empty: paramiko's, AES-GCM first).
     disabled_algorithms: dict[str, list[str]] = field(default_factory=dict)
@@ -270,6 +270,8 @@ def _through_jump(target: SSHTarget, window: int) -> HopSocket:
 
     hop = target.jump
     assert hop is not None  # the caller checked
+    if target.tcp_buffer and not hop.tcp_buffer:  # the first leg's socket is the jump host's
+        hop = replace(hop, tcp_buffer=target.tcp_buffer)
     try:
         hop_transport = open_transport(hop, window)
     except TransferError as exc:
@@ -308,13 +310,19 @@ def _handshake_error(target: SSHTarget, sock, exc: BaseException) -> ConnectErro
             f"SSH handshake with {target.host}:{target.port} over the proxy command failed: {why}"
             + (f": {said}" if said else ""),
             target.display,
-            f"check the proxy command: {target.proxy_command}",
+            # only the program: the rest of the command line may hold a proxy's credentials
+            f"run the proxy command ({_program(target.proxy_command)} ...) by hand to see why",
         )
     return ConnectError(
         f"SSH handshake with {target.host}:{target.port}{route} failed: {exc}",
         target.display,
         "check that the port is an SSH server",
     )
+
+
+def _program(command: str | None) -> str:
+    words = (command or "").split()
+    return os.path.basename(words[0]) if words else "?"
 
 
 def _set_ciphers(transport, target: SSHTarget) -> None:

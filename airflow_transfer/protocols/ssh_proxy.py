@@ -32,6 +32,8 @@ class CommandSocket:
         self._stderr = tempfile.TemporaryFile()
         self._timeout: float | None = None
         self._closed = False
+        self._said: str | None = None
+        self._closing = threading.Lock()
         try:
             self.process = subprocess.Popen(
                 [SHELL, "-c", f"exec {command}"],
@@ -77,6 +79,8 @@ class CommandSocket:
 
     def said(self) -> str:
         """The last of what the command wrote to stderr (why it could not connect), one line."""
+        if self._said is not None:  # closed already (paramiko's thread closes on end of stream)
+            return self._said
         try:
             self._stderr.seek(0)
             text = self._stderr.read()[-2000:].decode("utf-8", "replace")
@@ -88,9 +92,13 @@ class CommandSocket:
         return self.process.poll()
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        with self._closing:  # Transport.close() and the transport's thread may both get here
+            if self._closed:
+                return
+            self._closed = True
+            self._end()
+
+    def _end(self) -> None:
         # End the command first: its stdout then reaches end of file, which wakes a reader
         # blocked in recv, before the descriptors it waits on are closed.
         if self.process.poll() is None:
@@ -106,6 +114,7 @@ class CommandSocket:
                     stream.close()
             except OSError:
                 pass
+        self._said = self.said()  # kept for the error message, which may be written after this
         self._stderr.close()
 
 
