@@ -186,3 +186,27 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_profile_runs_on_the_host_behind_the_bastion(bastion_site, tmp_path):
+    site = bastion_site
+    remote = site.remote_dir()
+    env = {"AIRFLOW__AIRFLOW_TRANSFER__STORE_URL": f"sqlite:///{tmp_path / 'library.db'}"}
+    run = run_cli(
+        "profile",
+        f"sftp://target{remote}",
+        "--quick",
+        "--ssh-config",
+        str(site.ssh_config),
+        "--json",
+        env=env,
+        timeout=300,
+    )
+    assert run.code == 0, run.err[-3000:]
+    out = run.summary
+    far = f"{site.target.host}:{site.target.port}"
+    assert {k: v["ok"] for k, v in out["hosts"][far].items()} == {"disk": True, "memory": True, "kernel": True}
+    # the sink behind the bastion is reached through SSH, whatever --via said; the RTT is the first leg's
+    assert [link["via"] for link in out["links"]] == ["ssh", "ssh"]
+    assert all(link["bandwidth_mbit"] > 0 and link["rtt_ms"] > 0 for link in out["links"])
+    _only_through_bastion(site)
