@@ -200,14 +200,14 @@ def open_transport(target: SSHTarget, window: int = DEFAULT_WINDOW):
     except BaseException:
         sock.close()
         raise
-    transport.use_compression(False)
-    if target.ciphers:
-        _set_ciphers(transport, target)
-    else:
-        _prefer_aead(transport)
-    if target.auth_timeout:
-        transport.auth_timeout = target.auth_timeout
     try:
+        transport.use_compression(False)
+        if target.ciphers:
+            _set_ciphers(transport, target)
+        else:
+            _prefer_aead(transport)
+        if target.auth_timeout:
+            transport.auth_timeout = target.auth_timeout
         try:
             transport.start_client(timeout=target.timeout)
         except (paramiko.SSHException, EOFError, OSError) as exc:
