@@ -49,6 +49,24 @@ CONN_FIELDS = {
         "What carries the data connections: paramiko (default), openssh (the ssh command) or auto.",
         enum=["paramiko", "openssh", "auto", None],
     ),
+    "conn_timeout": {
+        "label": "Connect timeout (s)",
+        "description": "Seconds to wait for the server (and each jump host) to accept the connection.",
+        "schema": {"type": ["number", "null"], "minimum": 1},
+    },
+    "proxy_jump": _text(
+        "Jump host(s)",
+        "Reach the host through a bastion, as OpenSSH's ProxyJump: [user@]host[:port], comma-separated "
+        "for a chain. Empty: the workers' ~/.ssh/config decides.",
+    ),
+    "proxy_command": _text(
+        "Proxy command",
+        "A command whose stdin/stdout carry the connection, as OpenSSH's ProxyCommand (%h, %p, %r expanded).",
+    ),
+    "disabled_algorithms": _text(
+        "Disabled algorithms",
+        'JSON as SSHHook takes it, e.g. {"ciphers": ["aes128-cbc"]}: algorithms never offered.',
+    ),
     "stall_timeout": {
         "label": "Stall timeout (s)",
         "description": "Seconds an SFTP request may go unanswered before the connection counts as lost (default 120).",

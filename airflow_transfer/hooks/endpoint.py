@@ -5,7 +5,8 @@ button: provider_info.py, docs/operators.md "Connections"), and the ssh and sftp
 connections users already have (read the same way). Fields used: host,
 port, login, password; extras: key_file, private_key, private_key_passphrase,
 host_key (pins the server key), known_hosts (a file; default ~/.ssh/known_hosts),
-no_host_key_check (host keys are checked unless this is explicitly true).
+no_host_key_check (host keys are checked unless this is explicitly true), and the
+SSHHook extras of ssh_extras.py (conn_timeout, disabled_algorithms, proxy_jump, ...).
 Without a conn_id a URL resolves exactly as on the command line (protocols/resolve.py:
 the worker user's ~/.ssh/config for sftp). Compression is always off: scientific data
 rarely compresses, and SSH compression measured about 3x slower on incompressible data
@@ -25,8 +26,7 @@ from ..protocols.endpoint import Endpoint, parse_url
 from ..protocols.resolve import resolve_endpoint
 from ..protocols.ssh import SSH_CLIENTS, SSHTarget
 from ..provider_info import CONN_TYPE, HOOK_NAME
-
-_TRUE = ("true", "1", "yes", "on")
+from .ssh_extras import TRUE, apply_extras
 
 
 class TransferEndpointHook(BaseHook):
@@ -100,7 +100,7 @@ class TransferEndpointHook(BaseHook):
             password=conn.password or None,
             known_hosts=[os.path.expanduser(extra.get("known_hosts", "~/.ssh/known_hosts"))],
             host_key=extra.get("host_key"),
-            check_host_key=str(extra.get("no_host_key_check", "false")).lower() not in _TRUE,
+            check_host_key=str(extra.get("no_host_key_check", "false")).lower() not in TRUE,
             look_for_keys=not (key_file or extra.get("private_key") or conn.password),
         )
         if extra.get("stall_timeout") is not None:
@@ -125,4 +125,5 @@ class TransferEndpointHook(BaseHook):
                 'e.g. {"ssh_client": "paramiko"}',
             )
         target.client = client
+        apply_extras(target, extra, f"connection {self.conn_id!r}")
         return Endpoint("sftp", path, target)

@@ -20,7 +20,10 @@ is the client's `send` and the other its `recv`:
   figure then includes SSH's encryption and channel flow control.
 
 RTT (TCP connects) and hops (traceroute) always go straight to the remote
-host's SSH port, never through a tunnel.
+host's SSH port, never through a tunnel. A remote host behind a jump host
+(protocols/ssh_config.py) has no straight path: its RTT and hops are those of
+the first jump host (the leg our packets cross; bastions usually sit next to
+their hosts), and its sink is reached "ssh" whatever `via` says.
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ def measure_path(
         client, sink, direction = source, dest, "send"
     if not client.host.is_local:
         via = "direct"  # a remote client cannot use our SSH connection to the other host
+    elif sink.host.ssh.route:
+        via = "ssh"  # behind a jump host or a proxy command there is no direct path to its sink
     token = secrets.token_hex(16)
     bind = "127.0.0.1" if via == "ssh" else "0.0.0.0"
     sink_args = ["--serve", "0", "--bind", bind, "--idle-timeout", "60", "--max-lifetime", str(int(timeout))]
@@ -89,6 +94,8 @@ def measure_path(
             )
         sink_port = int(ready.split()[2])
         target = sink.host.ssh  # the sink runs on the SSH end (both ends local was refused above)
+        while target.jump is not None:  # the first hop is the one our packets reach directly
+            target = target.jump
         args = _client_args(light, direction, streams, seconds)
         args += ["--rtt-host", target.host, "--rtt-port", str(target.port), "--trace-host", target.host]
         if via == "ssh":

@@ -21,6 +21,7 @@ import base64
 import fcntl
 import os
 import select
+import shlex
 import shutil
 import struct
 import subprocess
@@ -58,7 +59,36 @@ def usable(target: SSHTarget) -> str:
         return "agent authentication stays on paramiko"
     if not (target.key_filenames or target.private_key):
         return "no key file to give `ssh`"
+    hop = target.jump
+    while hop is not None:
+        if hop.passphrase:
+            return f"jump host {hop.display}: an encrypted key's passphrase needs paramiko"
+        if not (hop.key_filenames or hop.private_key):
+            return f"jump host {hop.display}: no key file to give `ssh`"
+        hop = hop.jump
     return ""
+
+
+# paramiko's disabled_algorithms kinds -> OpenSSH's options ("-names" removes them from its defaults)
+_OPENSSH_ALGORITHMS = {
+    "ciphers": "Ciphers",
+    "macs": "MACs",
+    "kex": "KexAlgorithms",
+    "keys": "HostKeyAlgorithms",
+    "pubkeys": "PubkeyAcceptedAlgorithms",
+}
+
+
+def algorithm_options(t: SSHTarget) -> dict[str, str]:
+    """`ssh -o` options for the target's cipher preference and disabled algorithms."""
+    disabled = {kind: names for kind, names in t.disabled_algorithms.items() if names}
+    opts = {_OPENSSH_ALGORITHMS[kind]: "-" + ",".join(names) for kind, names in disabled.items()}
+    if t.ciphers:
+        opts["Ciphers"] = ",".join(c for c in t.ciphers if c not in disabled.get("ciphers", ()))
+    elif "ciphers" not in disabled:
+        # '^' moves these to the front of OpenSSH's own list; servers without them still connect.
+        opts["Ciphers"] = "^" + ",".join(PREFERRED_CIPHERS)
+    return opts
 
 
 def _key_type(blob_b64: str) -> str:
@@ -106,6 +136,11 @@ class OpenSSHProcess:
 
     def _argv(self) -> list[str]:
         t = self.target
+        # "--" ends options: a host name can never be read as one.
+        return [*self._client_argv(t, "id"), "-s", "--", t.host, "sftp"]
+
+    def _client_argv(self, t: SSHTarget, tag: str) -> list[str]:
+        """`ssh` and its options for host `t` (without the host); `tag` names its files in the private directory."""
         opts = {
             "BatchMode": "yes",
             "Compression": "no",
@@ -118,17 +153,16 @@ class OpenSSHProcess:
             "IdentitiesOnly": "yes",
             "PasswordAuthentication": "no",
             "KbdInteractiveAuthentication": "no",
-            "ConnectTimeout": str(int(t.timeout or CONNECT_TIMEOUT)),
+            "ConnectTimeout": str(max(1, int(t.timeout or CONNECT_TIMEOUT))),
             "LogLevel": "ERROR",
             "GlobalKnownHostsFile": "/dev/null",
-            # '^' moves these to the front of OpenSSH's own list; servers without them still connect.
-            "Ciphers": "^" + ",".join(PREFERRED_CIPHERS),
+            **algorithm_options(t),
         }
         if not t.check_host_key:
             opts |= {"StrictHostKeyChecking": "no", "UserKnownHostsFile": "/dev/null"}
         elif t.host_key:
             blob = pinned_blob(t.host_key)
-            pinned = self._private / "known_hosts"
+            pinned = self._private / f"known_hosts-{tag}"
             pinned.write_text(f"{t.known_hosts_name} {_key_type(blob)} {blob}\n")
             opts |= {"StrictHostKeyChecking": "yes", "UserKnownHostsFile": str(pinned)}
         else:
@@ -137,9 +171,13 @@ class OpenSSHProcess:
                 "StrictHostKeyChecking": "yes",
                 "UserKnownHostsFile": " ".join(f'"{p}"' for p in files) or "/dev/null",
             }
+        if t.jump is not None:
+            opts["ProxyCommand"] = self._jump_command(t, f"{tag}-jump")
+        elif t.proxy_command:
+            opts["ProxyCommand"] = t.proxy_command.replace("%", "%%")  # its tokens are expanded already
         keys = list(t.key_filenames)
         if t.private_key:
-            key = self._private / "id"
+            key = self._private / tag
             fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(t.private_key if t.private_key.endswith("\n") else t.private_key + "\n")
@@ -151,8 +189,17 @@ class OpenSSHProcess:
             argv += ["-i", k]
         for name, value in opts.items():
             argv += ["-o", f"{name}={value}"]
-        # "--" ends options: a host name can never be read as one.
-        return [*argv, "-s", "--", t.host, "sftp"]
+        return argv
+
+    def _jump_command(self, t: SSHTarget, tag: str) -> str:
+        """A ProxyCommand that reaches `t` through its jump host: `ssh -W host:port jump`, with the
+        jump host's own options (not `-J`, which would hand the jump host none of them)."""
+        hop = t.jump
+        assert hop is not None  # the caller checked
+        host = f"[{t.host}]" if ":" in t.host else t.host
+        argv = [*self._client_argv(hop, tag), "-W", f"{host}:{t.port}", "--", hop.host]
+        # ssh runs it through the shell and expands % tokens in it: quote, and keep every % literal
+        return " ".join(shlex.quote(a) for a in argv).replace("%", "%%")
 
     def forget_files(self) -> None:
         """Remove the key text and pinned host key: `ssh` has read both once it is authenticated."""

@@ -4,7 +4,8 @@ session layer (alternates, replicas) all resolve through `resolve_endpoint`.
     path, file://      Endpoint("file", absolute path)
     sftp://            the host as OpenSSH's client would see it: ~/.ssh/config (or
                        SSHOptions.ssh_config) for HostName, Port, User, IdentityFile,
-                       UserKnownHostsFile, StrictHostKeyChecking; SSHOptions win over it
+                       UserKnownHostsFile, StrictHostKeyChecking, ConnectTimeout, ProxyJump,
+                       ProxyCommand (protocols/ssh_config.py); SSHOptions win over it
     any://             the host-protocol library picks a concrete URL (hostlib), which is
                        resolved again; the other offered protocols are the alternates
     ftp, http(s), fsspec protocols
@@ -22,7 +23,8 @@ from dataclasses import dataclass
 from ..errors import UsageError
 from .endpoint import Endpoint, ParsedURL, parse_url
 from .hostlib import resolve_any_cached
-from .ssh import SSHTarget, from_ssh_config
+from .ssh import SSHTarget
+from .ssh_config import from_ssh_config
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,12 @@ import hashlib
 import io
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import AuthError, ConnectError, HostKeyError, TransferError, UsageError
 from .sftp_wire import SFTPWire
+from .ssh_proxy import CommandSocket, HopSocket
 
 # Bytes the server may send us before we acknowledge: must exceed the link's
 # BDP per connection for downloads (500 Mbit/s x 100 ms = 6.25 MB).
@@ -29,6 +30,7 @@ CONNECT_TIMEOUT = 15.0
 # reply for this long fails the connection (its files are reported, not lost).
 IDLE_TIMEOUT = 120.0
 SSH_CLIENTS = ("paramiko", "openssh", "auto")  # SSHTarget.client; the first is the default
+HOP_PREFIX = "jump host "  # errors of a jump host start with it, so the hop that failed is named once
 
 
 @dataclass
@@ -59,6 +61,16 @@ class SSHTarget:
     # client, one process per connection; openssh.py), or "auto" (OpenSSH where usable, else
     # paramiko), for hosts where the client's CPU is the bottleneck.
     client: str = SSH_CLIENTS[0]
+    # How the host is reached when not directly (ssh_config.py sets them from ~/.ssh/config or a
+    # connection): through a jump host (ProxyJump; the jump host may sit behind another), or over
+    # a command's stdin/stdout (ProxyCommand, tokens already expanded). At most one is set.
+    jump: SSHTarget | None = None
+    proxy_command: str | None = field(default=None, repr=False)  # may name a proxy's credentials
+    # paramiko's disabled_algorithms ({"ciphers": [...], "kex": [...], "macs": [...], "keys": [...],
+    # "pubkeys": [...]}) and an explicit cipher preference (empty: paramiko's, AES-GCM first).
+    disabled_algorithms: dict[str, list[str]] = field(default_factory=dict)
+    ciphers: list[str] = field(default_factory=list)
+    auth_timeout: float | None = None  # seconds to wait for an authentication answer (None: paramiko's 30)
 
     @property
     def display(self) -> str:
@@ -70,55 +82,25 @@ class SSHTarget:
     def known_hosts_name(self) -> str:
         return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
 
+    @property
+    def route(self) -> str:
+        """How the host is reached, for messages: "" when directly."""
+        hops = []
+        hop = self.jump
+        while hop is not None:
+            hops.append(hop.display)
+            hop = hop.jump
+        if hops:
+            return ("via jump host " if len(hops) == 1 else "via jump hosts ") + " -> ".join(reversed(hops))
+        return "via a proxy command" if self.proxy_command else ""
+
 
 def fingerprint(key) -> str:
     digest = hashlib.sha256(key.asbytes()).digest()
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
-def from_ssh_config(
-    host: str,
-    port: int | None,
-    username: str | None,
-    ssh_config: str | None = None,
-    identity: str | None = None,
-    known_hosts: str | None = None,
-) -> SSHTarget:
-    """Resolve a host the way OpenSSH's client would: ~/.ssh/config (or a given
-    file) supplies HostName, Port, User, IdentityFile, UserKnownHostsFile and
-    StrictHostKeyChecking; command-line values win over the file."""
-    # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
-    import paramiko
-
-    cfg_path = ssh_config or os.path.expanduser("~/.ssh/config")
-    opts: dict = {}
-    if ssh_config and not os.path.exists(ssh_config):
-        raise UsageError(f"SSH config file not found: {ssh_config}", "", "check the --ssh-config path")
-    if os.path.exists(cfg_path):
-        try:
-            opts = paramiko.SSHConfig.from_path(cfg_path).lookup(host)
-        except Exception as exc:
-            raise UsageError(f"cannot parse SSH config: {exc}", cfg_path, "fix the file or pass --ssh-config") from exc
-    target = SSHTarget(host=opts.get("hostname", host))
-    target.port = port or int(opts.get("port", 22))
-    target.username = username or opts.get("user") or _local_user()
-    keys = [identity] if identity else [os.path.expanduser(k) for k in opts.get("identityfile", [])]
-    target.key_filenames = [k for k in keys if k]
-    if identity and not os.path.exists(identity):
-        raise UsageError(f"identity file not found: {identity}", "", "check the --identity path")
-    hosts_files = (
-        [known_hosts]
-        if known_hosts
-        else [os.path.expanduser(p) for p in str(opts.get("userknownhostsfile", "~/.ssh/known_hosts")).split()]
-    )
-    target.known_hosts = hosts_files
-    strict = str(opts.get("stricthostkeychecking", "yes")).lower()
-    target.check_host_key = strict not in ("no", "off")
-    target.look_for_keys = not identity
-    return target
-
-
-def _local_user() -> str:
+def local_user() -> str:
     return getpass.getuser()
 
 
@@ -205,17 +187,63 @@ def _verify_host_key(target: SSHTarget, key) -> None:
 
 
 def open_transport(target: SSHTarget, window: int = DEFAULT_WINDOW):
-    """Connect, verify the host key, authenticate. Returns a paramiko.Transport."""
+    """Connect (directly, through jump hosts or over a proxy command), verify the host key,
+    authenticate. Returns a paramiko.Transport; closing it closes what it runs over."""
     # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
     import paramiko
 
+    sock = _open_carrier(target, window)
+    try:
+        transport = paramiko.Transport(
+            sock, default_window_size=window, disabled_algorithms=target.disabled_algorithms or None
+        )
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        transport.use_compression(False)
+        if target.ciphers:
+            _set_ciphers(transport, target)
+        else:
+            _prefer_aead(transport)
+        if target.auth_timeout:
+            transport.auth_timeout = target.auth_timeout
+        try:
+            transport.start_client(timeout=target.timeout)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise _handshake_error(target, sock, exc) from exc
+        _verify_host_key(target, transport.get_remote_server_key())
+        _authenticate(transport, target)
+        if isinstance(sock, socket.socket):
+            # paramiko's own 0.1 s poll stays on channels and pipes, which would otherwise block a
+            # close() that races their reader
+            sock.settimeout(None)
+        return transport
+    except BaseException:
+        transport.close()
+        raise
+
+
+def _open_carrier(target: SSHTarget, window: int):
+    """What the SSH connection to `target` runs over: a TCP socket, a jump host's channel or a command."""
+    if target.jump is not None:
+        return _through_jump(target, window)
+    if target.proxy_command:
+        try:
+            return CommandSocket(target.proxy_command)
+        except OSError as exc:
+            raise ConnectError(
+                f"cannot start the proxy command for {target.host}:{target.port}: {exc.strerror or exc}",
+                target.display,
+                "check the ProxyCommand (or the connection's proxy_command)",
+            ) from exc
     try:
         sock = socket.create_connection((target.host, target.port), timeout=target.timeout)
     except socket.gaierror as exc:
         raise ConnectError(f"cannot resolve host {target.host!r}", target.display, "check the host name") from exc
     except TimeoutError as exc:
         raise ConnectError(
-            f"connection to {target.host}:{target.port} timed out after {target.timeout:.0f}s",
+            f"connection to {target.host}:{target.port} timed out after {target.timeout:g}s",
             target.display,
             "check the host, port and firewall",
         ) from exc
@@ -229,25 +257,86 @@ def open_transport(target: SSHTarget, window: int = DEFAULT_WINDOW):
     if target.tcp_buffer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, target.tcp_buffer)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, target.tcp_buffer)
-    transport = paramiko.Transport(sock, default_window_size=window)
-    transport.use_compression(False)
-    _prefer_aead(transport)
+    return sock
+
+
+def _through_jump(target: SSHTarget, window: int) -> HopSocket:
+    """A channel from the jump host to `target`, on a connection of its own to the jump host.
+
+    Each failure names its hop: the jump host's own errors (refused, host key, login) say
+    "jump host X", and a target the jump host cannot reach says so, with the jump host's reason."""
+    # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
+    import paramiko
+
+    hop = target.jump
+    assert hop is not None  # the caller checked
+    if target.tcp_buffer and not hop.tcp_buffer:  # the first leg's socket is the jump host's
+        hop = replace(hop, tcp_buffer=target.tcp_buffer)
     try:
-        try:
-            transport.start_client(timeout=target.timeout)
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            raise ConnectError(
-                f"SSH handshake with {target.host}:{target.port} failed: {exc}",
-                target.display,
-                "check that the port is an SSH server",
-            ) from exc
-        _verify_host_key(target, transport.get_remote_server_key())
-        _authenticate(transport, target)
-        sock.settimeout(None)
-        return transport
-    except BaseException:
-        transport.close()
-        raise
+        hop_transport = open_transport(hop, window)
+    except TransferError as exc:
+        if exc.what.startswith(HOP_PREFIX):  # a hop further out already said which one failed
+            raise
+        raise type(exc)(f"{HOP_PREFIX}{hop.display}: {exc.what}", f"on the way to {target.display}", exc.todo) from exc
+    try:
+        channel = hop_transport.open_channel(
+            "direct-tcpip", (target.host, target.port), ("127.0.0.1", 0), window_size=window, timeout=target.timeout
+        )
+    except paramiko.ChannelException as exc:
+        hop_transport.close()
+        raise ConnectError(
+            f"{HOP_PREFIX}{hop.display} cannot reach {target.host}:{target.port}: {exc.text or exc}",
+            target.display,
+            "check the host and port as the jump host sees them (its DNS, routes and firewall), "
+            "and that its sshd allows TCP forwarding (AllowTcpForwarding)",
+        ) from exc
+    except (paramiko.SSHException, EOFError, OSError) as exc:
+        hop_transport.close()
+        raise ConnectError(
+            f"{HOP_PREFIX}{hop.display} did not open a channel to {target.host}:{target.port}: {exc}",
+            target.display,
+            "check the jump host's sshd (AllowTcpForwarding) and its load",
+        ) from exc
+    return HopSocket(channel, hop_transport)
+
+
+def _handshake_error(target: SSHTarget, sock, exc: BaseException) -> ConnectError:
+    route = f" ({target.route})" if target.route else ""
+    if isinstance(sock, CommandSocket):
+        said = sock.said()
+        code = sock.exited()
+        why = f"the proxy command exited with {code}" if code is not None else f"{exc}"
+        return ConnectError(
+            f"SSH handshake with {target.host}:{target.port} over the proxy command failed: {why}"
+            + (f": {said}" if said else ""),
+            target.display,
+            # only the program: the rest of the command line may hold a proxy's credentials
+            f"run the proxy command ({_program(target.proxy_command)} ...) by hand to see why",
+        )
+    return ConnectError(
+        f"SSH handshake with {target.host}:{target.port}{route} failed: {exc}",
+        target.display,
+        "check that the port is an SSH server",
+    )
+
+
+def _program(command: str | None) -> str:
+    words = (command or "").split()
+    return os.path.basename(words[0]) if words else "?"
+
+
+def _set_ciphers(transport, target: SSHTarget) -> None:
+    """The connection's cipher list, in its order; names paramiko does not know are left out."""
+    opts = transport.get_security_options()
+    known = set(opts.ciphers)
+    wanted = tuple(c for c in target.ciphers if c in known)
+    if not wanted:
+        raise UsageError(
+            f"none of the ciphers {', '.join(target.ciphers)} is supported here",
+            target.display,
+            f"choose from: {', '.join(opts.ciphers)}",
+        )
+    opts.ciphers = wanted
 
 
 # AES-GCM authenticates as it encrypts: no separate HMAC pass over every byte. On
@@ -267,7 +356,7 @@ def _authenticate(transport, target: SSHTarget) -> None:
     # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
     import paramiko
 
-    user = target.username or _local_user()
+    user = target.username or local_user()
     errors = []
     for key in _load_pkeys(target):
         try:
