@@ -347,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
                 else ""
             )
         )
+        warning = resume_warning(runs, [c.name for c in contenders], meta["commit"])
+        if warning:
+            say(f"benchmarks.run: {warning}")
     by_name = {c.name: c for c in runnable}
     by_dataset = {d.name: d for d in datasets}
     done = made = 0
@@ -466,6 +469,21 @@ def plan(
         for c in contenders
         if (rep, p, d, c) not in have and (p, d, c) not in stopped
     ]
+
+
+def resume_warning(runs: list[dict], selected: list[str], head: str) -> str:
+    """What a resumed call keeps that a fresh matrix would not: runs of contenders this call
+    did not select (they stay rows of the report) and runs measured at other commits."""
+    others = sorted({r["contender"] for r in runs} - set(selected))
+    older = sorted({r["commit"][:12] for r in runs if r.get("commit") and r["commit"] != head})
+    parts = []
+    if others:
+        parts.append(f"runs of {len(others)} contenders not selected now (e.g. {others[0]!r}) stay in the report")
+    if older:
+        parts.append(f"kept runs were measured at other commits than {head[:12]} ({', '.join(older[:5])})")
+    if not parts:
+        return ""
+    return "; ".join(parts) + ": for a fresh matrix of one commit, run without --resume (BENCH_RESTART=1 make bench)"
 
 
 def resume(out: Path, details: dict) -> tuple[list[dict], dict]:

@@ -22,7 +22,7 @@ from benchmarks.report import (
     results_table,
     write_report,
 )
-from benchmarks.run import host, plan, summarise
+from benchmarks.run import host, plan, resume_warning, summarise
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -314,3 +314,12 @@ def test_report_names_cells_whose_repetitions_mix_machines_of_different_speed() 
     assert "- not recorded: 1 runs, 2026-11-24T10:00:00Z" in text
     assert "- cccc3333: 2 runs, 2026-11-26T10:00:00Z to 2026-11-26T10:01:00Z; plain Python loop 200 ms" in text
     assert "more than 20% apart in plain-Python speed: 1;" in text and "no CPU reading: 1." in text
+
+
+def test_a_resumed_call_says_what_it_keeps_that_a_fresh_matrix_would_not() -> None:
+    head = "a" * 40
+    runs = [{**run("lan", "tiny", "A", 1), "commit": head}, {**run("lan", "tiny", "B", 1), "commit": "b" * 40}]
+    warning = resume_warning(runs, ["A"], head)
+    assert "runs of 1 contenders not selected now (e.g. 'B')" in warning
+    assert "other commits than aaaaaaaaaaaa (bbbbbbbbbbbb)" in warning and "BENCH_RESTART=1" in warning
+    assert resume_warning(runs[:1], ["A", "B"], head) == ""
