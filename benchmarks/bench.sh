@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# airflow-transfer against rclone, OpenSSH sftp/scp, rsync, Airflow's SFTPHook and
+# airflow-transfer against rclone, OpenSSH sftp/scp, rsync, lftp, Airflow's SFTPHook and
 # fsspec sshfs on the emulated WAN (docs/benchmarks.md). Run as root from any
 # directory of a clean clone; installs what it needs (idempotent).
 #
 #   benchmarks/bench.sh quick [extra benchmarks.run options]   # wan50, small + large at 1/10 scale, every contender once (about 5 min)
 #   benchmarks/bench.sh full  [extra benchmarks.run options]   # every profile x dataset x matrix contender, 3 repetitions
+#
+# The matrix contenders (group `matrix`, benchmarks/contenders/__init__.py): airflow-transfer's
+# auto, the other tools that came within 25 % of a cell's best in the 2026-11-25 matrix, and lftp.
+# A later --contenders (e.g. `full --contenders wide`, or `matrix,downloads`) replaces the set.
 #
 # The full matrix needs hours of a quiet machine: each call runs for at most
 # BENCH_BUDGET_MIN minutes (default 45) and the next call continues where it
