@@ -29,9 +29,10 @@ test: venv
 docs: venv
 	@$(PY) -m mkdocs build --strict --clean
 
-# WAN benchmark against rclone, OpenSSH, Airflow's SFTPHook and sshfs (docs/benchmarks.md).
+# WAN benchmark against rsync, rclone, lftp, OpenSSH, Airflow's SFTPHook and sshfs (docs/benchmarks.md);
+# BENCH_ARGS passes runner options, e.g. BENCH_ARGS='--contenders wide' for the 2026-11-25 matrix's selection.
 bench:
-	@bash benchmarks/bench.sh full
+	@bash benchmarks/bench.sh full $(BENCH_ARGS)
 
 bench-quick:
 	@bash benchmarks/bench.sh quick

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# airflow-transfer against rclone, OpenSSH sftp/scp, rsync, Airflow's SFTPHook and
+# airflow-transfer against rclone, OpenSSH sftp/scp, rsync, lftp, Airflow's SFTPHook and
 # fsspec sshfs on the emulated WAN (docs/benchmarks.md). Run as root from any
 # directory of a clean clone; installs what it needs (idempotent).
 #
 #   benchmarks/bench.sh quick [extra benchmarks.run options]   # wan50, small + large at 1/10 scale, every contender once (about 5 min)
 #   benchmarks/bench.sh full  [extra benchmarks.run options]   # every profile x dataset x matrix contender, 3 repetitions
+#
+# The matrix contenders (group `matrix`, benchmarks/contenders/__init__.py): airflow-transfer's
+# auto, the other tools that came within 25 % of a cell's best in the 2026-11-25 matrix, and lftp.
+# A later --contenders (e.g. `full --contenders wide`, or `matrix,downloads`) replaces the set.
 #
 # The full matrix needs hours of a quiet machine: each call runs for at most
 # BENCH_BUDGET_MIN minutes (default 45) and the next call continues where it
@@ -29,35 +33,10 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
-# System packages: the contenders' tools, the test sshd and its user, the link emulator's needs.
-need=()
-command -v rclone >/dev/null 2>&1 || need+=(rclone)
-command -v rsync >/dev/null 2>&1 || need+=(rsync)
-command -v sftp >/dev/null 2>&1 && command -v scp >/dev/null 2>&1 || need+=(openssh-client)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "bench.sh: installing ${need[*]}" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 \
-    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; }
-fi
-bash scripts/setup-test-deps.sh
-bash scripts/install-wan-deps.sh
-
-# Python: the project's venv, plus the two packages only the benchmark uses.
-bash scripts/bootstrap.sh
+# The contenders' tools, the test sshd and its user, the link emulator's needs, the venv and
+# the Python packages only the benchmark uses.
+bash scripts/install-bench-deps.sh
 PY=.venv/bin/python
-py_need=()
-"$PY" -c "import matplotlib" 2>/dev/null || py_need+=(matplotlib)
-"$PY" -c "import sshfs" 2>/dev/null || py_need+=(sshfs)
-"$PY" -c "import airflow.providers.sftp" 2>/dev/null || py_need+=(apache-airflow-providers-sftp)
-if [ ${#py_need[@]} -gt 0 ]; then
-  echo "bench.sh: installing ${py_need[*]} into .venv" >&2
-  if command -v uv >/dev/null 2>&1; then
-    uv pip install -q -p "$PY" "${py_need[@]}"
-  else
-    "$PY" -m pip install -q "${py_need[@]}"
-  fi
-fi
 
 load="$(cut -d' ' -f1-3 /proc/loadavg)"
 if [ "$mode" = quick ]; then

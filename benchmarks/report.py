@@ -29,6 +29,30 @@ def timed_out(run: dict) -> bool:
     return bool(run.get("timed_out") or "partial_mbit" in run)
 
 
+# The rows the per-cell comparison is about: our default and the reference peer.
+AUTO = "airflow-transfer --algorithm auto"
+RSYNC = "rsync -a -e ssh"
+# auto's CPU (client + server) per 1000 files on `tiny`, as a multiple of rsync's, that the
+# small-file work aims to stay within.
+TINY_CPU_TARGET = 1.5
+
+
+def cpu_rates(cpu_s: float, dataset: dict | None) -> tuple[float | None, float | None]:
+    """CPU seconds (client + server) per GiB of payload and per 1000 files of `dataset`
+    ({"files", "bytes"}, as latest-details.json records it); (None, None) when its size is not known."""
+    if not dataset or not dataset.get("bytes") or not dataset.get("files"):
+        return None, None
+    return round(cpu_s / (dataset["bytes"] / 2**30), 3), round(cpu_s / (dataset["files"] / 1000), 3)
+
+
+def row_cpu_rates(row: dict, details: dict) -> tuple[float | None, float | None]:
+    """A latest.json row's CPU per GiB and per 1000 files: its own fields, or (rows written before
+    they existed) derived from its `cpu_s` and the dataset's size in the details."""
+    if row.get("cpu_s_per_gib") is not None and row.get("cpu_s_per_1000_files") is not None:
+        return row["cpu_s_per_gib"], row["cpu_s_per_1000_files"]
+    return cpu_rates(row["cpu_s"], details.get("datasets", {}).get(row["dataset"]))
+
+
 def load(results: Path) -> tuple[dict, dict]:
     latest_path = results / "latest.json"
     try:
@@ -112,23 +136,29 @@ def results_table(latest: dict, details: dict | None = None) -> str:
             out += [
                 f"**{link_desc}, {_dataset_label(dataset, details)}**",
                 "",
-                "| contender | median Mbit/s | min - max | of link | CPU s (client+server) | emulator CPU s "
-                "| machine busy (cores) | peak RSS MB | verified | runs |",
-                "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+                "| contender | median Mbit/s | min - max | of link | CPU s (client+server) | CPU s/GiB "
+                "| CPU s/1000 files | emulator CPU s | machine busy (cores) | peak RSS MB | verified | runs |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
             ]
             out += [line for _, line in sorted(lines, key=lambda t: -t[0])]
             out.append("")
+    out += comparison_section(latest, details)
     problems = problems_section(details)
     if problems:
         out += problems
     return "\n".join(out)
 
 
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
 def _row(r: dict, details: dict) -> str:
     emu, busy = _median_of(details, r, "emulator_cpu_s"), _median_of(details, r, "machine_busy_cores")
+    per_gib, per_kfiles = row_cpu_rates(r, details)
     return (
         f"| {r['contender']} | {r['median_mbit']:.1f} | {r['min_mbit']:.1f} - {r['max_mbit']:.1f} "
-        f"| {r['median_mbit'] / r['link_mbit']:.0%} | {r['cpu_s']:.1f} "
+        f"| {r['median_mbit'] / r['link_mbit']:.0%} | {r['cpu_s']:.1f} | {_num(per_gib)} | {_num(per_kfiles, 2)} "
         f"| {'-' if emu is None else f'{emu:.1f}'} | {'-' if busy is None else f'{busy:.2f}'} "
         f"| {r['peak_rss_mb']:.0f} | {'content' if r['verified'] else 'sizes'} | {r['repetitions']} |"
     )
@@ -139,9 +169,100 @@ def _stopped_row(name: str, r: dict, link_mbit: float) -> str:
     busy = r.get("machine_busy_cores")
     return (
         f"| {name} | {r['partial_mbit']:.1f} *stopped* | - | {share} "
-        f"| {r.get('client_cpu_s', 0) + r.get('server_cpu_s', 0):.1f} | {r.get('emulator_cpu_s', 0):.1f} "
+        f"| {r.get('client_cpu_s', 0) + r.get('server_cpu_s', 0):.1f} | - | - | {r.get('emulator_cpu_s', 0):.1f} "
         f"| {'-' if busy is None else f'{busy:.2f}'} | {r.get('peak_rss_mb', 0):.0f} | not checked | 0 of 1 |"
     )
+
+
+def _is_other_upload(name: str, details: dict) -> bool:
+    """A row of another tool than airflow-transfer that uploads (the direction the cells compare)."""
+    direction = details.get("contenders", {}).get(name, {}).get("direction", "upload")
+    return not name.startswith("airflow-transfer") and direction == "upload"
+
+
+def near_best(latest: dict, details: dict, within: float = 0.25) -> set[str]:
+    """The other tools' upload rows whose median came within `within` (a fraction) of the best
+    upload row of some cell, airflow-transfer's rows included in "best": the rule that chose
+    the `matrix` contenders (benchmarks/contenders/__init__.py) from an earlier matrix."""
+    best: dict[tuple[str, str], float] = {}
+    uploads = [
+        r
+        for r in latest.get("runs", [])
+        if details.get("contenders", {}).get(r["contender"], {}).get("direction", "upload") == "upload"
+    ]
+    for r in uploads:
+        key = (r["link"], r["dataset"])
+        best[key] = max(best.get(key, 0.0), r["median_mbit"])
+    return {
+        r["contender"]
+        for r in uploads
+        if _is_other_upload(r["contender"], details)
+        and r["median_mbit"] >= (1 - within) * best[(r["link"], r["dataset"])]
+    }
+
+
+def comparison_section(latest: dict, details: dict) -> list[str]:
+    """Per cell (profile x dataset): auto against the best other upload tool, and auto's CPU
+    (client + server) per GiB and per 1000 files against rsync's; then, for the `tiny` cells,
+    auto's CPU per 1000 files as a multiple of rsync's against TINY_CPU_TARGET."""
+    runs = latest.get("runs", [])
+    by_cell: dict[tuple[str, str], dict[str, dict]] = {}
+    for r in runs:
+        by_cell.setdefault((r["link"], r["dataset"]), {})[r["contender"]] = r
+    if not any(AUTO in rows or RSYNC in rows for rows in by_cell.values()):
+        return []
+    links = _order([k[0] for k in by_cell], _canonical(list(details.get("profiles", {})), PROFILE_ORDER))
+    datasets = _order([k[1] for k in by_cell], _canonical(list(details.get("datasets", {})), DATASET_ORDER))
+    out = [
+        "**`auto` per cell: against the best other tool (uploads), and its CPU against rsync's** "
+        "(CPU is client + server seconds, the median run's, per GiB of payload and per 1000 files)",
+        "",
+        "| profile | dataset | auto Mbit/s | best other tool | its Mbit/s | auto / best | auto CPU s/GiB "
+        "| rsync CPU s/GiB | auto CPU s/1000 files | rsync CPU s/1000 files | auto / rsync CPU |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    ahead = compared = 0
+    tiny: list[str] = []
+    for link in links:
+        for dataset in datasets:
+            rows = by_cell.get((link, dataset))
+            if not rows:
+                continue
+            auto, rsync = rows.get(AUTO), rows.get(RSYNC)
+            others = [r for name, r in rows.items() if _is_other_upload(name, details)]
+            best = max(others, key=lambda r: r["median_mbit"]) if others else None
+            a_gib, a_kf = row_cpu_rates(auto, details) if auto else (None, None)
+            r_gib, r_kf = row_cpu_rates(rsync, details) if rsync else (None, None)
+            share = auto["median_mbit"] / best["median_mbit"] if auto and best else None
+            cpu_ratio = a_kf / r_kf if a_kf is not None and r_kf else None
+            if share is not None:
+                compared += 1
+                ahead += share >= 1.0
+            out.append(
+                f"| {link} | {dataset} | {_num(auto and auto['median_mbit'])} | {best['contender'] if best else '-'} "
+                f"| {_num(best and best['median_mbit'])} | {'-' if share is None else f'{share:.2f}x'} "
+                f"| {_num(a_gib)} | {_num(r_gib)} | {_num(a_kf, 2)} | {_num(r_kf, 2)} "
+                f"| {'-' if cpu_ratio is None else f'{cpu_ratio:.2f}x'} |"
+            )
+            if dataset.split("-")[0] == "tiny" and cpu_ratio is not None:
+                verdict = "within" if cpu_ratio <= TINY_CPU_TARGET else "above"
+                rate = f" (auto moved {auto['median_mbit'] / auto['link_mbit']:.0%} of the link)" if auto else ""
+                tiny.append(
+                    f"- {link} {dataset}: auto {a_kf:.2f} CPU s per 1000 files, rsync {r_kf:.2f}: "
+                    f"{cpu_ratio:.2f}x rsync's, {verdict} the {TINY_CPU_TARGET:g}x target{rate}"
+                )
+    out.append("")
+    if compared:
+        out += [f"`auto` at or above the best other tool in {ahead} of {compared} cells.", ""]
+    if tiny:
+        out += [
+            f"On `tiny`, auto's CPU (client + server) per 1000 files as a multiple of rsync's "
+            f"(target: at most {TINY_CPU_TARGET:g}x):",
+            "",
+            *tiny,
+            "",
+        ]
+    return out
 
 
 def _median_of(details: dict, row: dict, field: str) -> float | None:
@@ -424,7 +545,8 @@ def write_report(results: Path = RESULTS, charts: bool = True) -> Path:
         lines += ["", f"> {details['note']}"]
     lines += [
         "",
-        "CPU is client + server seconds; the link emulator's own CPU is its own column. Machine busy "
+        "CPU is client + server seconds, also per GiB of payload and per 1000 files; the link "
+        "emulator's own CPU is its own column. Machine busy "
         "is the average number of cores busy during the run (/proc/stat, so kernel work for the TUN "
         "devices and TCP stacks counts too): near the core count, the run was CPU-bound. RSS is the "
         "client's peak. `verified`: `content` = every file's digest matched, `sizes` = names and sizes "

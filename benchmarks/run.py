@@ -38,7 +38,7 @@ from benchmarks.contenders import all_contenders, select
 from benchmarks.contenders.base import Contender, ContenderFailed, clear, landed_bytes, verify_tree
 from benchmarks.contenders.testbed import Testbed
 from benchmarks.datasets import DATASETS, DEFAULT_CACHE, Dataset, ensure, resolve
-from benchmarks.report import cell, timed_out, write_report
+from benchmarks.report import cell, cpu_rates, timed_out, write_report
 from benchmarks.wan.link import PROFILES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -168,8 +168,11 @@ def busy_cores(before: tuple[float, float], after: tuple[float, float]) -> float
 
 
 # -- aggregation -----------------------------------------------------------------------
-def summarise(runs: list[dict]) -> list[dict]:
-    """One row per (dataset, link, contender) over its successful runs (latest.json's `runs`: docs/summary.md)."""
+def summarise(runs: list[dict], datasets: dict[str, dict] | None = None) -> list[dict]:
+    """One row per (dataset, link, contender) over its successful runs (latest.json's `runs`: docs/summary.md).
+    `datasets` (name -> {"files", "bytes"}, as in latest-details.json) gives the CPU per GiB and per 1000
+    files; a dataset it does not know gets null there."""
+    datasets = datasets or {}
     groups: dict[tuple[str, str, str], list[dict]] = {}
     for r in runs:
         groups.setdefault((r["dataset"], r["link"], r["contender"]), []).append(r)
@@ -179,6 +182,8 @@ def summarise(runs: list[dict]) -> list[dict]:
         if not ok:
             continue
         mbit = [r["mbit"] for r in ok]
+        cpu = statistics.median(r["client_cpu_s"] + r["server_cpu_s"] for r in ok)
+        per_gib, per_kfiles = cpu_rates(cpu, datasets.get(dataset))
         rows.append(
             {
                 "dataset": dataset,
@@ -189,9 +194,11 @@ def summarise(runs: list[dict]) -> list[dict]:
                 "min_mbit": round(min(mbit), 2),
                 "max_mbit": round(max(mbit), 2),
                 "link_mbit": PROFILES[link][1],
-                "cpu_s": round(statistics.median(r["client_cpu_s"] + r["server_cpu_s"] for r in ok), 2),
+                "cpu_s": round(cpu, 2),
                 "peak_rss_mb": round(max(r["peak_rss_mb"] for r in ok), 1),
                 "verified": all(r["verified"] for r in ok),
+                "cpu_s_per_gib": per_gib,
+                "cpu_s_per_1000_files": per_kfiles,
             }
         )
     return rows
@@ -199,7 +206,12 @@ def summarise(runs: list[dict]) -> list[dict]:
 
 def write_results(out: Path, meta: dict, runs: list[dict], details: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    latest = {"date": meta["date"], "machine": meta["machine"], "commit": meta["commit"], "runs": summarise(runs)}
+    latest = {
+        "date": meta["date"],
+        "machine": meta["machine"],
+        "commit": meta["commit"],
+        "runs": summarise(runs, details.get("datasets")),
+    }
     for name, doc in (("latest.json", latest), ("latest-details.json", {**details, "runs": runs})):
         tmp = out / f".{name}.tmp"
         tmp.write_text(json.dumps(doc, indent=1) + "\n")
@@ -240,8 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         "--contenders",
         default="all",
         help="all, or comma list of name prefixes / groups "
-        "(airflow-transfer, rclone, openssh, airflow, sshfs, "
-        "uploads, downloads)",
+        "(airflow-transfer, rclone, openssh, airflow, sshfs, lftp, "
+        "uploads, downloads, matrix: the set `make bench` runs, wide: the 2026-11-25 matrix's set)",
     )
     ap.add_argument("--reps", type=int, default=3, help="repetitions of each contender (default 3)")
     ap.add_argument("--files", type=int, help="use only this many files of each dataset (development)")
@@ -335,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
                 else ""
             )
         )
+        warning = resume_warning(runs, [c.name for c in contenders], meta["commit"])
+        if warning:
+            say(f"benchmarks.run: {warning}")
     by_name = {c.name: c for c in runnable}
     by_dataset = {d.name: d for d in datasets}
     done = made = 0
@@ -454,6 +469,21 @@ def plan(
         for c in contenders
         if (rep, p, d, c) not in have and (p, d, c) not in stopped
     ]
+
+
+def resume_warning(runs: list[dict], selected: list[str], head: str) -> str:
+    """What a resumed call keeps that a fresh matrix would not: runs of contenders this call
+    did not select (they stay rows of the report) and runs measured at other commits."""
+    others = sorted({r["contender"] for r in runs} - set(selected))
+    older = sorted({r["commit"][:12] for r in runs if r.get("commit") and r["commit"] != head})
+    parts = []
+    if others:
+        parts.append(f"runs of {len(others)} contenders not selected now (e.g. {others[0]!r}) stay in the report")
+    if older:
+        parts.append(f"kept runs were measured at other commits than {head[:12]} ({', '.join(older[:5])})")
+    if not parts:
+        return ""
+    return "; ".join(parts) + ": for a fresh matrix of one commit, run without --resume (BENCH_RESTART=1 make bench)"
 
 
 def resume(out: Path, details: dict) -> tuple[list[dict], dict]:

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs on a fresh Debian machine: OpenSSH server
-# and client, rclone, and an unprivileged login user for the test sshd. Idempotent.
+# and client, rclone, lftp, and an unprivileged login user for the test sshd. Idempotent.
 set -euo pipefail
 need=()
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v rclone >/dev/null 2>&1 || need+=(rclone)  # tests/test_interop.py serves SFTP with it
+command -v lftp >/dev/null 2>&1 || need+=(lftp)  # tests/test_bench_smoke.py runs it as a contender
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup-test-deps: need ${need[*]} but not root; install them with: sudo apt-get install -y ${need[*]}" >&2

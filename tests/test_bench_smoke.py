@@ -1,8 +1,8 @@
 """Smoke test of the benchmark harness (benchmarks/run.py): one tiny round on the emulated lan link.
 
-Two real contenders (airflow-transfer untuned and OpenSSH sftp) upload 10
-files of 64 KiB from `src` to a real sshd in `dst`; the results must follow
-the schema of docs/summary.md exactly and the report must name both rows.
+Real contenders (airflow-transfer untuned, OpenSSH sftp, and lftp's mirror both
+ways) move 10 files of 64 KiB between `src` and a real sshd in `dst`; the results
+must follow the schema of docs/summary.md exactly and the report must name every row.
 """
 
 from __future__ import annotations
@@ -33,8 +33,11 @@ RUN_KEYS = {
     "cpu_s": float,
     "peak_rss_mb": float,
     "verified": bool,
+    "cpu_s_per_gib": float,
+    "cpu_s_per_1000_files": float,
 }
 CONTENDERS = ("airflow-transfer untuned (pp=1 p=1 cc=1)", "OpenSSH sftp -b (put -r)")
+LFTP = ("lftp mirror -R --parallel=16 --use-pget-n=4", "lftp download mirror --parallel=16 --use-pget-n=4")
 
 
 @pytest.fixture
@@ -70,7 +73,7 @@ def test_one_tiny_round_writes_the_documented_schema(scratch: Path) -> None:
             "--reps",
             "1",
             "--contenders",
-            ",".join(CONTENDERS),
+            ",".join(CONTENDERS + LFTP),
             "--out",
             str(out),
             "--cache",
@@ -87,11 +90,12 @@ def test_one_tiny_round_writes_the_documented_schema(scratch: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rep 1/1 OpenSSH sftp -b (put -r): " in done.stderr  # a progress line per run
+    assert "skipping" not in done.stderr  # every contender could run (lftp installed by the setup scripts)
 
     latest = json.loads((out / "latest.json").read_text())
     assert set(latest) == {"date", "machine", "commit", "runs"}
     assert all(isinstance(latest[k], str) and latest[k] for k in ("date", "machine", "commit"))
-    assert sorted(r["contender"] for r in latest["runs"]) == sorted(CONTENDERS)
+    assert sorted(r["contender"] for r in latest["runs"]) == sorted(CONTENDERS + LFTP)
     for row in latest["runs"]:
         assert set(row) == set(RUN_KEYS), row
         for key, kind in RUN_KEYS.items():
@@ -101,12 +105,18 @@ def test_one_tiny_round_writes_the_documented_schema(scratch: Path) -> None:
         assert 0 < row["min_mbit"] <= row["median_mbit"] <= row["max_mbit"] < row["link_mbit"]
         assert row["cpu_s"] > 0 and row["peak_rss_mb"] > 1
         assert row["verified"] is True  # every file's digest was compared
+        # 10 files of 64 KiB: the CPU per 1000 files is 100 times the run's, per GiB 1638.4 times
+        # (from the unrounded median; cpu_s itself is rounded to 0.01 s).
+        assert abs(row["cpu_s_per_1000_files"] / 100 - row["cpu_s"]) <= 0.0051
+        assert abs(row["cpu_s_per_gib"] / row["cpu_s_per_1000_files"] - 16.384) < 0.01
 
     details = json.loads((out / "latest-details.json").read_text())
-    assert [r["ok"] for r in details["runs"]] == [True, True]
+    assert [r["ok"] for r in details["runs"]] == [True] * 4
+    assert {r["contender"]: r["direction"] for r in details["runs"]}[LFTP[1]] == "download"
     assert all(r["server_cpu_s"] >= 0 for r in details["runs"])
     report = (out / "report.md").read_text()
-    assert all(name in report for name in CONTENDERS)
+    assert all(name in report for name in CONTENDERS + LFTP)
+    assert "| CPU s/GiB | CPU s/1000 files |" in report
     assert latest["commit"][:12] in report
     # Destinations were emptied after each run; the testbed's scratch space is gone with the link.
     assert not any((tmp_path / "work").iterdir())

@@ -59,7 +59,7 @@ class Contender:
     direction: str = "upload"  # or "download"
     timeout: float = 600.0  # seconds per run; the runner may lower it
     # A row that explains another (a second client, a non-default mode, a different worker count),
-    # not one of the tools issue 4 compares: in `all` and the quick run, left out of the full matrix.
+    # not one of the tools issue 4 compares: in `all` and the quick run, left out of the `wide` group.
     diagnostic: bool = False
 
     def __init__(self) -> None:
