@@ -498,6 +498,13 @@ class EngineExecutor:
         except Exception:  # noqa: BLE001 - only a hint: the copy's own first connection reports the real error
             return None
 
+    def warm(self, connections: int) -> None:
+        """Have `connections` idle connections opening in the background (first contact opens
+        the next level's ahead of the ramp)."""
+        warm = getattr(self.session, "warm", None)
+        if callable(warm):
+            warm(connections)
+
     def run_chunk(self, manifest_sorted, start: int, stop: int, params: TransferParams, chunk_id: str):
         rows = manifest_sorted.slice(start, stop - start)
         modes = self.modes[start:stop] if self.modes is not None else None

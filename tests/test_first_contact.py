@@ -16,7 +16,7 @@ import pytest
 from airflow_transfer.store import Store
 from airflow_transfer.tuning import LinkInfo, get_algorithm
 from airflow_transfer.tuning.cc_ramp import CCRamp
-from airflow_transfer.tuning.first_contact import contact_link, interval_seconds
+from airflow_transfer.tuning.first_contact import contact_link, interval_seconds, ready_settle_seconds
 from airflow_transfer.tuning.simulator import LinkSimulator
 from tests.support.cli import run_cli, ssh_args
 
@@ -155,6 +155,33 @@ def test_what_is_learned_is_the_level_held_or_the_best_while_still_ramping():
     assert ramp.mode == "hold" and ramp.settled_cc == 16 == ramp.learned_cc
 
 
+def test_a_level_whose_connections_were_opened_ahead_settles_after_slow_start_only():
+    ramp = CCRamp(start=2, cap=32, settle_s=3.0, window_s=2.0, ready_settle_s=1.0)
+    assert ramp.ahead() == 2  # the next doubling adds two channels
+    ramp.opened_ahead(2)
+    ramp.restart(0.0, new_channels=True)  # the copy's start: every channel is new
+    assert ramp.observe(2.9, 10) is None and ramp._mark is None  # still settling
+    ramp.observe(3.0, 100)
+    ramp.observe(4.0, 200)
+    assert ramp.observe(5.0, 300) == 4  # doubled, onto the two connections opened ahead
+    assert ramp._from == pytest.approx(6.0)  # ready settle: 1 s, not 3
+    assert ramp.ahead() == 4
+    ramp.observe(6.0, 400)
+    ramp.observe(7.0, 600)
+    ramp.observe(8.0, 800)
+    assert ramp.observe(9.0, 1000) == 8  # nothing was opened ahead this time
+    assert ramp._from == pytest.approx(12.0)  # the full settle: handshakes first
+    # holding: nothing to open ahead
+    held = CCRamp(start=4, cap=32, settle_s=3.0, window_s=2.0, ramping=False)
+    assert held.ahead() == 0
+    # channels handed between chunks are open already; a settle under way is not cut short
+    ramp.restart(9.5)
+    assert ramp._from == pytest.approx(12.0)
+    ramp.restart(20.0)
+    assert ramp._from == pytest.approx(21.0)
+    assert ready_settle_seconds(0.139, WINDOW) < interval_seconds(0.139, WINDOW)[0] - 1.0
+
+
 def test_intervals_grow_with_the_rtt():
     short_settle, short_window = interval_seconds(0.001, WINDOW)
     long_settle, long_window = interval_seconds(0.2, WINDOW)
@@ -240,6 +267,62 @@ def test_a_second_copy_starts_where_the_first_settled():
     assert second.last_decision.algorithm == "first-contact" and "hold cc" in second.last_decision.reason
     assert second.last_algorithm.ramp.steps[0].cc == learned["cc"]
     assert sim2.now <= sim.now * 1.02  # no slower than the copy that had to find it
+
+
+def test_the_ramp_opens_the_next_levels_connections_ahead_and_gets_there_sooner():
+    # 150 ms, 800 Mbit/s, small files: the ramp climbs several levels, each doubling's
+    # connections opened while the level before it is measured
+    sizes = np.full(6000, 128 << 10)
+    warmed_sim = simulator(0.15, 800.0, setup_rtts=14.0)
+    get_algorithm("first-contact").run(table(sizes), UNKNOWN_SSH, warmed_sim)
+    assert warmed_sim.warmed[0] == (0.0, 3)  # the first level's two and the verifier's, with the RTT probe
+    assert len(warmed_sim.warmed) > 1, "no connection was opened ahead"
+    assert warmed_sim.warmed[1][1] == 2  # at cc 2, the two the doubling to 4 adds
+
+    class NoWarm(LinkSimulator):
+        warm = None  # an executor that cannot open connections ahead
+
+    cold_sim = NoWarm(
+        LinkInfo(rtt_s=0.15, bandwidth_bps=800e6, source="profiler"),
+        window_bytes=WINDOW,
+        control_rtts=2,
+        progress_interval=0.25,
+        setup_rtts=14.0,
+    )
+    get_algorithm("first-contact").run(table(sizes), UNKNOWN_SSH, cold_sim)
+    assert warmed_sim.now < cold_sim.now
+
+
+def test_a_link_one_channel_fills_settles_on_one_channel_for_large_files_only():
+    # 120 ms, 100 Mbit/s: one 2 MiB window per RTT (140 Mbit/s) is more than the link
+    large = np.full(20, 32 * MB)
+    fc = get_algorithm("first-contact")
+    fc.run(table(large), UNKNOWN_SSH, simulator(0.12, 100.0, queue_bytes=WINDOW))
+    assert fc.ramp.floor == 1
+    learned = fc.learned
+    link = LinkInfo(
+        rtt_s=0.12, bandwidth_bps=100e6, file_rtts=2, channel_window_bytes=WINDOW, source="library", learned_cc=1
+    )
+    second = get_algorithm("first-contact")
+    second.run(table(large), link, simulator(0.12, 100.0, queue_bytes=WINDOW))
+    assert second.ramp.steps[0].cc == 1, (learned, second.notes)
+    # a copy that settled on more channels of large files than windows its rate needs starts at those
+    # (120 ms x 100 Mbit/s x 1.25 = 1.9 MB: one 2 MiB window)
+    wide = dataclasses.replace(link, learned_cc=4)
+    fourth = get_algorithm("first-contact")
+    fourth.run(table(large), wide, simulator(0.12, 100.0, queue_bytes=WINDOW))
+    assert fourth.ramp.steps[0].cc == 1 and "window(s) per RTT" in fourth.notes[1], fourth.notes
+    # where more than one window is needed, the level learned stands (fewer files than channels at the
+    # end still use the extra ones)
+    fast = dataclasses.replace(link, rtt_s=0.04, bandwidth_bps=800e6, learned_cc=4)  # 5 MB: 3 windows
+    fifth = get_algorithm("first-contact")
+    fifth.run(table(large), fast, simulator(0.04, 800.0))
+    assert fifth.ramp.steps[0].cc == 4, fifth.notes
+    # with small files in the mix the floor stays at two, whatever was learned
+    mixed = np.concatenate([np.full(500, 64 << 10), large])
+    third = get_algorithm("first-contact")
+    third.run(table(mixed), link, simulator(0.12, 100.0, queue_bytes=WINDOW))
+    assert third.ramp.floor == 2 and third.ramp.steps[0].cc == 2
 
 
 def test_the_plan_uses_the_window_as_the_bdp():

@@ -20,7 +20,11 @@ Concurrency, 2016), applied to concurrency inside one running transfer rather th
   level recovering from a slow interval, and re-checking up from it put twice the channels on
   a path that was already full (a 111 Mbit/s path: 102 Mbit/s at 4 channels, 21 at 8);
 * near the end nothing changes: when less is left than one interval moves at the best rate
-  seen, new channels would only be opening (and slow-starting) while the last files finish.
+  seen, new channels would only be opening (and slow-starting) while the last files finish;
+* channels opened ahead settle sooner: while ramping up, the caller may open the next
+  doubling's connections during the current interval (`ahead`, `opened_ahead`); a level that
+  adds no more channels than were opened ahead (or fewer channels, or channels moved between
+  chunks) waits only `ready_settle_s`, the slow start, not the SSH handshake as well.
 
 It is pure bookkeeping over (time, bytes) pairs, so the simulator and the engine drive it alike.
 """
@@ -54,6 +58,7 @@ class CCRamp:
     drift: float = DEFAULT_DRIFT
     ramping: bool = True  # False: start holding at `start` (a level learned on an earlier copy)
     known_rate: float = 0.0  # the best rate an earlier copy over this link reached (bit/s), if any
+    ready_settle_s: float | None = None  # the settle time when no connection has to be opened first
     steps: list[Step] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -69,11 +74,33 @@ class CCRamp:
         self._mark: tuple[float, int] | None = None
         self._seen = 0  # the total at the last tick
         self._since = 0  # the total when the level (or the mix) last changed
+        self._ready = 0  # connections the caller opened ahead for the next level
+
+    # -- opening ahead --------------------------------------------------------------------
+    def ahead(self) -> int:
+        """Channels the next doubling would add, worth opening now; 0 unless ramping up."""
+        if self.mode != "up" or self.cc >= self.cap:
+            return 0
+        return min(self.cc * 2, self.cap) - self.cc
+
+    def opened_ahead(self, n: int) -> None:
+        """The caller started opening `n` connections for the next level."""
+        self._ready = max(self._ready, n)
+
+    def _settle_after(self, before: int) -> float:
+        """The settle time of a change from `before` channels to the current level."""
+        added = self.cc - before
+        if self.ready_settle_s is not None and added <= self._ready:
+            return self.ready_settle_s
+        return self.settle_s
 
     # -- input ------------------------------------------------------------------------------
-    def restart(self, at: float) -> None:
-        """What moves changed under the ramp: measure afresh after a settle time."""
-        self._from, self._mark, self._since = at + self.settle_s, None, self._seen
+    def restart(self, at: float, new_channels: bool = False) -> None:
+        """What moves changed under the ramp: measure afresh after a settle time. Channels
+        handed from a finished chunk to another are open already; `new_channels`: they are
+        being opened (the copy's start). A settle still under way is not cut short."""
+        settle = self.settle_s if new_channels or self.ready_settle_s is None else self.ready_settle_s
+        self._from, self._mark, self._since = max(self._from, at + settle), None, self._seen
         if self.mode == "hold":
             self.reference = None
 
@@ -95,11 +122,13 @@ class CCRamp:
             return None
         if total_bytes <= b0:
             return None  # nothing was reported yet (progress comes per group or block): keep measuring
+        before = self.cc
         changed = self.feed(at, (total_bytes - b0) * 8 / (at - t0), left_bytes)
         if changed is None:
             self._mark = (at, total_bytes)  # same level: the next interval starts now, no settle
             return None
-        self._from, self._mark, self._since = at + self.settle_s, None, total_bytes
+        self._from, self._mark, self._since = at + self._settle_after(before), None, total_bytes
+        self._ready = 0
         return changed
 
     def feed(self, at: float, rate_bps: float, left_bytes: int | None = None) -> int | None:

@@ -22,7 +22,11 @@ Nothing is probed before the copy. What the copy does anyway tells enough to sta
 4. **Concurrency doubled per measured interval while the rate gains more than 5 %**, then held
    at the best level and re-checked when the rate drifts (cc_ramp.py). The classes run at the
    same time over one pool of channels (channels.py); a finished class's channels go to the
-   others, as Multi-Chunk's do.
+   others, as Multi-Chunk's do. While the ramp goes up, the next doubling's connections are
+   opened during the current interval, so a new level waits for its slow start only, not for
+   its SSH handshakes too. Where every class is of large files, one channel may be all a link
+   takes (one window per RTT fills it), and the ramp may come down to one; with small files
+   it never goes below two.
 5. **What was learned is returned** (`learned`): RTT, the best rate reached, and the level the
    ramp settled on. The copy keeps it in the tuning library, and the next copy over the link
    holds that level from the start (`LinkInfo.learned_cc`), re-checking it when the rate drifts.
@@ -49,11 +53,16 @@ from .multichunk import ROUND_ROBIN, MultiChunk
 ASSUMED_MBIT = 200.0
 FALLBACK_RTT_S = 0.05
 MIN_CC = 2
+SMALL_CLASSES = frozenset({"small", "middle"})
+HEADROOM = 1.25
 # Round trips before a new channel carries data: TCP's handshake (1), SSH key exchange (3-4),
 # public-key auth (3-4), the SFTP channel and its init (4), the bundle helper's exec (2). Timed with
 # paramiko on an emulated 139 ms path: 2.0 s, 14 round trips; counting 3 let the ramp measure new
 # channels before they carried anything, and a doubling that would have paid read as no gain.
 SETUP_RTTS = 12
+# Round trips before a channel whose connection is already open carries data: the SFTP or bundle
+# helper request and the first write's reply.
+READY_RTTS = 3
 MIN_SETTLE_S = 0.5
 MIN_WINDOW_S = 2.0  # progress comes in blocks and socket buffers: a shorter window is mostly noise
 WINDOW_RTTS = 8
@@ -85,12 +94,37 @@ def contact_link(rtt_s: float, link: LinkInfo) -> LinkInfo:
     )
 
 
+def _slow_start_rtts(window_bytes: int) -> float:
+    return max(1.0, math.log2(max(window_bytes / INITIAL_WINDOW, 2.0)))
+
+
 def interval_seconds(rtt_s: float, window_bytes: int) -> tuple[float, float]:
     """(settle, window) of one ramp interval: a new channel's set-up and slow start to its window
     must pass before its rate counts, then the rate is averaged over a few RTTs."""
-    slow_start = max(1.0, math.log2(max(window_bytes / INITIAL_WINDOW, 2.0)))
-    settle = max(MIN_SETTLE_S, (SETUP_RTTS + slow_start) * rtt_s)
+    settle = max(MIN_SETTLE_S, (SETUP_RTTS + _slow_start_rtts(window_bytes)) * rtt_s)
     return settle, max(MIN_WINDOW_S, WINDOW_RTTS * rtt_s)
+
+
+def ready_settle_seconds(rtt_s: float, window_bytes: int) -> float:
+    """The settle time of channels whose connections were opened ahead: slow start only."""
+    return max(MIN_SETTLE_S, (READY_RTTS + _slow_start_rtts(window_bytes)) * rtt_s)
+
+
+def windows_for(rate_bps: float, clink: LinkInfo) -> int:
+    """Channels of large files that carry `rate_bps` (with a quarter to spare) at one protocol
+    window per RTT each: a channel of large files is window-bound, so channels beyond these add
+    data in flight that the path can only queue (and drop), not carry. 0: no rate known."""
+    window = clink.channel_window_bytes or DEFAULT_MAX_WINDOW
+    if rate_bps <= 0 or clink.rtt_s <= 0:
+        return 0
+    return max(1, math.ceil(HEADROOM * rate_bps * clink.rtt_s / (8 * window)))
+
+
+def floor_cc(specs: list[ChunkSpec], cap: int) -> int:
+    """The fewest channels the ramp may use: two while small files move (one channel leaves
+    their per-file round trips unhidden), one when every class is of large files."""
+    small = any(s.id.split(".")[-1] in SMALL_CLASSES for s in specs)
+    return min(MIN_CC if small else 1, cap)
 
 
 class FirstContact(Algorithm):
@@ -133,13 +167,26 @@ class FirstContact(Algorithm):
             specs.append(make_spec(sizes, f"fc.{name}", lo, hi, params))
         return specs
 
-    def start_cc(self, specs: list[ChunkSpec], clink: LinkInfo, learned_cc: int = 0) -> tuple[int, str]:
-        """The first level of the ramp, and why."""
+    def start_cc(
+        self, specs: list[ChunkSpec], clink: LinkInfo, learned_cc: int = 0, known_bps: float = 0.0
+    ) -> tuple[int, str]:
+        """The first level of the ramp, and why. `known_bps`: the best rate an earlier copy over
+        this link reached."""
         cap = self.opts["max_cc"]
+        floor = floor_cc(specs, cap)
         if self.opts["start_cc"]:
             return min(self.opts["start_cc"], cap), "given (start_cc)"
         if learned_cc > 0:
-            return max(MIN_CC, min(learned_cc, cap)), "where the last copy over this link settled"
+            cc = max(floor, min(learned_cc, cap))
+            # Only the one-channel case: where more than one window is needed, a level above the
+            # windows' count still pays at the end, when fewer files than channels are left.
+            windows = windows_for(known_bps, clink) if floor == 1 else 0
+            if windows == 1 < cc:
+                return max(floor, windows), (
+                    f"the last copy settled at cc {learned_cc}, but {windows} window(s) per RTT carry the "
+                    f"{known_bps / 1e6:.0f} Mbit/s it reached: more channels of large files only queue at the router"
+                )
+            return cc, "where the last copy over this link settled"
         assumed = self.opts["assumed_mbit"] * 1e6
         total = sum(s.bytes for s in specs) or 1
         need = 0.0
@@ -157,7 +204,7 @@ class FirstContact(Algorithm):
         sizes = plan_sizes(manifest, link)
         clink = contact_link(link.rtt_s if link.measured else FALLBACK_RTT_S, link)
         specs = self.classes(sizes, clink)
-        cc, _ = self.start_cc(specs, clink, link.learned_cc)
+        cc, _ = self.start_cc(specs, clink, link.learned_cc, link.bandwidth_bps if link.learned_cc > 0 else 0.0)
         alloc = round_robin(cc, [s.id for s in specs], {s.id: s.files for s in specs})
         return [s.with_params(cc=max(1, alloc[s.id])) for s in specs]
 
@@ -166,24 +213,31 @@ class FirstContact(Algorithm):
         ctx = RunContext.open(manifest_sorted, link, executor)
         if len(ctx.sizes) == 0:
             return []
+        warm = getattr(executor, "warm", None)
+        # The first level's handshakes overlap the RTT probe's (+1: the verifier's connection); on a
+        # link the library knows, that level is the one learned, else the least a ramp starts at.
+        opened = min(link.learned_cc if link.learned_cc > 0 else MIN_CC, self.opts["max_cc"])
+        if callable(warm):
+            warm(opened + 1)
         rtt, min_rtt, how = probe_rtt(executor, link)
         clink = contact_link(rtt or FALLBACK_RTT_S, link)
         specs = self.classes(ctx.sizes, clink)
-        cc, why = self.start_cc(specs, clink, link.learned_cc)
+        cc, why = self.start_cc(specs, clink, link.learned_cc, link.bandwidth_bps if link.learned_cc > 0 else 0.0)
         settle, window = interval_seconds(clink.rtt_s, clink.bdp_bytes)
         self.ramp = ramp = CCRamp(
             start=cc,
             cap=self.opts["max_cc"],
             settle_s=settle,
             window_s=window,
-            floor=min(MIN_CC, self.opts["max_cc"]),
+            ready_settle_s=ready_settle_seconds(clink.rtt_s, clink.bdp_bytes) if callable(warm) else None,
+            floor=floor_cc(specs, self.opts["max_cc"]),
             gain=self.opts["gain"],
             drift=self.opts["drift"],
             # a level learned over this link is held, and re-checked only when the rate drifts from it
             ramping=not (link.learned_cc > 0 and not self.opts["start_cc"]),
             known_rate=link.bandwidth_bps if link.learned_cc > 0 else 0.0,
         )
-        ramp.restart(0.0)
+        ramp.restart(0.0, new_channels=not (callable(warm) and ramp.cc <= opened))
         rtt_text = f"{rtt * 1000:.3g} ms (min {min_rtt * 1000:.3g})" if rtt and min_rtt else "unknown"
         self.notes = [
             f"first contact: RTT {rtt_text} from {how}",
@@ -231,14 +285,35 @@ class _RampScheduler(ChannelScheduler):
         self._tick_at: float | None = None
         self._tick_total = 0
         self._bytes = sum(s.bytes for s in specs)
+        self._ahead_at: int | None = None  # the level whose next doubling was opened ahead
+        self._warm = getattr(ctx.executor, "warm", None)
+        self.opened_ahead: list[tuple[float, int]] = []  # (time, connections), for the summary and tests
+
+    def _open_ahead(self, at: float) -> None:
+        """Once per level while ramping up, after its own channels have taken their connections:
+        start opening the ones the next doubling will want."""
+        if not callable(self._warm) or self._ahead_at == self.ramp.cc:
+            return
+        self._ahead_at = self.ramp.cc
+        n = min(self.ramp.ahead(), max(0, self._cap_total() - self.ramp.cc))
+        if n > 0:
+            self._warm(n)
+            self.ramp.opened_ahead(n)
+            self.opened_ahead.append((at, n))
+
+    def _cap_total(self) -> int:
+        """Channels the unfinished chunks could use at most (one per file)."""
+        return sum(st.cap for st in self.states.values() if not st.done)
 
     def on_progress(self, event: ChunkEvent) -> None:
+        self._open_ahead(event.at)
         # A tick reports every running chunk at the same time: feed the ramp the previous tick's
         # total once this one begins, so the total it sees is complete.
         if self._tick_at is not None and event.at > self._tick_at:
             wanted = self.ramp.observe(self._tick_at, self._tick_total, self._bytes - self._tick_total)
             if wanted is not None:
                 self.resize(wanted, event.at)
+                self._ahead_at = None
         self._tick_at = event.at
         self._tick_total = self.total_bytes_done
 

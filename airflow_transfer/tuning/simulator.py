@@ -109,6 +109,7 @@ class LinkSimulator:
         self.record_outcomes = record_outcomes
         self.now = 0.0
         self.pool = 0  # connections opened so far (kept for later chunks)
+        self.warmed: list[tuple[float, int]] = []  # (time, connections) asked for ahead
         self.calls: list[SimCall] = []
 
     # -- the model --------------------------------------------------------------
@@ -239,6 +240,12 @@ class LinkSimulator:
     def link_rtt(self) -> tuple[float, float, str]:
         """What a first connection would measure (tuning/first_contact.py)."""
         return self.link.rtt_s, self.link.rtt_s, "the simulated link"
+
+    def warm(self, connections: int) -> None:
+        """Connections opened ahead (tuning/first_contact.py): pooled from now on, so the
+        channels that take them pay no set-up."""
+        self.warmed.append((self.now, connections))
+        self.pool += connections
 
 
 @dataclass
