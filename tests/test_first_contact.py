@@ -56,6 +56,15 @@ def test_ramp_doubles_while_it_gains_then_goes_back_to_the_best_and_holds():
     assert ramp.settled_cc == 8 and ramp.mode == "hold" and ramp.peak_rate == 310.0
 
 
+def test_a_doubling_that_gains_under_half_in_proportion_holds_there():
+    # 4 -> 8 channels carried 77 % more: keep doubling; 8 -> 16 carried 21 % more: near the
+    # bottleneck, hold 16 rather than go to 32
+    ramp = CCRamp(start=4, cap=64, settle_s=0.5, window_s=1.0)
+    assert feed(ramp, {4: 207.0, 8: 366.0, 16: 443.0, 32: 500.0}, 4) == [4, 8, 16, 16]
+    assert ramp.mode == "hold" and ramp.settled_cc == 16
+    assert ramp.steps[2].action.startswith("gained under half in proportion")
+
+
 def test_ramp_tries_fewer_when_the_first_doubling_does_not_pay():
     rates = {2: 150.0, 4: 200.0, 8: 180.0, 16: 100.0}
     ramp = CCRamp(start=8, cap=32, settle_s=0.5, window_s=1.0)
@@ -269,15 +278,17 @@ def test_a_second_copy_starts_where_the_first_settled():
     assert sim2.now <= sim.now * 1.02  # no slower than the copy that had to find it
 
 
-def test_the_ramp_opens_the_next_levels_connections_ahead_and_gets_there_sooner():
+def test_the_ramp_opens_the_next_levels_connections_ahead_and_measures_them_sooner():
     # 150 ms, 800 Mbit/s, small files: the ramp climbs several levels, each doubling's
     # connections opened while the level before it is measured
     sizes = np.full(6000, 128 << 10)
     warmed_sim = simulator(0.15, 800.0, setup_rtts=14.0)
-    get_algorithm("first-contact").run(table(sizes), UNKNOWN_SSH, warmed_sim)
-    assert warmed_sim.warmed[0] == (0.0, 3)  # the first level's two and the verifier's, with the RTT probe
+    fc = get_algorithm("first-contact")
+    fc.run(table(sizes), UNKNOWN_SSH, warmed_sim)
+    assert warmed_sim.warmed[0] == (0.0, 3)  # the least start's two and the verifier's, with the RTT probe
     assert len(warmed_sim.warmed) > 1, "no connection was opened ahead"
-    assert warmed_sim.warmed[1][1] == 2  # at cc 2, the two the doubling to 4 adds
+    start = fc.ramp.steps[0].cc
+    assert warmed_sim.warmed[1][1] == start  # at the start level, the channels its doubling adds
 
     class NoWarm(LinkSimulator):
         warm = None  # an executor that cannot open connections ahead
@@ -289,8 +300,14 @@ def test_the_ramp_opens_the_next_levels_connections_ahead_and_gets_there_sooner(
         progress_interval=0.25,
         setup_rtts=14.0,
     )
-    get_algorithm("first-contact").run(table(sizes), UNKNOWN_SSH, cold_sim)
-    assert warmed_sim.now < cold_sim.now
+    slow = get_algorithm("first-contact")
+    slow.run(table(sizes), UNKNOWN_SSH, cold_sim)
+    # the doubled level is measured once its slow start is over, not after handshakes as well:
+    # (12 - 3) round trips of 150 ms sooner
+    assert fc.ramp.steps[0].action == slow.ramp.steps[0].action == "gained: doubled"
+    warmed_gap = fc.ramp.steps[1].at - fc.ramp.steps[0].at
+    cold_gap = slow.ramp.steps[1].at - slow.ramp.steps[0].at
+    assert warmed_gap <= cold_gap - 1.0, (warmed_gap, cold_gap)
 
 
 def test_a_link_one_channel_fills_settles_on_one_channel_for_large_files_only():

@@ -10,6 +10,9 @@ Concurrency, 2016), applied to concurrency inside one running transfer rather th
 * ramp: double while the interval's rate beats the best so far by more than `gain` (5 %);
   when it does not, go back to the best level and hold it; if already the first doubling
   did not pay, halve instead while that gains (the start was too high for this path);
+  a doubling that gains, but less than half in proportion to the channels it added
+  (`diminish`), holds where it is: the path is near its bottleneck, and doubling again
+  would mostly add queueing and losses (slow start's exit, as HyStart takes it for TCP);
 * hold: the first interval sets a reference; a later interval more than `drift` (25 %) away
   from it re-checks, as run-time re-tuning does (paper 003: Kola, Kosar, Livny, Run-time
   Adaptation of Grid Data Placement Jobs, 2003): the same ramp again from the level held;
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 
 DEFAULT_GAIN = 0.05
 DEFAULT_DRIFT = 0.25
+DEFAULT_DIMINISH = 0.5
 
 
 @dataclass
@@ -59,6 +63,7 @@ class CCRamp:
     ramping: bool = True  # False: start holding at `start` (a level learned on an earlier copy)
     known_rate: float = 0.0  # the best rate an earlier copy over this link reached (bit/s), if any
     ready_settle_s: float | None = None  # the settle time when no connection has to be opened first
+    diminish: float = DEFAULT_DIMINISH
     steps: list[Step] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -153,7 +158,11 @@ class CCRamp:
 
     def _up(self, rate: float) -> str:
         if rate > (1 + self.gain) * self.best_rate:
+            added = self.cc / self.best_cc - 1  # the channels added, as a share of the best level's
+            paid = rate / self.best_rate - 1 if self.best_rate > 0 else added
             self.best_cc, self.best_rate = self.cc, rate
+            if paid < self.diminish * added:
+                return self._settle("gained under half in proportion: near the bottleneck, hold")
             if self.cc < self.cap:
                 self.cc = min(self.cc * 2, self.cap)
                 return "gained: doubled"

@@ -15,7 +15,7 @@ Nothing is probed before the copy. What the copy does anyway tells enough to sta
    costs (eq. 4 on the window). Parallelism stays 1: more channels serve large files as well
    as more streams would, and the ramp below counts channels.
 3. **A starting concurrency from the RTT and the file mix**: the channels needed to carry an
-   assumed rate (`assumed_mbit`, 200 Mbit/s: low for a research network, so the ramp mostly
+   assumed rate (`assumed_mbit`, 400 Mbit/s: under what a campus or research network carries, so the ramp mostly
    goes up) given each class's share of the bytes and one channel's model rate for that
    class (models.channel_rate_bps), never fewer than 2. Classes without a channel yet wait
    for one, longest first, as in Multi-Chunk; no class runs alone at one channel.
@@ -50,7 +50,7 @@ from .executor import ChunkEvent, supports_sessions
 from .models import DEFAULT_MAX_CC, DEFAULT_MAX_PP, DEFAULT_MAX_WINDOW, LinkInfo, channel_rate_bps, pp_level, pp_param
 from .multichunk import ROUND_ROBIN, MultiChunk
 
-ASSUMED_MBIT = 200.0
+ASSUMED_MBIT = 400.0
 FALLBACK_RTT_S = 0.05
 MIN_CC = 2
 SMALL_CLASSES = frozenset({"small", "middle"})
