@@ -65,6 +65,18 @@ def test_a_doubling_that_gains_under_half_in_proportion_holds_there():
     assert ramp.steps[2].action.startswith("gained under half in proportion")
 
 
+def test_one_channel_is_tried_only_where_one_window_per_rtt_carries_the_rate_seen():
+    # large files on a 40 ms, 875 Mbit/s path: one 2 MiB window per RTT is 420 Mbit/s, so a
+    # reading that favours one channel over two is noise, and the ramp stops at two
+    fast = CCRamp(start=2, cap=32, settle_s=0.5, window_s=1.0, floor=1, one_channel_bps=420e6)
+    assert feed(fast, {1: 800e6, 2: 700e6, 4: 690e6}, 3) == [2, 4, 2]
+    assert fast.cc == 2 and fast.mode == "hold"
+    # 117 ms, 111 Mbit/s: one window per RTT (143 Mbit/s) carries what was seen, one channel is tried
+    slow = CCRamp(start=2, cap=32, settle_s=0.5, window_s=1.0, floor=1, one_channel_bps=143e6)
+    assert feed(slow, {1: 104e6, 2: 90e6, 4: 88e6}, 4) == [2, 4, 1, 1]
+    assert slow.settled_cc == 1
+
+
 def test_ramp_tries_fewer_when_the_first_doubling_does_not_pay():
     rates = {2: 150.0, 4: 200.0, 8: 180.0, 16: 100.0}
     ramp = CCRamp(start=8, cap=32, settle_s=0.5, window_s=1.0)

@@ -7,6 +7,7 @@ bounds leave room for noise while still catching a broken emulator."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -20,7 +21,7 @@ import paramiko
 import pytest
 
 from benchmarks.wan.link import EmulatedLink, cleanup, leftovers
-from benchmarks.wan.measure import iperf_mbit, ping_ms
+from benchmarks.wan.measure import iperf_json, iperf_mbit, ping_ms
 from tests.support.wan import REPO_ROOT, WanTestbed, require_wan, wan_testbed  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.wan
@@ -103,6 +104,43 @@ def test_blackhole_drops_everything_then_recovers(link: EmulatedLink) -> None:
     time.sleep(1.0)
     lo, med, hi = ping_ms(link, count=3)
     assert abs(med - 10) <= 2.0
+
+
+@pytest.fixture(scope="module")
+def lossy() -> Iterator[EmulatedLink]:
+    # one packet per read, so a loss is one packet (with offload a whole TSO frame goes)
+    require_wan()
+    with EmulatedLink(rtt_ms=20, rate_mbit=100, queue_bytes=4 << 20, offload=False) as lk:
+        yield lk
+
+
+def test_random_loss_matches_the_setting_over_1e5_packets(lossy: EmulatedLink) -> None:
+    lossy.set(rtt_ms=20, rate_mbit=100, loss=0.01)
+    before = lossy.stats()["fwd"]
+    # 20 Mbit/s of 100-byte datagrams for 5 s: about 125,000 packets, a fifth of the rate, so
+    # the queue drops none; 1 % of 1e5 is 1,000 losses, and 10 % of that is over 3 sigma
+    udp = iperf_json(lossy, "-u", "-b", "20M", "-l", "100", seconds=5, omit=0)["end"]["sum"]
+    after = lossy.stats()["fwd"]
+    sent = after["rx_pkts"] - before["rx_pkts"]
+    assert sent >= 100_000 and udp["packets"] >= 100_000, (sent, udp)
+    assert after["drop_queue"] == before["drop_queue"], after
+    emulated = (after["drop_loss"] - before["drop_loss"]) / sent
+    assert abs(emulated - 0.01) <= 0.001, f"emulator lost {emulated:.4%} of {sent} packets for 1 %"
+    delivered = udp["lost_packets"] / udp["packets"]  # what the receiver missed: the loss is real
+    assert abs(delivered - 0.01) <= 0.001, f"receiver missed {delivered:.4%} of {udp['packets']} datagrams"
+
+
+def test_one_stream_under_random_loss_stays_within_the_mathis_bound(lossy: EmulatedLink) -> None:
+    # Mathis, Semke, Mahdavi, Ott 1997: rate ~ MSS / RTT x sqrt(3/2) / sqrt(p); 20 ms and p = 2e-3
+    # give 15.8 Mbit/s, far below the 100 Mbit/s link, with about 30 loss events in 10 s
+    lossy.set(rtt_ms=20, rate_mbit=100, loss=0.002)
+    try:
+        mathis = 1448 * 8 / 0.02 * math.sqrt(1.5) / math.sqrt(0.002) / 1e6
+        got = iperf_mbit(lossy, seconds=10, omit=2)
+    finally:
+        lossy.set(loss=0.0)
+    assert 0.5 * mathis <= got <= 2.0 * mathis, f"{got:.1f} Mbit/s under 0.2 % loss; Mathis: {mathis:.1f}"
+    assert lossy.stats()["fwd"]["drop_queue"] == 0
 
 
 def test_sshd_in_dst_is_reached_from_src_across_the_link(wan_testbed) -> None:

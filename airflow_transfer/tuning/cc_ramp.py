@@ -64,6 +64,9 @@ class CCRamp:
     known_rate: float = 0.0  # the best rate an earlier copy over this link reached (bit/s), if any
     ready_settle_s: float | None = None  # the settle time when no connection has to be opened first
     diminish: float = DEFAULT_DIMINISH
+    # With floor 1: the most one channel carries (one window per RTT, bit/s). The ramp goes down to
+    # one channel only while the best rate seen fits it; 0: no such bound.
+    one_channel_bps: float = 0.0
     steps: list[Step] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -167,18 +170,26 @@ class CCRamp:
                 self.cc = min(self.cc * 2, self.cap)
                 return "gained: doubled"
             return self._settle("gained at the cap: hold")
-        if self.best_cc == self.base_cc and self.base_cc > self.floor:
+        if self.best_cc == self.base_cc and self.base_cc > self._floor(rate):
             # the first doubling from where this ramp began did not pay: try fewer before settling
             self.mode = "down"
-            self.cc = max(self.base_cc // 2, self.floor)
+            self.cc = max(self.base_cc // 2, self._floor(rate))
             return "no gain up: trying fewer"
         return self._settle("no gain: back to the best level, hold")
+
+    def _floor(self, rate: float) -> int:
+        """The fewest channels worth trying now: one only while one channel could carry the best
+        rate seen (with a quarter to spare); a lower rate at one channel is noise, not a gain."""
+        if self.floor >= 2 or self.one_channel_bps <= 0:
+            return self.floor
+        seen = max(self.peak_rate, self.best_rate, rate)
+        return 1 if 1.25 * seen <= self.one_channel_bps else min(2, self.cap)
 
     def _down(self, rate: float) -> str:
         if rate > (1 + self.gain) * self.best_rate:
             self.best_cc, self.best_rate = self.cc, rate
-            if self.cc > self.floor:
-                self.cc = max(self.cc // 2, self.floor)
+            if self.cc > self._floor(rate):
+                self.cc = max(self.cc // 2, self._floor(rate))
                 return "gained with fewer: halved"
             return self._settle("gained at the floor: hold")
         return self._settle("no gain down: back to the best level, hold")
@@ -200,9 +211,9 @@ class CCRamp:
             self.mode = "up"
             self.cc = min(self.cc * 2, self.cap)
             return f"drifted {change:+.0%}: re-checking up"
-        if self.cc > self.floor:
+        if self.cc > self._floor(rate):
             self.mode = "down"
-            self.cc = max(self.cc // 2, self.floor)
+            self.cc = max(self.cc // 2, self._floor(rate))
             return f"drifted {change:+.0%}: re-checking down"
         self.reference = rate
         return "drifted at the only level: new reference"

@@ -231,6 +231,7 @@ class FirstContact(Algorithm):
             window_s=window,
             ready_settle_s=ready_settle_seconds(clink.rtt_s, clink.bdp_bytes) if callable(warm) else None,
             floor=floor_cc(specs, self.opts["max_cc"]),
+            one_channel_bps=clink.bandwidth_bps,  # one window per RTT
             gain=self.opts["gain"],
             drift=self.opts["drift"],
             # a level learned over this link is held, and re-checked only when the rate drifts from it

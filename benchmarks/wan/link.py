@@ -85,6 +85,12 @@ class _State:
     queue_bytes: int | None  # None: one BDP, following rtt and rate
     cc: str
     ring_bytes: int
+    loss: float = 0.0  # random loss per packet, both directions
+
+
+def _ppb(probability: float) -> int:
+    """A loss probability as the emulator takes it: parts per billion."""
+    return round(probability * 1e9)
 
 
 def bdp_bytes(rtt_ms: float, rate_mbit: float) -> int:
@@ -147,7 +153,10 @@ class EmulatedLink(AbstractContextManager):
     default TCP congestion control inside both namespaces (see docs/testbed.md).
     `offload=False` makes the emulator move one 1500-byte packet per read and
     write instead of the kernels' TSO super-frames (docs/testbed.md, "Offload");
-    the default comes from AT_LINK_OFFLOAD (unset: on).
+    the default comes from AT_LINK_OFFLOAD (unset: on). `loss` is a random,
+    independent loss probability per packet in both directions (docs/testbed.md,
+    "Random loss"); with offload a TSO frame is lost whole if any of its packets is,
+    so measure loss-bound TCP with `offload=False`.
     """
 
     src_addr = SRC_ADDR
@@ -165,7 +174,10 @@ class EmulatedLink(AbstractContextManager):
         cc: str = DEFAULT_CC,
         ring_bytes: int | None = None,
         offload: bool | None = None,
+        loss: float = 0.0,
     ) -> None:
+        if not 0.0 <= loss <= 1.0:
+            raise ValueError(f"EmulatedLink needs a loss probability in [0, 1], got {loss}")
         if rtt_ms < 0 or rate_mbit <= 0 or (reverse_rate_mbit is not None and reverse_rate_mbit <= 0):
             raise ValueError(
                 f"EmulatedLink needs rtt_ms >= 0 and rates > 0, got rtt_ms={rtt_ms}, rate_mbit={rate_mbit}"
@@ -182,6 +194,7 @@ class EmulatedLink(AbstractContextManager):
         self.reverse_rate_mbit = float(reverse_rate_mbit or rate_mbit)
         self.queue_bytes = queue_bytes
         self.cc = cc
+        self.loss = float(loss)
         if offload is None:
             offload = os.environ.get("AT_LINK_OFFLOAD", "1").strip().lower() not in ("0", "no", "off", "false")
         self.offload = offload
@@ -310,6 +323,8 @@ class EmulatedLink(AbstractContextManager):
             str(self._queue_for(self.rate_mbit)),
             "--ring-bytes",
             str(self.ring_bytes),
+            "--loss-ppb",
+            str(_ppb(self.loss)),
         ]
         if not self._detached:
             argv.append("--watch-stdin")
@@ -387,11 +402,14 @@ class EmulatedLink(AbstractContextManager):
         rtt_ms: float | None = None,
         queue_bytes: int | None = None,
         reverse_rate_mbit: float | None = None,
+        loss: float | None = None,
     ) -> None:
-        """Changes rate (both directions unless `reverse_rate_mbit` is given), RTT
-        and/or queue while traffic flows. Packets already queued keep their schedule."""
+        """Changes rate (both directions unless `reverse_rate_mbit` is given), RTT,
+        queue and/or random loss while traffic flows. Packets already queued keep their schedule."""
         if rtt_ms is not None and rtt_ms < 0 or any(r is not None and r <= 0 for r in (rate_mbit, reverse_rate_mbit)):
             raise ValueError("set() needs rtt_ms >= 0 and rates > 0")
+        if loss is not None and not 0.0 <= loss <= 1.0:
+            raise ValueError(f"set() needs a loss probability in [0, 1], got {loss}")
         before = (self.rtt_ms, self.rate_mbit, self.reverse_rate_mbit, self.queue_bytes)
         if rtt_ms is not None:
             self.rtt_ms = float(rtt_ms)
@@ -410,9 +428,14 @@ class EmulatedLink(AbstractContextManager):
                 f"link {self.name}: rtt {self.rtt_ms} ms at {self.rate_mbit} Mbit/s needs a {need}-byte ring, "
                 f"it was started with {self.ring_bytes}: bring it up with ring_bytes={need}"
             )
+        if loss is not None:
+            self.loss = float(loss)
         delay = f"delay_us={int(self.rtt_ms * 1000 / 2)}"
         for direction, rate in (("fwd", self.rate_mbit), ("rev", self.reverse_rate_mbit)):
-            self._control(f"set dir={direction} {delay} rate_bps={int(rate * 1e6)} queue_bytes={self._queue_for(rate)}")
+            self._control(
+                f"set dir={direction} {delay} rate_bps={int(rate * 1e6)} queue_bytes={self._queue_for(rate)} "
+                f"loss_ppb={_ppb(self.loss)}"
+            )
         self._write_state()
 
     def blackhole(self, seconds: float) -> None:
@@ -499,6 +522,7 @@ class EmulatedLink(AbstractContextManager):
             reverse_rate_mbit=self.reverse_rate_mbit,
             queue_bytes=self.queue_bytes,
             cc=self.cc,
+            loss=self.loss,
             ring_bytes=self.ring_bytes,
         )
         tmp = self._state_path.with_suffix(".tmp")
@@ -526,6 +550,7 @@ class EmulatedLink(AbstractContextManager):
             reverse_rate_mbit=state.reverse_rate_mbit,
             cc=state.cc,
             ring_bytes=state.ring_bytes,
+            loss=state.loss,
         )
         link._emulator_pid = state.emulator_pid
         link._detached = state.detached

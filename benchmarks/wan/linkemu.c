@@ -27,9 +27,19 @@
  * segments is dropped together, as a full router queue does to a burst).
  * --no-offload restores one packet per read.
  *
+ * Random loss (loss_ppb, parts per billion per wire packet; 0 by default): a
+ * packet is lost on the wire after it was serialised, so it still takes its
+ * time at the bottleneck, independently of every other packet (Bernoulli, from
+ * a xorshift generator per direction seeded with --seed). Segments of one GSO
+ * frame cannot be delivered apart, so under offload a frame of k segments is
+ * lost whole with probability 1 - (1 - p)^k: the expected number of packets
+ * lost is right but they come in bursts; --no-offload gives one loss event per
+ * lost packet, which is what the Mathis model (rate ~ MSS / (RTT sqrt(p)))
+ * assumes.
+ *
  * Parameters live in atomics and change while the link runs through a
  * line-based UNIX socket (one command per connection, one reply line):
- *     set [dir=fwd|rev|both] [delay_us=N] [rate_bps=N] [queue_bytes=N]
+ *     set [dir=fwd|rev|both] [delay_us=N] [rate_bps=N] [queue_bytes=N] [loss_ppb=N]
  *     blackhole ms=N        drop everything, both ways, for N ms
  *     stats                 counters per direction
  *     quit
@@ -37,7 +47,8 @@
  *
  * Usage: linkemu --tag TAG --src-ns PATH --dst-ns PATH --dev NAME
  *                --ctl SOCKET --delay-us N --rate-bps N [--rate-bps-rev N]
- *                --queue-bytes N [--ring-bytes N] [--watch-stdin] [--no-offload]
+ *                --queue-bytes N [--ring-bytes N] [--loss-ppb N] [--seed N]
+ *                [--watch-stdin] [--no-offload]
  * It prints "ready" on stdout once both devices are attached. With
  * --watch-stdin it exits when stdin reaches end of file: the owner keeps the
  * other end of a pipe open, so the link dies with the owning process however
@@ -85,11 +96,12 @@ struct params {
     _Atomic uint64_t delay_ns;
     _Atomic uint64_t rate_bps;
     _Atomic uint64_t queue_bytes;
+    _Atomic uint64_t loss_ppb; /* random loss per wire packet, parts per billion */
 };
 
 struct counters {
     _Atomic uint64_t rx_pkts, rx_bytes, tx_pkts, tx_bytes;
-    _Atomic uint64_t drop_queue, drop_blackhole, drop_ring;
+    _Atomic uint64_t drop_queue, drop_blackhole, drop_ring, drop_loss;
     _Atomic uint64_t max_backlog;
     _Atomic uint64_t tx_frames; /* writes: below tx_pkts when frames carry several segments */
 };
@@ -104,6 +116,7 @@ struct direction {
     size_t head, tail; /* bytes: head = oldest packet, tail = next write */
     size_t used;
     uint64_t finish_ns;  /* when the last accepted packet is fully serialised */
+    uint64_t rng;        /* xorshift64 state; only this direction's thread touches it */
     uint64_t last_release_ns;
 };
 
@@ -125,6 +138,26 @@ static void die(const char *what) {
 }
 
 static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+/* Uniform in [0, 1e9): xorshift64 (Marsaglia), plenty for a loss coin. */
+static uint64_t rand_ppb(struct direction *d) {
+    uint64_t x = d->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    d->rng = x;
+    return (x >> 11) % 1000000000ULL;
+}
+
+/* Whether a frame standing for `segs` wire packets is lost: any of its packets
+ * lost loses it (one coin per packet, so the rate per packet is exact). */
+static int lost(struct direction *d, uint32_t segs) {
+    uint64_t ppb = atomic_load(&d->p.loss_ppb);
+    if (!ppb) return 0;
+    for (uint32_t i = 0; i < segs; i++)
+        if (rand_ppb(d) < ppb) return 1;
+    return 0;
+}
 
 /* Opens (attaches to) TUN device `dev` inside the namespace at `ns_path`;
  * with `want_offload`, returns -1 when the kernel refuses the offloads. */
@@ -288,6 +321,10 @@ static void ingest(struct direction *d) {
             atomic_store(&d->c.max_backlog, backlog + wire);
         uint64_t start = d->finish_ns > now ? d->finish_ns : now;
         d->finish_ns = start + wire * 8000000000ULL / (rate ? rate : 1);
+        if (lost(d, segs)) { /* on the wire, after its serialisation time */
+            atomic_fetch_add(&d->c.drop_loss, segs);
+            continue;
+        }
         uint64_t release = d->finish_ns + atomic_load(&d->p.delay_ns);
         /* FIFO: a delay cut while packets are queued must not reorder them. */
         if (release < d->last_release_ns) release = d->last_release_ns;
@@ -388,17 +425,19 @@ static void format_stats(char *out, size_t cap) {
         struct direction *d = &dirs[i];
         off += (size_t)snprintf(out + off, cap - off,
             "%s%s rx_pkts=%llu rx_bytes=%llu tx_pkts=%llu tx_bytes=%llu drop_queue=%llu "
-            "drop_blackhole=%llu drop_ring=%llu max_backlog=%llu tx_frames=%llu offload=%d "
-            "delay_us=%llu rate_bps=%llu queue_bytes=%llu",
+            "drop_blackhole=%llu drop_ring=%llu drop_loss=%llu max_backlog=%llu tx_frames=%llu offload=%d "
+            "delay_us=%llu rate_bps=%llu queue_bytes=%llu loss_ppb=%llu",
             i ? " ; " : "", d->name,
             (unsigned long long)d->c.rx_pkts, (unsigned long long)d->c.rx_bytes,
             (unsigned long long)d->c.tx_pkts, (unsigned long long)d->c.tx_bytes,
             (unsigned long long)d->c.drop_queue, (unsigned long long)d->c.drop_blackhole,
-            (unsigned long long)d->c.drop_ring, (unsigned long long)d->c.max_backlog,
+            (unsigned long long)d->c.drop_ring, (unsigned long long)d->c.drop_loss,
+            (unsigned long long)d->c.max_backlog,
             (unsigned long long)d->c.tx_frames, offload,
             (unsigned long long)(atomic_load(&d->p.delay_ns) / 1000),
             (unsigned long long)atomic_load(&d->p.rate_bps),
-            (unsigned long long)atomic_load(&d->p.queue_bytes));
+            (unsigned long long)atomic_load(&d->p.queue_bytes),
+            (unsigned long long)atomic_load(&d->p.loss_ppb));
         if (off >= cap) break;
     }
 }
@@ -424,7 +463,7 @@ static void control(char *line, char *reply, size_t cap) {
     }
     if (!strcmp(cmd, "set")) {
         int lo = 0, hi = 1;
-        uint64_t delay = UINT64_MAX, rate = UINT64_MAX, queue = UINT64_MAX, v;
+        uint64_t delay = UINT64_MAX, rate = UINT64_MAX, queue = UINT64_MAX, loss = UINT64_MAX, v;
         for (char *tok; (tok = strtok_r(NULL, " \t\r\n", &save)) != NULL;) {
             if (!strcmp(tok, "dir=fwd")) { lo = 0; hi = 0; continue; }
             if (!strcmp(tok, "dir=rev")) { lo = 1; hi = 1; continue; }
@@ -432,6 +471,7 @@ static void control(char *line, char *reply, size_t cap) {
             if (parse_kv(tok, "delay_us", &v) == 1) { delay = v * 1000ULL; continue; }
             if (parse_kv(tok, "rate_bps", &v) == 1 && v > 0) { rate = v; continue; }
             if (parse_kv(tok, "queue_bytes", &v) == 1) { queue = v; continue; }
+            if (parse_kv(tok, "loss_ppb", &v) == 1 && v <= 1000000000ULL) { loss = v; continue; }
             snprintf(reply, cap, "error bad argument %s\n", tok);
             return;
         }
@@ -439,6 +479,7 @@ static void control(char *line, char *reply, size_t cap) {
             if (delay != UINT64_MAX) atomic_store(&dirs[i].p.delay_ns, delay);
             if (rate != UINT64_MAX) atomic_store(&dirs[i].p.rate_bps, rate);
             if (queue != UINT64_MAX) atomic_store(&dirs[i].p.queue_bytes, queue);
+            if (loss != UINT64_MAX) atomic_store(&dirs[i].p.loss_ppb, loss);
         }
         snprintf(reply, cap, "ok\n");
         return;
@@ -493,7 +534,7 @@ static void serve_control(int s, const char *path, int watch_stdin) {
 
 int main(int argc, char **argv) {
     const char *src_ns = NULL, *dst_ns = NULL, *dev = "wan0", *ctl = NULL;
-    uint64_t delay_us = 0, rate = 0, rate_rev = 0, queue = 0, ring = 0;
+    uint64_t delay_us = 0, rate = 0, rate_rev = 0, queue = 0, ring = 0, loss = 0, seed = 1;
     int watch_stdin = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -512,6 +553,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--rate-bps-rev")) rate_rev = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--queue-bytes")) queue = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--ring-bytes")) ring = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--loss-ppb")) loss = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
         else { fprintf(stderr, "linkemu: unknown option %s\n", a); return 2; }
     }
     if (!src_ns || !dst_ns || !ctl || !rate || !queue) {
@@ -546,6 +589,8 @@ int main(int argc, char **argv) {
         atomic_store(&d->p.delay_ns, delay_us * 1000ULL);
         atomic_store(&d->p.rate_bps, rates[i]);
         atomic_store(&d->p.queue_bytes, queue);
+        atomic_store(&d->p.loss_ppb, loss > 1000000000ULL ? 1000000000ULL : loss);
+        d->rng = (seed ? seed : 1) * 0x9E3779B97F4A7C15ULL + (uint64_t)i + 1; /* never 0 */
         d->ring_size = ring;
         d->ring = malloc(ring);
         if (!d->ring) die("malloc ring");

@@ -31,9 +31,17 @@ def ping_ms(link: EmulatedLink, count: int = 10, interval: float = 0.1) -> tuple
 def iperf_mbit(link: EmulatedLink, *args: str, seconds: int = 4, omit: int = 1) -> float:
     """Receiver-side Mbit/s of one iperf3 run from src to a one-off server in dst.
 
-    `omit` seconds of slow start are left out of the average. A fresh server
-    per run: a long-lived one needs a moment after each test and resets the
-    next client's control connection if it comes too soon.
+    `omit` seconds of slow start are left out of the average.
+    """
+    received = iperf_json(link, *args, seconds=seconds, omit=omit)["end"]["sum_received"]
+    return received["bits_per_second"] / 1e6
+
+
+def iperf_json(link: EmulatedLink, *args: str, seconds: int = 4, omit: int = 1) -> dict:
+    """The client's JSON report of one iperf3 run from src to a one-off server in dst
+    (for UDP, `end.sum` has the datagrams sent and lost). A fresh server per run: a
+    long-lived one needs a moment after each test and resets the next client's
+    control connection if it comes too soon.
     """
     server = link.run_in(
         "dst",
@@ -57,7 +65,7 @@ def iperf_mbit(link: EmulatedLink, *args: str, seconds: int = 4, omit: int = 1) 
         server.wait()
         server.stdout.close()
     result = json.loads(done.stdout or "{}")
-    received = result.get("end", {}).get("sum_received")
-    if done.returncode != 0 or not received:
+    end = result.get("end", {})
+    if done.returncode != 0 or not (end.get("sum_received") or end.get("sum")):
         raise RuntimeError(f"iperf3 {' '.join(args)} failed: {result.get('error') or done.stderr.strip()}")
-    return received["bits_per_second"] / 1e6
+    return result
