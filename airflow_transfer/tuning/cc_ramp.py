@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 DEFAULT_GAIN = 0.05
 DEFAULT_DRIFT = 0.25
 DEFAULT_DIMINISH = 0.5
+HEADROOM = 1.25  # a rate counts as fitting a channel's window with a quarter to spare
 
 
 @dataclass
@@ -183,7 +184,7 @@ class CCRamp:
         if self.floor >= 2 or self.one_channel_bps <= 0:
             return self.floor
         seen = max(self.peak_rate, self.best_rate, rate)
-        return 1 if 1.25 * seen <= self.one_channel_bps else min(2, self.cap)
+        return 1 if HEADROOM * seen <= self.one_channel_bps else min(2, self.cap)
 
     def _down(self, rate: float) -> str:
         if rate > (1 + self.gain) * self.best_rate:

@@ -42,7 +42,7 @@ import pyarrow as pa
 from ..engine.params import TransferParams
 from ..engine.result import ChunkResult
 from .base import INITIAL_WINDOW, Algorithm, RunContext, check_fraction, check_int, plan_sizes
-from .cc_ramp import DEFAULT_DRIFT, DEFAULT_GAIN, CCRamp
+from .cc_ramp import DEFAULT_DRIFT, DEFAULT_GAIN, HEADROOM, CCRamp
 from .channels import ChannelScheduler, round_robin
 from .chunks import ChunkSpec, make_spec
 from .dataset import ManifestLike, SortedSizes
@@ -54,7 +54,6 @@ ASSUMED_MBIT = 400.0
 FALLBACK_RTT_S = 0.05
 MIN_CC = 2
 SMALL_CLASSES = frozenset({"small", "middle"})
-HEADROOM = 1.25
 # Round trips before a new channel carries data: TCP's handshake (1), SSH key exchange (3-4),
 # public-key auth (3-4), the SFTP channel and its init (4), the bundle helper's exec (2). Timed with
 # paramiko on an emulated 139 ms path: 2.0 s, 14 round trips; counting 3 let the ramp measure new
@@ -120,6 +119,11 @@ def windows_for(rate_bps: float, clink: LinkInfo) -> int:
     return max(1, math.ceil(HEADROOM * rate_bps * clink.rtt_s / (8 * window)))
 
 
+def known_bps(link: LinkInfo) -> float:
+    """The best rate an earlier first contact over this link reached; 0 when none did."""
+    return link.bandwidth_bps if link.learned_cc > 0 else 0.0
+
+
 def floor_cc(specs: list[ChunkSpec], cap: int) -> int:
     """The fewest channels the ramp may use: two while small files move (one channel leaves
     their per-file round trips unhidden), one when every class is of large files."""
@@ -168,10 +172,10 @@ class FirstContact(Algorithm):
         return specs
 
     def start_cc(
-        self, specs: list[ChunkSpec], clink: LinkInfo, learned_cc: int = 0, known_bps: float = 0.0
+        self, specs: list[ChunkSpec], clink: LinkInfo, learned_cc: int = 0, known_rate: float = 0.0
     ) -> tuple[int, str]:
-        """The first level of the ramp, and why. `known_bps`: the best rate an earlier copy over
-        this link reached."""
+        """The first level of the ramp, and why. `known_rate`: the best rate (bit/s) an earlier
+        copy over this link reached."""
         cap = self.opts["max_cc"]
         floor = floor_cc(specs, cap)
         if self.opts["start_cc"]:
@@ -180,11 +184,11 @@ class FirstContact(Algorithm):
             cc = max(floor, min(learned_cc, cap))
             # Only the one-channel case: where more than one window is needed, a level above the
             # windows' count still pays at the end, when fewer files than channels are left.
-            windows = windows_for(known_bps, clink) if floor == 1 else 0
+            windows = windows_for(known_rate, clink) if floor == 1 else 0
             if windows == 1 < cc:
                 return max(floor, windows), (
                     f"the last copy settled at cc {learned_cc}, but {windows} window(s) per RTT carry the "
-                    f"{known_bps / 1e6:.0f} Mbit/s it reached: more channels of large files only queue at the router"
+                    f"{known_rate / 1e6:.0f} Mbit/s it reached: more channels of large files only queue at the router"
                 )
             return cc, "where the last copy over this link settled"
         assumed = self.opts["assumed_mbit"] * 1e6
@@ -204,7 +208,7 @@ class FirstContact(Algorithm):
         sizes = plan_sizes(manifest, link)
         clink = contact_link(link.rtt_s if link.measured else FALLBACK_RTT_S, link)
         specs = self.classes(sizes, clink)
-        cc, _ = self.start_cc(specs, clink, link.learned_cc, link.bandwidth_bps if link.learned_cc > 0 else 0.0)
+        cc, _ = self.start_cc(specs, clink, link.learned_cc, known_bps(link))
         alloc = round_robin(cc, [s.id for s in specs], {s.id: s.files for s in specs})
         return [s.with_params(cc=max(1, alloc[s.id])) for s in specs]
 
@@ -222,7 +226,7 @@ class FirstContact(Algorithm):
         rtt, min_rtt, how = probe_rtt(executor, link)
         clink = contact_link(rtt or FALLBACK_RTT_S, link)
         specs = self.classes(ctx.sizes, clink)
-        cc, why = self.start_cc(specs, clink, link.learned_cc, link.bandwidth_bps if link.learned_cc > 0 else 0.0)
+        cc, why = self.start_cc(specs, clink, link.learned_cc, known_bps(link))
         settle, window = interval_seconds(clink.rtt_s, clink.bdp_bytes)
         self.ramp = ramp = CCRamp(
             start=cc,
@@ -236,7 +240,7 @@ class FirstContact(Algorithm):
             drift=self.opts["drift"],
             # a level learned over this link is held, and re-checked only when the rate drifts from it
             ramping=not (link.learned_cc > 0 and not self.opts["start_cc"]),
-            known_rate=link.bandwidth_bps if link.learned_cc > 0 else 0.0,
+            known_rate=known_bps(link),
         )
         ramp.restart(0.0, new_channels=not (callable(warm) and ramp.cc <= opened))
         rtt_text = f"{rtt * 1000:.3g} ms (min {min_rtt * 1000:.3g})" if rtt and min_rtt else "unknown"
@@ -286,35 +290,33 @@ class _RampScheduler(ChannelScheduler):
         self._tick_at: float | None = None
         self._tick_total = 0
         self._bytes = sum(s.bytes for s in specs)
-        self._ahead_at: int | None = None  # the level whose next doubling was opened ahead
+        self._ahead_done = False  # this level's next doubling was opened ahead (reset on each change)
         self._warm = getattr(ctx.executor, "warm", None)
-        self.opened_ahead: list[tuple[float, int]] = []  # (time, connections), for the summary and tests
 
-    def _open_ahead(self, at: float) -> None:
+    def _open_ahead(self) -> None:
         """Once per level while ramping up, after its own channels have taken their connections:
         start opening the ones the next doubling will want."""
-        if not callable(self._warm) or self._ahead_at == self.ramp.cc:
+        if not callable(self._warm) or self._ahead_done:
             return
-        self._ahead_at = self.ramp.cc
+        self._ahead_done = True
         n = min(self.ramp.ahead(), max(0, self._cap_total() - self.ramp.cc))
         if n > 0:
             self._warm(n)
             self.ramp.opened_ahead(n)
-            self.opened_ahead.append((at, n))
 
     def _cap_total(self) -> int:
         """Channels the unfinished chunks could use at most (one per file)."""
         return sum(st.cap for st in self.states.values() if not st.done)
 
     def on_progress(self, event: ChunkEvent) -> None:
-        self._open_ahead(event.at)
+        self._open_ahead()
         # A tick reports every running chunk at the same time: feed the ramp the previous tick's
         # total once this one begins, so the total it sees is complete.
         if self._tick_at is not None and event.at > self._tick_at:
             wanted = self.ramp.observe(self._tick_at, self._tick_total, self._bytes - self._tick_total)
             if wanted is not None:
                 self.resize(wanted, event.at)
-                self._ahead_at = None
+                self._ahead_done = False
         self._tick_at = event.at
         self._tick_total = self.total_bytes_done
 
