@@ -54,6 +54,14 @@ bench-generalize: venv
 	@command -v rsync >/dev/null 2>&1 || apt-get install -y -qq --no-install-recommends rsync >/dev/null
 	@$(PY) -m benchmarks.generalize $(GENERALIZE_ARGS)
 
+# Each paper's headline effect measured on the emulated links; writes docs/papers.md and its charts
+# (docs/papers/). Resumable: each call runs for at most PAPERS_BUDGET_MIN minutes (default 45) and the next
+# continues; a new commit starts afresh. PAPERS_ARGS='--effects e6_integrity' for one effect, '--quick' for a smoke run.
+.PHONY: papers
+papers: venv
+	@bash scripts/install-bench-deps.sh
+	@$(PY) -m benchmarks.papers --budget-min $(or $(PAPERS_BUDGET_MIN),45) $(PAPERS_ARGS)
+
 # Loopback engine benchmark (prints MiB/s; not a test).
 bench-loopback: venv
 	@bash scripts/setup-test-deps.sh

@@ -1,0 +1,3 @@
+from benchmarks.papers.runner import main
+
+raise SystemExit(main())
