@@ -52,6 +52,37 @@ def algorithms() -> list[str]:
     return [a.strip() for a in re.sub(r"\s+", "", m.group(1)).split(",") if a.strip()] if m else []
 
 
+def sftp_url(bed, path: Path | str) -> str:
+    """The testbed's sshd as the CLI's sftp:// URL for `path`."""
+    return f"sftp://{bed.user}@{bed.host}:{bed.port}{path}"
+
+
+def copy_argv(bed, src: str, dst: str, flags: list[str], key_prefix: str = "bench") -> list[str]:
+    """One `airflow-transfer copy` as a first attempt in the testbed: a fresh journal key,
+    --no-skip and --restart (never a resume of the last run), the JSON summary, no progress
+    lines, and the bed's own key, known_hosts and ssh_config."""
+    return [
+        *cli_argv(),
+        "copy",
+        src,
+        dst,
+        *flags,
+        "--json",
+        "--no-skip",
+        "--restart",
+        "--transfer-key",
+        f"{key_prefix}-{uuid.uuid4().hex}",
+        "--progress-interval",
+        "3600",
+        "--identity",
+        str(bed.key),
+        "--known-hosts",
+        str(bed.known_hosts),
+        "--ssh-config",
+        str(bed.ssh_config),
+    ]
+
+
 class AirflowTransfer(Contender):
     def __init__(
         self, name: str, description: str, flags: list[str], direction: str = "upload", diagnostic: bool = False
@@ -112,8 +143,7 @@ class AirflowTransfer(Contender):
         return self.flags if self.uses_library else [*self.flags, "--store", f"sqlite:///{self._bed().work}/fixed.db"]
 
     def _url(self, path: Path) -> str:
-        bed = self._bed()
-        return f"sftp://{bed.user}@{bed.host}:{bed.port}{path}"
+        return sftp_url(self._bed(), path)
 
     def command(self, dataset_dir: Path, remote_dir: Path) -> list[str]:
         bed = self._bed()
@@ -121,27 +151,7 @@ class AirflowTransfer(Contender):
             src, dst = str(dataset_dir), self._url(remote_dir)
         else:
             src, dst = self._url(remote_dir), str(dataset_dir)
-        # A fresh journal key per run: each run is a first attempt, never a resume of the last one.
-        return [
-            *cli_argv(),
-            "copy",
-            src,
-            dst,
-            *self._flags(),
-            "--json",
-            "--no-skip",
-            "--restart",
-            "--transfer-key",
-            f"bench-{uuid.uuid4().hex}",
-            "--progress-interval",
-            "3600",
-            "--identity",
-            str(bed.key),
-            "--known-hosts",
-            str(bed.known_hosts),
-            "--ssh-config",
-            str(bed.ssh_config),
-        ]
+        return copy_argv(bed, src, dst, self._flags())
 
     def run(self, dataset_dir: Path, remote_dir: Path) -> float:
         self.last_summary: dict | None = None

@@ -191,38 +191,16 @@ class Context:
         """Runs `airflow-transfer copy` once in the testbed; returns seconds, Mbit/s of payload,
         client and server CPU, the summary, and whether every byte landed as in the dataset.
         A fresh journal key, --no-skip and --restart: each run is a first attempt."""
-        from benchmarks.contenders.airflow_transfer import cli_argv
+        from benchmarks.contenders.airflow_transfer import copy_argv, sftp_url
         from benchmarks.contenders.base import clear, landed_bytes, verify_tree
 
-        url = lambda p: f"sftp://{bed.user}@{bed.host}:{bed.port}{p}"
         remote = bed.fresh_remote_dir(f"papers-{uuid.uuid4().hex[:8]}")
         if direction == "upload":
-            src, dst, landing = str(dataset.path), url(remote), remote
+            src, dst, landing = str(dataset.path), sftp_url(bed, remote), remote
         else:
             landing = bed.fresh_local_dir(f"papers-{uuid.uuid4().hex[:8]}")
-            src, dst = url(dataset.path), str(landing)
-        argv = [
-            *cli_argv(),
-            "copy",
-            src,
-            dst,
-            *flags,
-            "--store",
-            store or f"sqlite:///{bed.work}/papers.db",
-            "--json",
-            "--no-skip",
-            "--restart",
-            "--transfer-key",
-            f"papers-{uuid.uuid4().hex}",
-            "--progress-interval",
-            "3600",
-            "--identity",
-            str(bed.key),
-            "--known-hosts",
-            str(bed.known_hosts),
-            "--ssh-config",
-            str(bed.ssh_config),
-        ]
+            src, dst = sftp_url(bed, dataset.path), str(landing)
+        argv = copy_argv(bed, src, dst, [*flags, "--store", store or f"sqlite:///{bed.work}/papers.db"], "papers")
         bed.wait_server_idle()
         server0 = bed.server_cpu()
         done = bed.run(argv, timeout=timeout)
