@@ -181,9 +181,9 @@ def test_a_sink_serves_every_chunk_of_its_connection(sshd, local_dir, remote_dir
     started = []
     real_init = bundle.SinkChannel.__init__
 
-    def counting_init(self, transport):
-        started.append(transport)
-        real_init(self, transport)
+    def counting_init(self, chan, carrier="paramiko"):
+        started.append(chan)
+        real_init(self, chan, carrier)
 
     monkeypatch.setattr(bundle.SinkChannel, "__init__", counting_init)
     src = local_dir / "many"

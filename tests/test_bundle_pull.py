@@ -121,3 +121,54 @@ def test_sftp_only_source_downloads_over_sftp_and_says_why(test_base, local_dir)
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_downloads_ride_openssh_and_uploads_paramiko_and_the_summary_says_so(sshd, local_dir, remote_dir):
+    src = _tree(remote_dir / "carrier", 60, seed=21)
+    s = _pull(sshd, src, local_dir / "carrier", use_store=False)
+    assert s["failed"] == [] and tree_digest(local_dir / "carrier") == tree_digest(src)
+    assert any("bundle: 60 files" in c["transport"] and "over openssh" in c["transport"] for c in s["chunks"])
+    up = run_copy(
+        CopyRequest(
+            Endpoint("file", str(src)),
+            Endpoint("sftp", str(remote_dir / "carrier-up"), sshd.target(look_for_keys=False)),
+            TransferParams(pp=8, cc=2),
+            use_store=False,
+        )
+    )
+    assert up["failed"] == [] and tree_digest(remote_dir / "carrier-up") == tree_digest(src)
+    assert any("over paramiko" in c["transport"] for c in up["chunks"]), up["chunks"]
+
+
+def test_without_an_ssh_client_downloads_bundle_over_paramiko_and_say_why(sshd, local_dir, remote_dir, monkeypatch):
+    empty = local_dir / "no-ssh-here"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # no `ssh` to find: a host without OpenSSH's client
+    src = _tree(remote_dir / "no-ssh", 40, seed=22)
+    s = _pull(sshd, src, local_dir / "no-ssh", use_store=False)
+    assert s["failed"] == [] and tree_digest(local_dir / "no-ssh") == tree_digest(src)
+    transports = [c["transport"] for c in s["chunks"]]
+    assert any("over paramiko (no `ssh` client on PATH)" in t for t in transports), transports
+
+
+def test_a_lander_killed_mid_copy_loses_nothing(sshd, local_dir, remote_dir, monkeypatch):
+    # The local helper that lands downloaded groups dies (SIGKILL) before its first commit is
+    # answered: those files go again over a new connection, with a new helper.
+    src = _tree(remote_dir / "lander", 200, seed=23)
+    dst = local_dir / "lander"
+    killed: list[int] = []
+    real_result = bundle.SinkChannel.result
+
+    def killing_result(self, commit_id, count):
+        if self.carrier == "local" and not killed:
+            proc = self.chan._proc.proc
+            killed.append(proc.pid)
+            proc.kill()
+            proc.wait()
+        return real_result(self, commit_id, count)
+
+    monkeypatch.setattr(bundle.SinkChannel, "result", killing_result)
+    s = _pull(sshd, src, dst, use_store=False)
+    assert len(killed) == 1
+    assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+    assert s["files_retried"] >= 1

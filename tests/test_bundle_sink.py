@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import json
 import os
 import queue
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from airflow_transfer.integrity.algorithms import digest_bytes
+from airflow_transfer.remote import bundle_sink
 
 SINK_FILE = Path(__file__).resolve().parents[1] / "airflow_transfer" / "remote" / "bundle_sink.py"
 BOOT = "import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))"
@@ -516,3 +518,77 @@ def test_python38_serves_gets(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"x" * 5000)
     [(head, data)] = _gets([{"path": str(tmp_path / "f"), "algo": "blake2b"}], python=PYTHON38)
     assert data == b"x" * 5000 and head["digest"] == hashlib.blake2b(data).hexdigest()
+
+
+class _CountingOut(io.BytesIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushes = 0
+
+    def flush(self) -> None:
+        self.flushes += 1
+        super().flush()
+
+
+def test_a_group_of_gets_is_answered_in_one_flush_and_a_lone_get_at_once(tmp_path):
+    for i in range(5):
+        (tmp_path / f"g{i}").write_bytes(b"x" * (100 + i))
+    gets = b"".join(
+        json.dumps({"op": "get", "id": i, "path": str(tmp_path / f"g{i}"), "algo": "sha256"}).encode() + b"\n"
+        for i in range(5)
+    )
+    out = _CountingOut()
+    assert bundle_sink.Sink(io.BytesIO(gets), out).serve() == 0
+    assert out.flushes == 1  # the five replies left together, when the requests ran out
+    assert out.getvalue().count(b'"ok":true') == 5
+    # A client that sends one get and waits for it is answered before the sink reads again.
+    r, w = os.pipe()
+    os.write(w, gets.split(b"\n")[0] + b"\n")
+    out = _CountingOut()
+    sink = bundle_sink.Sink(os.fdopen(r, "rb"), out)
+    line = sink.line()
+    sink.handle(line)
+    assert out.flushes == 0
+    os.close(w)
+    assert sink.line() == b"" and out.flushes == 1 and b'"size":100' in out.getvalue()
+
+
+def test_a_commit_drops_every_file_then_starts_every_read_before_reading_any(tmp_path, monkeypatch):
+    calls: list[str] = []
+    real_fadvise, real_readv = os.posix_fadvise, os.readv
+    names = {os.POSIX_FADV_DONTNEED: "drop", os.POSIX_FADV_WILLNEED: "start"}
+
+    def fadvise(fd, offset, length, advice):
+        calls.append(names.get(advice, "other"))
+        return real_fadvise(fd, offset, length, advice)
+
+    def readv(fd, buffers):
+        got = real_readv(fd, buffers)
+        if got:
+            calls.append("read")
+        return got
+
+    monkeypatch.setattr(os, "posix_fadvise", fadvise)
+    monkeypatch.setattr(os, "readv", readv)
+    sink = bundle_sink.Sink()
+    for i in range(3):
+        data = b"y" * (10 + i)
+        put = sink.begin(
+            {
+                "id": i,
+                "tmp": str(tmp_path / f".f{i}.part"),
+                "path": str(tmp_path / f"f{i}"),
+                "size": len(data),
+                "mode": 0o644,
+                "mtime": 1.0,
+                "algo": "sha256",
+                "digest": hashlib.sha256(data).hexdigest(),
+            }
+        )
+        sink.feed(put, data)
+        sink.end(put)
+    reply = sink.commit({"fsync": True, "drop_cache": True})
+    assert [f["ok"] for f in reply["files"]] == [True] * 3
+    first_read = calls.index("read")
+    assert calls[:first_read] == ["drop"] * 3 + ["start"] * 3, calls
+    assert calls.count("read") == 3

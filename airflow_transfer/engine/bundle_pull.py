@@ -2,32 +2,29 @@
 
 The bundle helper on the source host (remote/bundle_sink.py) answers a whole
 group of `get` requests in order, each file's digest ahead of its bytes (taken
-from the bytes it read, so verification stays end to end). This side lands
-the group with the helper's own sink code run in-process: every file under its
+from the bytes it read, so verification stays end to end). This side hands
+each file on to the same helper started on this host (bundle_carriers.py),
+which lands the group as it lands uploads on a server: every file under its
 temporary name, the group made durable (one syncfs), each file read back from
 disk and checked against the source's digest, and only then renamed. Requests
-for the next group go out before the replies of the one before are read, and a
-group's flush and read-back run on a thread of their own while the next group
-arrives, so the source reads, the link carries and this disk checks at once.
+for the next group go out before the replies of the one before are read, and
+the local helper commits a group while the next one arrives, in a process of
+its own: the source reads, the link carries and this disk checks at once, and
+the landing's system calls do not wait for this process's interpreter lock.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from ..remote import bundle_sink
 from . import resume
 from .sftp_jobs import FileTask, SourceChanged, count_progress, mtime_changed
 
 if TYPE_CHECKING:
     from .bundle import BundleMover, SinkChannel
 
-# File descriptors this process keeps for everything else (connections, the store, the
-# verifier's pipes): a landing group holds one per file until its commit.
-RESERVED_FDS = 224
+SEND_PIECE = 1 << 20  # bytes of received files handed to the local helper in one write
 
 
 class Group:
@@ -46,23 +43,14 @@ class Pull:
         self.indices, self.tasks, self.ids = indices, tasks, ids
         self.t0 = time.monotonic()
         self.answered: set[int] = set()  # files the runner has an outcome for, or a commit will give one
-        self.local = bundle_sink.Sink()  # lands this group's files
 
 
-def landing_limit(cc: int) -> int:
-    """Files one group may hold open until its commit: the process's descriptors shared by the
-    cc workers, each with a group arriving and one being committed."""
-    return max(8, (bundle_sink.MAX_PENDING - RESERVED_FDS) // (2 * max(1, cc)))
-
-
-def pull_groups(mover: BundleMover, sink: SinkChannel) -> None:
-    """Download the chunk's small files group by group over this channel."""
+def pull_groups(mover: BundleMover, sink: SinkChannel, lander: SinkChannel) -> None:
+    """Download the chunk's small files group by group over `sink`, landing them through `lander`."""
     r = mover.r
-    limit = min(sink.max_files, landing_limit(r.params.cc))
-    waiting: Pull | None = None
-    asked: Pull | None = None
-    lander = ThreadPoolExecutor(1, thread_name_prefix="bundle-land")
-    landing: list[Future] = []
+    limit = min(sink.max_files, lander.max_files)
+    asked: list[Pull] = []  # gets sent, replies not yet all read (at most two groups)
+    landing: list[Group] = []  # handed to the lander, commit not yet answered
     try:
         while not r.schedule.surplus():
             indices = mover.take_group(limit)
@@ -72,52 +60,56 @@ def pull_groups(mover: BundleMover, sink: SinkChannel) -> None:
             for t in tasks:
                 t.attempts += 1
                 resume.restart(t, mover.s.journal)  # fetched whole: earlier ranges no longer count
-            asked = Pull(indices, tasks, sink.ask(tasks, r.alg))
-            if waiting is not None:
-                _receive(mover, sink, waiting, lander, landing)
-            waiting, asked = asked, None
-        if waiting is not None:
-            _receive(mover, sink, waiting, lander, landing)
-            waiting = None
-        _committed(landing)
+            asked.append(Pull(indices, tasks, sink.ask(tasks, r.alg)))
+            if len(asked) > 1:
+                _forward(mover, sink, lander, asked[0], landing)
+                asked.pop(0)
+                _settle(mover, lander, landing, keep=1)
+        while asked:
+            _forward(mover, sink, lander, asked[0], landing)
+            asked.pop(0)
+        _settle(mover, lander, landing, keep=0)
     except BaseException as exc:
-        # Nothing of the groups in flight is known to be in place (the local sink never renamed
-        # them). When the channel broke, every file goes again, whole, over a new connection; any
-        # other error is each file's outcome as it is, so no file stays counted as running.
+        # A group the lander committed whole still lands: its reply is read if the lander is
+        # sound. Every other file in flight goes again, whole, over a new connection when a
+        # channel broke; any other error is each file's outcome as it is, so no file stays
+        # counted as running.
         broke = isinstance(exc, (OSError, EOFError, ValueError))
         why = ConnectionError(f"connection lost during a bundle: {exc}") if broke else exc
-        for lost in (waiting, asked):
-            if lost is None:
-                continue
-            for put in lost.local.pending:
-                put.fail("EIO", "abandoned")  # closes and removes the temporary file
-            lost.local.pending = []
-            for i, t in zip(lost.indices, lost.tasks):
-                if i not in lost.answered:
+        try:
+            if not lander.open:
+                _settle(mover, lander, landing, keep=0)
+        except Exception:  # noqa: BLE001 - the lander is gone too: its groups go again below
+            pass
+        for group in landing:
+            for i, t, _, _ in group.items:
+                r.failed(i, why, 0.0, t.src)
+        for pull in asked:
+            for i, t in zip(pull.indices, pull.tasks):
+                if i not in pull.answered:
                     r.failed(i, why, 0.0, t.src)
         if not broke:
             raise
-        _committed(landing)  # the group before was whole: it lands
         raise ConnectionError(f"bundle channel lost: {exc}") from exc
-    finally:
-        lander.shutdown(wait=True)
 
 
-def _committed(landing: list[Future]) -> None:
-    """Wait for the group being committed (its errors are the worker's)."""
-    while landing:
-        landing.pop().result()
+def _settle(mover: BundleMover, lander: SinkChannel, landing: list[Group], keep: int) -> None:
+    """Read the lander's replies until `keep` groups are left waiting on it."""
+    while len(landing) > keep:
+        group = landing[0]
+        results = lander.result(group.commit_id, len(group.items))
+        landing.pop(0)
+        mover.settle(group, results)
 
 
-def _receive(
-    mover: BundleMover, sink: SinkChannel, pull: Pull, lander: ThreadPoolExecutor, landing: list[Future]
-) -> None:
-    """Receive a group's files into temporary names, then hand their commit to the lander (once
-    the group before has landed)."""
+def _forward(mover: BundleMover, sink: SinkChannel, lander: SinkChannel, pull: Pull, landing: list[Group]) -> None:
+    """Read a group's files from the source's helper and hand each on to the lander; then its
+    commit. A file that failed at the source, or changed since it was listed, fails alone."""
     r = mover.r
-    local = pull.local
     group = Group()
     group.t0 = pull.t0
+    batch: list[tuple[FileTask, bytes, str | None]] = []
+    held = 0
     for i, t, want in zip(pull.indices, pull.tasks, pull.ids):
         head, data = sink.receive(want)
         if not head.get("ok"):
@@ -133,27 +125,17 @@ def _receive(
         t.moved_total += len(data)
         count_progress(t, mover.s.stats, len(data))  # progress as bytes arrive, not at the group's commit
         digest = head.get("digest") if r.alg else None
-        put = local.begin(
-            {
-                "id": len(group.items),
-                "tmp": os.path.abspath(t.tmp),
-                "path": os.path.abspath(t.dst),
-                "size": len(data),
-                "mode": t.mode & 0o7777,
-                "mtime": t.mtime,
-                "algo": r.alg if digest else None,
-                "digest": digest,
-            }
-        )
-        local.feed(put, data)
-        local.end(put)
+        batch.append((t, data, digest))
         group.items.append((i, t, data, digest))
+        held += len(data)
+        if held >= SEND_PIECE:
+            lander.put(batch, r.alg, local=True)
+            batch, held = [], 0
     sink.answered()
-    _committed(landing)
-    if group.items:
-        landing.append(lander.submit(_commit, mover, local, group))
-        pull.answered.update(i for i, _, _, _ in group.items)
-
-
-def _commit(mover: BundleMover, local: bundle_sink.Sink, group: Group) -> None:
-    mover.settle(group, local.commit({"fsync": True, "drop_cache": True})["files"])
+    if not group.items:
+        return
+    if batch:
+        lander.put(batch, r.alg, local=True)
+    group.commit_id = lander.commit()
+    landing.append(group)
+    pull.answered.update(i for i, _, _, _ in group.items)

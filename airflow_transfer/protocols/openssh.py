@@ -109,10 +109,12 @@ def _pipe(stream: IO[bytes] | None, name: str) -> IO[bytes]:
 
 
 class OpenSSHProcess:
-    """One `ssh -s host sftp` process: what paramiko's Transport is to a paramiko channel."""
+    """One `ssh -s host sftp` process: what paramiko's Transport is to a paramiko channel.
+    With `command`, one `ssh host command` instead (the bundle helper's exec channel)."""
 
-    def __init__(self, target: SSHTarget) -> None:
+    def __init__(self, target: SSHTarget, command: str | None = None) -> None:
         self.target = target
+        self.command = command
         self._private = Path(tempfile.mkdtemp(prefix="at-ssh-"))  # mkdtemp makes it 0700
         try:
             argv = self._argv()
@@ -137,6 +139,8 @@ class OpenSSHProcess:
     def _argv(self) -> list[str]:
         t = self.target
         # "--" ends options: a host name can never be read as one.
+        if self.command is not None:
+            return [*self._client_argv(t, "id"), "--", t.host, self.command]
         return [*self._client_argv(t, "id"), "-s", "--", t.host, "sftp"]
 
     def _client_argv(self, t: SSHTarget, tag: str) -> list[str]:
@@ -207,6 +211,10 @@ class OpenSSHProcess:
 
     def is_active(self) -> bool:
         return self.proc.poll() is None
+
+    def exit_status(self) -> int | None:
+        """The remote command's exit status as `ssh` passes it on (255: ssh's own failure), None while it runs."""
+        return self.proc.poll()
 
     def stderr_tail(self) -> str:
         """What `ssh` said before it exited (host key or auth failures), for error messages."""
@@ -290,6 +298,14 @@ class PipeChannel:
                     raise self._gone()
                 if got:
                     self._early += got
+
+    def exit_status_ready(self) -> bool:
+        return self._proc.exit_status() is not None
+
+    def recv_exit_status(self) -> int:
+        """Waits for the process, as paramiko's Channel does for the remote command."""
+        self._proc.proc.wait(timeout=self._timeout)
+        return int(self._proc.proc.returncode)
 
     def recv_ready(self) -> bool:
         return bool(self._early) or bool(select.select([self._r], [], [], 0)[0])

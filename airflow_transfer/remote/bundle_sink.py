@@ -18,7 +18,8 @@ request is a JSON object on one line; replies are JSON lines, ASCII, flushed.
       {"id", "ok": false, "code", "error"} and no bytes. The path must be a
       regular file (a symlink is not followed) of at most GET_MAX bytes; a
       file that changes size while it is read answers ECHANGED. Replies come
-      in request order, so a client may send a whole group of gets at once.
+      in request order, so a client may send a whole group of gets at once;
+      they are flushed when the requests read so far are answered.
   {"op": "put", "id": 2, "tmp": "/d/.f.atpart", "path": "/d/f", "size": N,
    "mode": 420, "mtime": 1700000000.5, "algo": "sha256", "digest": hex}
       and then exactly N raw bytes; no reply. The bytes go to tmp, created
@@ -37,7 +38,8 @@ renames each verified file to its final name and fsyncs each directory it
 renamed into. A file that does not match is removed; its final name is never
 touched. To read from disk, not memory, posix_fadvise(DONTNEED) drops the
 flushed file's pages first (and again after, so verification evicts no useful
-cache); cache_dropped is true only for a flushed file. Limits: DONTNEED is
+cache), then WILLNEED starts every file's read at once so that a group's reads
+queue on the device together; cache_dropped is true only for a flushed file. Limits: DONTNEED is
 advice; caches below the kernel (RAID controller, drive, NFS/Lustre servers,
 hypervisor) are not touched; before Linux 5.8 syncfs does not report writeback
 errors (only the digest of the read-back would show them); syncfs also flushes
@@ -148,12 +150,16 @@ def _error(exc):
     return "EINTERNAL", "%s: %s" % (type(exc).__name__, exc)
 
 
-def _drop_cache(fd):
+def _advise(fd, name):
     try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.posix_fadvise(fd, 0, 0, getattr(os, name))
     except (AttributeError, OSError):
         return False
     return True
+
+
+def _drop_cache(fd):
+    return _advise(fd, "POSIX_FADV_DONTNEED")
 
 
 class Put:
@@ -218,8 +224,14 @@ class Sink:
         self.out = stdout
         self.buf, self.pos, self.view = b"", 0, memoryview(bytearray(PIECE))
         self.pending, self.tmps, self.paths, self.exit_code = [], set(), set(), None
+        self.held = 0  # bytes of get replies written and not yet flushed
 
     def _more(self, keep):
+        if self.held:
+            # Get replies leave when the requests read so far are answered (or a piece's worth
+            # is held): a group of gets goes out in a few large writes, not one per file.
+            self.out.flush()
+            self.held = 0
         data = self.read(PIECE)
         if data:
             self.buf, self.pos = (self.buf[self.pos :] + data if keep else data), 0
@@ -369,8 +381,12 @@ class Sink:
             mtime=st.st_mtime,
             digest=ALGORITHMS[algo](data).hexdigest() if algo is not None else None,
         )
-        self.out.write(json.dumps(head, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n" + data)
-        self.out.flush()
+        self.out.write(json.dumps(head, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n")
+        self.out.write(data)
+        self.held += len(data) + 1
+        if self.held >= PIECE:
+            self.out.flush()
+            self.held = 0
 
     def _flush(self, puts):
         """Make every live put durable: one syncfs per filesystem, an fsync per file where that fails."""
@@ -400,8 +416,6 @@ class Sink:
         if put.algo is None:
             return
         fd, view, hasher = put.fd, self.view, ALGORITHMS[put.algo]()
-        # Dirty pages survive DONTNEED: only a flushed file is read back from storage.
-        put.dropped = drop and _drop_cache(fd) and put.synced
         os.lseek(fd, 0, os.SEEK_SET)
         got = os.readv(fd, [view])
         while got:
@@ -436,6 +450,15 @@ class Sink:
         puts, self.pending, self.tmps, self.paths = self.pending, [], set(), set()
         try:
             durability = self._flush([p for p in puts if p.fd is not None]) if want_fsync else "none"
+            if want_drop:
+                # Every file's pages dropped, then its read from storage started, before the first
+                # is read back: the group's reads queue on the device together, not one by one.
+                # Dirty pages survive DONTNEED: only a flushed file is read back from storage.
+                live = [p for p in puts if p.error is None and p.algo is not None]
+                for put in live:
+                    put.dropped = _drop_cache(put.fd) and put.synced
+                for put in live:
+                    _advise(put.fd, "POSIX_FADV_WILLNEED")
             renamed = {}
             for put in puts:
                 put.guard(self._verify, put, want_drop)
@@ -482,6 +505,7 @@ class Sink:
     def send(self, reply):
         self.out.write(json.dumps(reply, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n")
         self.out.flush()
+        self.held = 0
 
     def serve(self):
         while self.exit_code is None:
@@ -500,7 +524,9 @@ class Sink:
 
 def main(stdin=None, stdout=None):
     try:
-        return Sink(stdin or sys.stdin.buffer, stdout or sys.stdout.buffer).serve()
+        # A buffer of a piece: the replies to a group of gets leave in large writes.
+        out = stdout or open(sys.stdout.fileno(), "wb", buffering=PIECE, closefd=False)
+        return Sink(stdin or sys.stdin.buffer, out).serve()
     except BrokenPipeError:
         return 1  # the client went away; pending temporaries stay for its journal
 
