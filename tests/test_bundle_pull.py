@@ -140,6 +140,25 @@ def test_downloads_ride_openssh_and_uploads_paramiko_and_the_summary_says_so(ssh
     assert any("over paramiko" in c["transport"] for c in up["chunks"]), up["chunks"]
 
 
+def test_the_carrier_can_be_forced_either_way(sshd, local_dir, remote_dir, monkeypatch):
+    src = _tree(remote_dir / "forced", 30, seed=24)
+    monkeypatch.setenv("AIRFLOW_TRANSFER_BUNDLE_CARRIER", "paramiko")
+    s = _pull(sshd, src, local_dir / "forced", use_store=False)
+    assert s["failed"] == [] and tree_digest(local_dir / "forced") == tree_digest(src)
+    assert any("over paramiko" in c["transport"] for c in s["chunks"]), s["chunks"]
+    monkeypatch.setenv("AIRFLOW_TRANSFER_BUNDLE_CARRIER", "openssh")
+    up = run_copy(
+        CopyRequest(
+            Endpoint("file", str(src)),
+            Endpoint("sftp", str(remote_dir / "forced-up"), sshd.target(look_for_keys=False)),
+            TransferParams(pp=8, cc=2),
+            use_store=False,
+        )
+    )
+    assert up["failed"] == [] and tree_digest(remote_dir / "forced-up") == tree_digest(src)
+    assert any("over openssh" in c["transport"] for c in up["chunks"]), up["chunks"]
+
+
 def test_without_an_ssh_client_downloads_bundle_over_paramiko_and_say_why(sshd, local_dir, remote_dir, monkeypatch):
     empty = local_dir / "no-ssh-here"
     empty.mkdir()

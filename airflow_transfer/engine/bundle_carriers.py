@@ -7,7 +7,7 @@ bottleneck, and every byte paramiko carries costs this process Python steps (fra
 the cipher call, the window). An `ssh` process encrypts in C on its own CPU time, and
 a local helper process creates, flushes and reads back downloaded files on its own,
 outside this process's GIL; each talks to the engine over a pipe. What each carrier
-measured is in docs/transfers.md ("Small files").
+measured is in docs/transfers.md ("Small files in bundles").
 """
 
 from __future__ import annotations
