@@ -34,7 +34,6 @@ import os
 import statistics
 import sys
 import time
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -48,7 +47,7 @@ from airflow_transfer.integrity.model import (
     file_level_time,
     sequential_time,
 )
-from benchmarks.contenders.airflow_transfer import cli_argv
+from benchmarks.contenders.airflow_transfer import copy_argv, sftp_url
 from benchmarks.contenders.base import ContenderFailed, clear, verify_tree
 from benchmarks.datasets import DEFAULT_CACHE, Dataset, DatasetSpec, ensure
 from benchmarks.run import commit, machine, say
@@ -141,33 +140,12 @@ def checksum_seconds_per_byte(ds: Dataset, algorithm: str, limit: int = 512 * MI
 def one_run(bed, ds: Dataset, mode: str, algorithm: str, block: int, timeout: float) -> dict:
     remote = bed.fresh_remote_dir("verify-cost")
     os.sync()  # the previous run's dirty pages are not written back during this one
-    url = f"sftp://{bed.user}@{bed.host}:{bed.port}{remote}"
     verify = (
         ["--verify", "none"]
         if mode == "none"
         else ["--verify", algorithm, "--verify-mode", mode, "--verify-block-size", str(block)]
     )
-    argv = [
-        *cli_argv(),
-        "copy",
-        str(ds.path),
-        url,
-        *KNOBS,
-        *verify,
-        "--json",
-        "--no-skip",
-        "--restart",
-        "--transfer-key",
-        f"verify-cost-{uuid.uuid4().hex}",
-        "--progress-interval",
-        "3600",
-        "--identity",
-        str(bed.key),
-        "--known-hosts",
-        str(bed.known_hosts),
-        "--ssh-config",
-        str(bed.ssh_config),
-    ]
+    argv = copy_argv(bed, str(ds.path), sftp_url(bed, remote), [*KNOBS, *verify], "verify-cost")
     rec = {
         "link": bed.profile,
         "dataset": ds.spec.name,

@@ -30,6 +30,17 @@ def _pull(sshd, src: Path, dst: Path, **kw):
     )
 
 
+def _push(sshd, src: Path, dst: Path):
+    return run_copy(
+        CopyRequest(
+            Endpoint("file", str(src)),
+            Endpoint("sftp", str(dst), sshd.target(look_for_keys=False)),
+            TransferParams(pp=8, cc=2),
+            use_store=False,
+        )
+    )
+
+
 def _sftp_opens(sshd, mark: int) -> list[str]:
     return [os.path.basename(p) for _, op, p in sshd.sftp_events(mark) if op == "open"]
 
@@ -128,14 +139,7 @@ def test_downloads_ride_openssh_and_uploads_paramiko_and_the_summary_says_so(ssh
     s = _pull(sshd, src, local_dir / "carrier", use_store=False)
     assert s["failed"] == [] and tree_digest(local_dir / "carrier") == tree_digest(src)
     assert any("bundle: 60 files" in c["transport"] and "over openssh" in c["transport"] for c in s["chunks"])
-    up = run_copy(
-        CopyRequest(
-            Endpoint("file", str(src)),
-            Endpoint("sftp", str(remote_dir / "carrier-up"), sshd.target(look_for_keys=False)),
-            TransferParams(pp=8, cc=2),
-            use_store=False,
-        )
-    )
+    up = _push(sshd, src, remote_dir / "carrier-up")
     assert up["failed"] == [] and tree_digest(remote_dir / "carrier-up") == tree_digest(src)
     assert any("over paramiko" in c["transport"] for c in up["chunks"]), up["chunks"]
 
@@ -147,14 +151,7 @@ def test_the_carrier_can_be_forced_either_way(sshd, local_dir, remote_dir, monke
     assert s["failed"] == [] and tree_digest(local_dir / "forced") == tree_digest(src)
     assert any("over paramiko" in c["transport"] for c in s["chunks"]), s["chunks"]
     monkeypatch.setenv("AIRFLOW_TRANSFER_BUNDLE_CARRIER", "openssh")
-    up = run_copy(
-        CopyRequest(
-            Endpoint("file", str(src)),
-            Endpoint("sftp", str(remote_dir / "forced-up"), sshd.target(look_for_keys=False)),
-            TransferParams(pp=8, cc=2),
-            use_store=False,
-        )
-    )
+    up = _push(sshd, src, remote_dir / "forced-up")
     assert up["failed"] == [] and tree_digest(remote_dir / "forced-up") == tree_digest(src)
     assert any("over openssh" in c["transport"] for c in up["chunks"]), up["chunks"]
 

@@ -12,9 +12,6 @@ measured is in docs/transfers.md ("Small files in bundles").
 
 from __future__ import annotations
 
-import fcntl
-import signal
-import subprocess
 import sys
 from typing import Any
 
@@ -49,59 +46,15 @@ def openssh_exec(target: SSHTarget, command: str) -> openssh.PipeChannel:
     return openssh.PipeChannel(proc, timeout=HELLO_TIMEOUT + max(target.timeout, 1.0))
 
 
-class LocalProcess:
-    """The helper run on this host, with the pieces of OpenSSHProcess that PipeChannel uses.
-    When this process dies (even by kill -9) the helper reads EOF on stdin and stops there:
-    what it had not renamed stays under temporary names for the journal to judge."""
-
-    def __init__(self, command: list[str]) -> None:
-        self.proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True
-        )
-        assert self.proc.stdin is not None and self.proc.stdout is not None  # PIPE makes both
-        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
-        for f in (self.stdin, self.stdout):
-            try:
-                fcntl.fcntl(f.fileno(), openssh._F_SETPIPE_SZ, openssh.PIPE_BYTES)
-            except OSError:  # above pipe-max-size for an unprivileged user: keep the default
-                pass
-
-    def is_active(self) -> bool:
-        return self.proc.poll() is None
-
-    def exit_status(self) -> int | None:
-        return self.proc.poll()
-
-    def stderr_tail(self) -> str:
-        if self.proc.poll() is None or self.proc.stderr is None:
-            return ""
-        try:
-            return self.proc.stderr.read(4096).decode("utf-8", "replace").strip()
-        except (OSError, ValueError):
-            return ""
-
-    def close(self) -> None:
-        for f in (self.stdin, self.stdout):
-            try:
-                f.close()
-            except OSError:
-                pass
-        try:
-            self.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
-
-
 def local_exec(bootstrap: str) -> openssh.PipeChannel:
     """The helper under this interpreter (its standard library is all it needs)."""
     try:
-        proc = LocalProcess([sys.executable, "-I", "-c", bootstrap])
+        # Not a session of its own: when this process dies (even by kill -9) the helper reads EOF
+        # on stdin and stops there, and what it had not renamed stays under temporary names.
+        proc = openssh.PipedProcess([sys.executable, "-I", "-c", bootstrap])
     except OSError as exc:
         raise BundleUnavailable(f"the local bundle helper did not start ({exc})") from exc
-    return openssh.PipeChannel(proc, timeout=HELLO_TIMEOUT)  # type: ignore[arg-type]
+    return openssh.PipeChannel(proc, timeout=HELLO_TIMEOUT)
 
 
 def forget(chan: Any) -> None:

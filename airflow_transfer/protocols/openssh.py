@@ -108,7 +108,57 @@ def _pipe(stream: IO[bytes] | None, name: str) -> IO[bytes]:
     return stream
 
 
-class OpenSSHProcess:
+class PipedProcess:
+    """A child process spoken to over its stdin and stdout: what PipeChannel carries."""
+
+    def __init__(self, argv: list[str], new_session: bool = False) -> None:
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            close_fds=True,
+            start_new_session=new_session,
+        )
+        self.stdin, self.stdout = _pipe(self.proc.stdin, "stdin"), _pipe(self.proc.stdout, "stdout")
+        for f in (self.stdin, self.stdout):
+            try:
+                fcntl.fcntl(f.fileno(), _F_SETPIPE_SZ, PIPE_BYTES)
+            except OSError:  # above pipe-max-size for an unprivileged user: keep the default
+                pass
+
+    def is_active(self) -> bool:
+        return self.proc.poll() is None
+
+    def exit_status(self) -> int | None:
+        """The exit status (for `ssh`: the remote command's, 255 for its own failure), None while it runs."""
+        return self.proc.poll()
+
+    def stderr_tail(self) -> str:
+        """What the process said before it exited (host key or auth failures), for error messages."""
+        if self.proc.poll() is None or self.proc.stderr is None:
+            return ""
+        try:
+            return self.proc.stderr.read(4096).decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            return ""
+
+    def close(self) -> None:
+        for f in (self.stdin, self.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+class OpenSSHProcess(PipedProcess):
     """One `ssh -s host sftp` process: what paramiko's Transport is to a paramiko channel.
     With `command`, one `ssh host command` instead (the bundle helper's exec channel)."""
 
@@ -117,24 +167,10 @@ class OpenSSHProcess:
         self.command = command
         self._private = Path(tempfile.mkdtemp(prefix="at-ssh-"))  # mkdtemp makes it 0700
         try:
-            argv = self._argv()
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                close_fds=True,
-                start_new_session=True,
-            )
-            self.stdin, self.stdout = _pipe(self.proc.stdin, "stdin"), _pipe(self.proc.stdout, "stdout")
+            super().__init__(self._argv(), new_session=True)
         except BaseException:
             shutil.rmtree(self._private, ignore_errors=True)
             raise
-        for f in (self.stdin, self.stdout):
-            try:
-                fcntl.fcntl(f.fileno(), _F_SETPIPE_SZ, PIPE_BYTES)
-            except OSError:  # above pipe-max-size for an unprivileged user: keep the default
-                pass
 
     def _argv(self) -> list[str]:
         t = self.target
@@ -209,35 +245,8 @@ class OpenSSHProcess:
         """Remove the key text and pinned host key: `ssh` has read both once it is authenticated."""
         shutil.rmtree(self._private, ignore_errors=True)
 
-    def is_active(self) -> bool:
-        return self.proc.poll() is None
-
-    def exit_status(self) -> int | None:
-        """The remote command's exit status as `ssh` passes it on (255: ssh's own failure), None while it runs."""
-        return self.proc.poll()
-
-    def stderr_tail(self) -> str:
-        """What `ssh` said before it exited (host key or auth failures), for error messages."""
-        if self.proc.poll() is None or self.proc.stderr is None:
-            return ""
-        try:
-            return self.proc.stderr.read(4096).decode("utf-8", "replace").strip()
-        except (OSError, ValueError):
-            return ""
-
     def close(self) -> None:
-        for f in (self.stdin, self.stdout):
-            try:
-                f.close()
-            except OSError:
-                pass
-        try:
-            self.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
+        super().close()
         shutil.rmtree(self._private, ignore_errors=True)
 
 
@@ -248,7 +257,7 @@ class PipeChannel:
     server blocked on sending replies can never deadlock against a client blocked on
     sending requests (downloads send many small READs and receive large DATA)."""
 
-    def __init__(self, proc: OpenSSHProcess, timeout: float | None = None) -> None:
+    def __init__(self, proc: PipedProcess, timeout: float | None = None) -> None:
         self._proc = proc
         self._w = proc.stdin.fileno()
         self._r = proc.stdout.fileno()

@@ -74,13 +74,13 @@ def copy_argv(bed, src: str, dst: str, flags: list[str], key_prefix: str = "benc
         f"{key_prefix}-{uuid.uuid4().hex}",
         "--progress-interval",
         "3600",
-        "--identity",
-        str(bed.key),
-        "--known-hosts",
-        str(bed.known_hosts),
-        "--ssh-config",
-        str(bed.ssh_config),
+        *bed_ssh_flags(bed),
     ]
+
+
+def bed_ssh_flags(bed) -> list[str]:
+    """The testbed's client key, known_hosts and ssh_config, as the CLI takes them."""
+    return ["--identity", str(bed.key), "--known-hosts", str(bed.known_hosts), "--ssh-config", str(bed.ssh_config)]
 
 
 class AirflowTransfer(Contender):
@@ -116,12 +116,7 @@ class AirflowTransfer(Contender):
             self._url(bed.fresh_remote_dir("profile")),
             "--quick",
             "--json",
-            "--identity",
-            str(bed.key),
-            "--known-hosts",
-            str(bed.known_hosts),
-            "--ssh-config",
-            str(bed.ssh_config),
+            *bed_ssh_flags(bed),
         ]
         done = bed.run(argv, timeout=600)
         if done.returncode != 0:
