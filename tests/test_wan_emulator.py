@@ -126,10 +126,11 @@ def test_random_loss_matches_the_setting_over_1e5_packets(lossy: EmulatedLink) -
     assert after["drop_queue"] == before["drop_queue"], after
     emulated = (after["drop_loss"] - before["drop_loss"]) / sent
     assert abs(emulated - 0.01) <= 0.001, f"emulator lost {emulated:.4%} of {sent} packets for 1 %"
-    # What the receiver missed: the loss is real. It is the emulator's drops plus any the host
-    # made itself: a loaded VM's receiving socket overflowed for 0.19 % more (CI, 2026-11-27).
+    # What the receiver missed: the loss is real, at least what the emulator dropped. A loaded
+    # host adds drops of its own in the receiving socket (0.19 % and 2 % more in two CI runs on
+    # 2026-11-27), so only the emulator's own count above is held to 0.1 %.
     delivered = udp["lost_packets"] / udp["packets"]
-    assert emulated - 0.001 <= delivered <= emulated + 0.005, (
+    assert delivered >= emulated - 0.001, (
         f"receiver missed {delivered:.4%} of {udp['packets']} datagrams; the emulator dropped {emulated:.4%}"
     )
 
