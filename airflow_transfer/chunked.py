@@ -345,6 +345,7 @@ def run_chunk(
         dst=dst.display,
         direction=session.direction,
         verify=verify_summary,
+        connections_lost=getattr(session.pool, "lost", 0),
         transfer_key=spec["transfer_key"],
         transfer_id=record.id if record else None,
         host=_hostname(),

@@ -24,7 +24,7 @@ from .protocols.endpoint import Endpoint
 from .protocols.pool import SFTPPool, warm_count
 from .protocols.ssh import SSH_CLIENTS
 from .summary import TransferSummary
-from .tuning.registry import ALGORITHMS as ALGORITHM_CLASSES
+from .tuning.names import ALGORITHM_NAMES
 
 if TYPE_CHECKING:
     from .manifest import Manifest
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 # pp, p, cc of `copy --algorithm fixed` when a knob is not given (the hand-picked wan50 setting's
 # pp and cc: docs/tuning.md).
 FIXED_DEFAULTS = (8, 1, 4)
-ALGORITHMS = list(ALGORITHM_CLASSES)  # every registered algorithm, in the registry's order
+ALGORITHMS = list(ALGORITHM_NAMES)  # every registered algorithm, in the registry's order
 
 
 class BadArguments(Exception):

@@ -17,7 +17,6 @@ from .cli_endpoint import add_json_option, check_location, error_object, print_j
 from .engine.accounting import format_rate
 from .errors import TransferError, UsageError
 from .profiling.hosts import LOCALHOST, ProfileHost, parse_host
-from .profiling.library import light_run, profile_host, profile_link, tune_link
 from .profiling.remote import HostRunner
 from .protocols.ssh import open_sftp
 
@@ -53,7 +52,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    # heavy: the store loads SQLAlchemy and pyarrow (~0.25 s); `airflow-transfer` imports this module
+    # heavy: the store and the profiling library load SQLAlchemy and pyarrow (~0.3 s); `airflow-transfer`
+    # imports this module
+    from .profiling.library import light_run, profile_host, profile_link, tune_link
     from .store import open_store
 
     ssh = (args.ssh_config, args.identity, args.known_hosts)

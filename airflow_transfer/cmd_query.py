@@ -7,8 +7,6 @@ import sys
 from .cli_endpoint import add_json_option, endpoint, error_object, failure_json, print_json
 from .errors import UsageError
 from .protocols.endpoint import Endpoint
-from .query.expr import QueryError
-from .query.sources import is_http
 
 
 def add_parser(subparsers) -> None:
@@ -45,6 +43,9 @@ def add_parser(subparsers) -> None:
 
 def resolve(url: str, args) -> str | Endpoint:
     """An http(s) URL stays a string (query sources only); everything else is an Endpoint."""
+    # heavy: the query sources load http.client and email (~0.07 s); `airflow-transfer` imports this module
+    from .query.sources import is_http
+
     return url if is_http(url) else endpoint(url, args)
 
 
@@ -55,8 +56,10 @@ def _progress(p: dict) -> None:
 
 
 def run(args) -> int:
-    # heavy: the query engine loads pyarrow and NumPy (~0.1 s); `airflow-transfer` imports this module
+    # heavy: the query engine loads pyarrow, NumPy, http.client (~0.15 s); `airflow-transfer` imports this module
+    from .query.expr import QueryError
     from .query.run import QueryRequest, run_query
+    from .query.sources import is_http
 
     try:
         if is_http(args.dst):

@@ -329,6 +329,7 @@ def _copy(req: CopyRequest, t0: float, stats: Stats, store, record, session, key
         verify=verify_summary,
         protocol_switches=list(session.switches),
         ssh_client=getattr(session.pool, "client", None),
+        connections_lost=getattr(session.pool, "lost", 0),
         tuning=tuning,
         transfer_key=key,
         transfer_id=record.id if record else None,

@@ -27,13 +27,13 @@ Kind = Literal["copy", "chunk", "transfer"]
 ORDER = tuple(
     "files bytes seconds throughput_mbit algorithm src dst direction files_skipped bytes_moved skipped_entries verify"
     " chunks protocol_switches ssh_client tuning failed journal files_resumed files_retried bytes_resent transfer_key"
-    " transfer_id store host pid manifest_digest".split()
+    " transfer_id store host pid manifest_digest connections_lost".split()
 )
 _COMMON = set(
     "files bytes seconds throughput_mbit algorithm src dst files_skipped bytes_moved verify chunks protocol_switches"
     " failed transfer_key transfer_id".split()
 )
-_RETRIES = {"files_resumed", "files_retried", "bytes_resent"}
+_RETRIES = {"files_resumed", "files_retried", "bytes_resent", "connections_lost"}
 SHAPES: dict[str, tuple[str, ...]] = {
     kind: tuple(k for k in ORDER if k in keys)
     for kind, keys in {
@@ -85,6 +85,7 @@ class TransferSummary:
     host: str | None = None
     pid: int | None = None
     manifest_digest: str | None = None  # Manifest.digest() of the listing the copy worked from
+    connections_lost: int = 0  # SSH connections that failed and were replaced (protocols/pool.py)
     server: dict | None = None  # copy: what the SFTP server reported, after the shape's keys when known
     extra: dict[str, Any] = field(default_factory=dict)  # session-specific sections, last (replicas, fall-back)
 

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from airflow_transfer.engine.bundle import BundleMover
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.engine.retry import RetryPolicy
 from airflow_transfer.job import CopyRequest, run_copy
@@ -40,6 +41,7 @@ class _FTPWatch:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.connects = self.reads = self.writes = 0
+        self.written: list[str] = []  # paths opened for writing
 
     def wrap(self, inner):
         watch = self
@@ -53,6 +55,7 @@ class _FTPWatch:
             def open_write(self, path, offset=0):
                 with watch.lock:
                     watch.writes += 1
+                    watch.written.append(path)
                 return inner.open_write(path, offset)
 
             def open_read(self, path, offset=0):
@@ -121,6 +124,7 @@ def test_healthy_sftp_with_alternate_opens_the_same_connections(sshd, ftp, datas
     assert watch.connects == watch.writes == watch.reads == 0
     s = alt[0]
     assert s["protocol_switches"] == []
+    assert s["connections_lost"] == plain[0]["connections_lost"] == 0
     assert s["protocols"]["sftp"]["files"] == s["files"] and s["protocols"]["sftp"]["phases"] == 1
     # Nothing was sent twice: what the summary says moved is what the dataset holds, no more.
     assert s["bytes_moved"] == s["bytes"] == plain[0]["bytes_moved"]
@@ -166,6 +170,7 @@ def test_sftp_dying_mid_run_hands_the_rest_to_ftp(test_base, ftp, dataset, tmp_p
         server.stop()
     assert stopped.is_set(), "sshd was never stopped: the copy finished before 30 %"
     assert summary["failed"] == [], summary["failed"][:5]
+    assert summary["connections_lost"] >= 1, "the server's death is not in the summary"
     assert tree_digest(dst) == tree_digest(dataset)
     assert temp_files(dst) == []
     sw = summary["protocol_switches"]
@@ -186,3 +191,56 @@ def test_sftp_dying_mid_run_hands_the_rest_to_ftp(test_base, ftp, dataset, tmp_p
     )
     assert summary["bytes_moved"] == sum(p["bytes_moved"] for p in summary["protocols"].values())
     assert any("protocol switch: sftp -> ftp" in line for line in lines)
+
+
+def test_a_group_landed_but_unheard_is_found_in_place_not_sent_again(test_base, ftp, dataset, monkeypatch):
+    """The connection falls between a bundle group's commit and its reply: the group's files are
+    in place, verified and renamed, but the copy never heard so. FTP, carrying the rest, finds
+    them there and sends none of them again. (The fault's timing cannot be produced for real:
+    the reply is read and dropped here, and sshd is stopped at that moment.)"""
+    server = SSHServer(test_base / "sshd-unheard").start()
+    dst = test_base / "remote-unheard" / "ds"
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(dst.parent, 0o777)
+    chown_to_user(dst.parent, server.user)
+    unheard: list[str] = []
+    settle = BundleMover.settle
+
+    def lose_first_reply(mover, group, results):
+        if unheard:
+            return settle(mover, group, results)
+        assert results and all(r.get("ok") for r in results), results
+        unheard.extend(t.rel for _, t, _, _ in group.items)
+        server.stop()
+        raise ConnectionError("connection lost before the commit's reply was read (test)")
+
+    monkeypatch.setattr(BundleMover, "settle", lose_first_reply)
+    watch = _FTPWatch()
+    backends.register_wrapper("ftp", watch.wrap)
+    try:
+        summary = _copy(
+            server,
+            dataset,
+            dst,
+            "fixed",
+            [f"ftp://{ftp.user}@{ftp.host}:{ftp.port}"],
+            lambda snap: None,
+            switch_after=2,
+            probe_interval=60,
+            retry=RetryPolicy(backoff_base=0.2, backoff_max=1.0, deadline_s=150),
+        )
+    finally:
+        backends.register_wrapper("ftp", None)
+        server.stop()
+    assert unheard, "no bundle group was committed"
+    assert summary["failed"] == [], summary["failed"][:5]
+    assert tree_digest(dst) == tree_digest(dataset)
+    assert temp_files(dst) == []
+    assert summary["protocol_switches"] and summary["protocol_switches"][0]["to"] == "ftp"
+    # FTP took over (it may have had nothing left to send but the unheard group: the other
+    # connection can finish the rest first) and found the group in place.
+    assert watch.connects >= 1, "FTP never connected"
+    sent_by_ftp = {os.path.basename(p) for p in watch.written}
+    again = [rel for rel in unheard if any(os.path.basename(rel) in name for name in sent_by_ftp)]
+    assert again == [], f"{len(again)} of {len(unheard)} landed files were sent again over FTP"
+    assert summary["files_skipped"] >= len(unheard)

@@ -9,6 +9,7 @@ import pytest
 
 from airflow_transfer.errors import ConnectError
 from airflow_transfer.protocols.pool import SFTPPool
+from tests.support.sshd import SSHServer
 
 
 def _settle(pool: SFTPPool, seconds: float = 30.0) -> None:
@@ -129,3 +130,30 @@ def test_warm_count_adds_the_checksum_helpers_connection():
     assert warm_count("auto", 1, verify=True) == WARM_CONNECTIONS + 1
     assert warm_count("fixed", 1, verify=True) == 2  # one data connection, one for the helper
     assert warm_count("fixed", 16, verify=False) == WARM_CONNECTIONS
+
+
+def test_connections_the_server_dropped_are_counted_lost_and_replaced(test_base):
+    """sshd killed (listener and sessions) and started again: the connection in use and the idle
+    one are both dead; each is counted once when the pool drops it, and a new one serves. A
+    healthy connection handed back, or one closed for an unfinished request, is not a loss."""
+    server = SSHServer(test_base / "sshd-pool-lost").start()
+    pool = SFTPPool(server.target(look_for_keys=False))
+    try:
+        idle, used = pool.acquire(), pool.acquire()
+        pool.release(idle)
+        assert pool.lost == 0
+        server.stop()
+        server.start()
+        deadline = time.monotonic() + 15
+        while (idle.alive or used.alive) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not idle.alive and not used.alive, "the killed sessions' transports still look alive"
+        pool.release(used)
+        assert pool.lost == 1
+        fresh = pool.acquire()  # the idle one is found dead and dropped; a new connection is opened
+        assert pool.lost == 2 and fresh.alive and fresh not in (idle, used)
+        pool.release(fresh)
+        assert pool.lost == 2
+    finally:
+        pool.close()
+        server.stop()

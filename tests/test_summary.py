@@ -36,6 +36,7 @@ COPY_KEYS = [
     "transfer_id",
     "store",
     "manifest_digest",
+    "connections_lost",
 ]
 CHUNK_KEYS = [
     "files",
@@ -59,6 +60,7 @@ CHUNK_KEYS = [
     "transfer_id",
     "host",
     "pid",
+    "connections_lost",
 ]
 TRANSFER_KEYS = [
     "files",

@@ -11,6 +11,7 @@ from airflow_transfer.tuning import ALGORITHMS, LinkInfo, LinkSimulator, get_alg
 from airflow_transfer.tuning.adaptive_cc import AdaptiveCC
 from airflow_transfer.tuning.base import Ramp
 from airflow_transfer.tuning.models import pp_param
+from airflow_transfer.tuning.names import ALGORITHM_NAMES
 
 MB = 1024 * 1024
 
@@ -64,6 +65,11 @@ def test_every_algorithm_moves_each_row_once(name):
     assert sum(r.files for r in results) == len(sizes)
     assert sum(r.bytes for r in results) == int(sizes.sum())
     assert all(r.throughput_mbit > 0 for r in results)
+
+
+def test_the_names_the_command_line_offers_are_the_registry_s():
+    """The CLI lists the names without importing the classes: the two lists must agree."""
+    assert ALGORITHM_NAMES == tuple(ALGORITHMS)
 
 
 def test_empty_manifest_runs_nothing():

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from ..integrity.algorithms import digest_bytes
 from ..protocols import openssh
 from . import resume
-from .bundle_carriers import BundleUnavailable, forget, local_exec, openssh_exec, paramiko_exec
+from .bundle_carriers import SEND_PIECE, BundleUnavailable, forget, local_exec, openssh_exec, paramiko_exec
 from .bundle_pull import Group, pull_groups
 from .failures import ChecksumMismatch
 from .sftp_jobs import FileTask, SourceChanged, count_progress, mtime_changed
@@ -50,7 +50,6 @@ GROUP_BYTES = 16 << 20  # bytes per commit: bounds the memory a group holds on b
 # Fewest files a group takes towards the end of a chunk, when groups shrink to each worker's share
 # of what is left so that every channel finishes at about the same time.
 TAIL_GROUP_FILES = 16
-SEND_PIECE = 1 << 20  # bytes joined into one send
 COMMIT_TIMEOUT = 300.0  # a group's fsync and read-back on a slow disk
 BOOTSTRAP = "import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))"
 SINK_NAME = "airflow-transfer-bundle"

@@ -19,6 +19,7 @@ from ..protocols import openssh
 from ..protocols.ssh import SSHTarget
 
 HELLO_TIMEOUT = 10.0  # the sink answers at once where python3 runs; a forced command never does
+SEND_PIECE = 1 << 20  # bytes joined into one write to a helper (many small files per packet)
 
 
 class BundleUnavailable(Exception):
@@ -59,6 +60,6 @@ def local_exec(bootstrap: str) -> openssh.PipeChannel:
 
 def forget(chan: Any) -> None:
     """Key text written for an `ssh` process is removed once it has authenticated."""
-    proc = getattr(chan, "_proc", None)
+    proc = chan.process if isinstance(chan, openssh.PipeChannel) else None
     if isinstance(proc, openssh.OpenSSHProcess):
         proc.forget_files()

@@ -19,12 +19,11 @@ import time
 from typing import TYPE_CHECKING
 
 from . import resume
+from .bundle_carriers import SEND_PIECE
 from .sftp_jobs import FileTask, SourceChanged, count_progress, mtime_changed
 
 if TYPE_CHECKING:
     from .bundle import BundleMover, SinkChannel
-
-SEND_PIECE = 1 << 20  # bytes of received files handed to the local helper in one write
 
 
 class Group:

@@ -206,6 +206,13 @@ def run_phases(
         error: BaseException | None = None
         try:
             sess = fb._session(index, ctl, skip=fb.skip_existing and first_phase)
+            # A file an earlier phase sent whole whose outcome never came back (the connection
+            # fell between a bundle group's commit and its reply) is looked for first: if it is in
+            # place, it landed verified and is not sent a second time. Only those files are
+            # listed, so a phase on a slow alternate does not list every remaining directory.
+            sess.adopt = frozenset(
+                paths[g] for g in remaining if fb.skip_existing and not first_phase and full_sends[g] >= 1
+            )
             if fb._dirs_pending and fb._empty_dirs:
                 sess.ensure_dirs(*fb._empty_dirs)
                 fb._dirs_pending = False

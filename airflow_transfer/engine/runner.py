@@ -246,6 +246,17 @@ class Runner:
 BUGS = (TypeError, AttributeError, NameError, AssertionError, NotImplementedError)
 
 
+def _already_there(session: Session, tasks: list[FileTask]) -> set[int]:
+    """Files not to move: all found in place where the session skips existing files, else only
+    those it adopts (sent whole before, outcome unheard); one listing per directory either way."""
+    if session.skip_existing:
+        return session.already_there(tasks) if tasks else set()
+    picked = [i for i, t in enumerate(tasks) if t.rel in session.adopt]
+    if not picked:
+        return set()
+    return {picked[j] for j in session.already_there([tasks[i] for i in picked])}
+
+
 def run_chunk(
     session: Session,
     tasks: list[FileTask],
@@ -266,7 +277,7 @@ def run_chunk(
     if not why:
         try:
             session.ensure_dirs(dst_root, dirs)
-            skip = session.already_there(tasks) if session.skip_existing and tasks else set()
+            skip = _already_there(session, tasks)
         except Exception as exc:
             if not session.control.absorb(exc):  # a fall-back carries these files elsewhere
                 raise

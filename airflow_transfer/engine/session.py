@@ -88,6 +88,10 @@ class Session:
         self.bandwidth_bps: float | None = None  # the link's, when known: balances block checksum threads
         self.resume_blocks: dict[str, list] = {}  # path -> journaled block digests (block mode)
         self.before_verify: Callable[[str], None] | None = None  # tests inject faults here
+        # Paths an earlier phase of a fall-back sent whole without hearing the outcome (a bundle
+        # group whose commit reply was lost): found in place with their size and mtime, they
+        # landed (every path renames only after verifying and setting the mtime), not sent again.
+        self.adopt: frozenset[str] = frozenset()
         self.verifier: Any = None
 
     def options(self) -> SessionOptions:

@@ -266,6 +266,11 @@ class PipeChannel:
         self._early = bytearray()
         self._timeout = timeout
 
+    @property
+    def process(self) -> PipedProcess:
+        """The process at the other end of the pipes."""
+        return self._proc
+
     def settimeout(self, timeout: float | None) -> None:
         self._timeout = timeout
 

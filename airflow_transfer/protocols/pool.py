@@ -101,6 +101,10 @@ class SFTPPool:
     _warming: int = 0  # connections `warm` is opening now
     _waiting: int = 0  # acquirers waiting for one of them
     _closed: bool = False
+    # Connections that failed while the copy ran (the server went away, the link broke, a helper
+    # on them died) and were dropped: a copy that got over a fault without retrying a file
+    # still says it happened (the summary's connections_lost).
+    lost: int = 0
     caps: ServerCapabilities = field(default_factory=ServerCapabilities)  # found out once for the server
 
     def __post_init__(self) -> None:
@@ -113,6 +117,7 @@ class SFTPPool:
                     conn = self._idle.pop()
                     if conn.alive and conn.wire.outstanding == 0:
                         return conn
+                    self.lost += not conn.alive
                     conn.close()
                 # A connection `warm` is opening is taken when it arrives rather than opened twice.
                 if self._warming <= self._waiting:
@@ -240,6 +245,9 @@ class SFTPPool:
 
     def release(self, conn: Conn, broken: bool = False) -> None:
         if broken or not conn.alive or conn.wire.outstanding:
+            if broken or not conn.alive:
+                with self._lock:
+                    self.lost += 1
             conn.close()
             return
         with self._cond:

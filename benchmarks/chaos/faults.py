@@ -5,8 +5,10 @@ JSON (stdout, `--json`), the error lines (stderr), or the progress lines
 (stderr, `--progress-interval`). Per kind:
 
 - sshd_restart: the server is killed (listener and sessions) and restarted.
-  Reported: the attempt's summary counts `files_retried` >= 1, or its error
-  names the lost connection. When every file already had its final name once
+  Reported: the attempt's summary counts `files_retried` >= 1 or
+  `connections_lost` >= 1 (a copy may get over the fault on an idle or a
+  verifier's connection without retrying a file), or its error names the
+  lost connection. When every file already had its final name once
   the server was down, the copy had no remote step left to lose: the run
   counts as not injected and the fault is drawn again.
 - blackhole: every packet dropped both ways for 2-5 s (emulator control).
@@ -130,6 +132,9 @@ def reported(kind: str, attempts: list[Attempt], info: dict) -> tuple[bool, str]
         retried = (first.summary or {}).get("files_retried") or 0
         if retried:
             return True, f"files_retried={retried}"
+        lost = (first.summary or {}).get("connections_lost") or 0
+        if lost:
+            return True, f"connections_lost={lost}"
         if not first.ok and any(w in first.errors() for w in _CONNECTION_WORDS):
             return True, "error names the lost connection"
         return False, "no retry counted and no connection error"
