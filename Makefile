@@ -12,9 +12,8 @@ demo: venv
 	@bash scripts/setup-test-deps.sh
 	@$(PY) scripts/demo.py
 
-test: venv
-	@bash scripts/setup-test-deps.sh
-	@if [ -f scripts/install-wan-deps.sh ]; then bash scripts/install-wan-deps.sh; fi
+test:
+	@bash scripts/test-setup.sh
 	@# Most tests wait on round trips, sshd and Airflow processes: 3 workers overlap that on
 	@# 2 cores; --dist loadfile keeps a module on one worker, so its sshd, Airflow home or
 	@# api-server start once; --no-loadscope-reorder keeps the order tests/conftest.py gives

@@ -19,7 +19,10 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
   echo "install-wan-deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
+  # One refresh of the package lists serves both install scripts of a run.
+  if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*_Packages*' -mmin -30 2>/dev/null | head -1)" ]; then
+    apt-get update -qq
+  fi
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 # The emulator attaches to TUN devices; containers sometimes lack the node.
