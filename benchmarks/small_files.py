@@ -59,6 +59,10 @@ def _make(root: Path, count: int, size: int) -> None:
 
 def _run(argv: list[str]) -> dict:
     """Wall time, the client's CPU (the process and its children) and peak RSS, the machine's CPU."""
+    # The previous run's dirty pages (rsync leaves its files unflushed) are written back before
+    # this run starts, not during it: a copy that flushes its own files (syncfs) would otherwise
+    # wait for another tool's data too. benchmarks/run.py does the same.
+    os.sync()
     busy0, t0 = _busy_seconds(), time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
