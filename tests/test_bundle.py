@@ -217,3 +217,32 @@ def test_every_channel_gets_its_share_of_the_groups(sshd, local_dir, remote_dir)
     groups = int(chunk["transport"].split(" in ")[1].split()[0])
     # cc 2: each group at most half of what was waiting (150, 75, 38, ...), never under 16 files
     assert 4 <= groups <= 300 // bundle.TAIL_GROUP_FILES + 8, chunk["transport"]
+
+
+def test_a_group_whose_commit_reply_was_lost_is_found_in_place_not_sent_again(sshd, local_dir, remote_dir, monkeypatch):
+    """The connection falls between a group's commit and its reply: the files are in place,
+    verified and renamed, but the copy never heard so. The retry on a new connection finds them
+    at their final names and sends none of them again. (The fault's timing cannot be produced
+    for real: the reply is read and dropped here.)"""
+    src = _tree(local_dir / "unheard", 200, seed=5)
+    dst = remote_dir / "unheard"
+    landed: dict[str, int] = {}  # file -> inode when its reply was dropped
+    settle = bundle.BundleMover.settle
+
+    def lose_first_reply(mover, group, results):
+        if landed:
+            return settle(mover, group, results)
+        assert results and all(r.get("ok") for r in results), results
+        for _, t, _, _ in group.items:
+            landed[t.rel] = os.stat(t.dst).st_ino
+        raise ConnectionError("connection lost before the commit's reply was read (test)")
+
+    monkeypatch.setattr(bundle.BundleMover, "settle", lose_first_reply)
+    s = _copy(sshd, src, dst, use_store=False)
+    assert landed, "no group was committed"
+    assert s["failed"] == [], s["failed"][:5]
+    assert tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+    # A file sent again would land under a new inode (a new temporary file, renamed over it).
+    again = [rel for rel, ino in landed.items() if os.stat(dst / rel).st_ino != ino]
+    assert again == [], f"{len(again)} of {len(landed)} landed files were sent again"
+    assert s["connections_lost"] >= 1

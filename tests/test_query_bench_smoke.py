@@ -10,8 +10,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytest
-
 from tests.support.wan import require_wan
 
 REPO = Path(__file__).resolve().parents[1]

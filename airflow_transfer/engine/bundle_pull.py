@@ -82,6 +82,7 @@ def pull_groups(mover: BundleMover, sink: SinkChannel, lander: SinkChannel) -> N
             pass
         for group in landing:
             for i, t, _, _ in group.items:
+                t.unheard = True  # committed to a lander that did not answer: it may have landed
                 r.failed(i, why, 0.0, t.src)
         for pull in asked:
             for i, t in zip(pull.indices, pull.tasks):

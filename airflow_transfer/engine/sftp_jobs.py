@@ -55,6 +55,9 @@ class FileTask:
     done: list | None = None
     journaled: bool = False  # the journal may hold ranges of the temporary file
     counted: int = 0  # bytes of this file counted in the progress (never more than its size)
+    # Sent whole in a bundle group whose commit went out but whose reply never came back: it
+    # may well be in place, verified; the next attempt looks there first (bundle.py).
+    unheard: bool = False
 
 
 _COUNT_LOCK = threading.Lock()  # ranges of one file are acknowledged on p threads at once

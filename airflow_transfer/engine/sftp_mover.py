@@ -121,14 +121,41 @@ class SFTPMover:
             return 0
         return min(prefix, size, t.size)
 
+    def landed(self, indices: list[int]) -> list[int]:
+        """`indices` without the files a bundle group of this copy sent whole whose commit
+        reply was lost (FileTask.unheard), found now at their final name with their size and
+        mtime: the helper renames a file only after it is on disk and verified, so they are done,
+        not sent again. One lookup for all of them; only where the copy skips existing files,
+        the rule a chunk's start applies too."""
+        r = self.r
+        unheard = [i for i in indices if r.tasks[i].unheard]
+        if not unheard:
+            return indices
+        for i in unheard:
+            r.tasks[i].unheard = False
+        if not self.s.skip_existing:
+            return indices
+        try:
+            found = self.s.already_there([r.tasks[i] for i in unheard])
+        except Exception:  # noqa: BLE001 - cannot look: send them again, as without this check
+            return indices
+        done = {unheard[j] for j in found}
+        for i in sorted(done):
+            self.s.bundle.count(verified=r.alg is not None)
+            r.finish(i, True, 0.0, None)
+        return [i for i in indices if i not in done]
+
     # -- pipelined whole files -------------------------------------------------------
     def _next_job(self, wire: Any, carrying: int = 0) -> Job | None:
         r = self.r
-        if r.schedule.surplus():
-            return None  # a worker too many: finish the files in flight, then leave
-        i = r.schedule.pop(want=lambda k: not self.is_big(r.tasks[k]), carrying=carrying)
-        if i is None:
-            return None
+        while True:
+            if r.schedule.surplus():
+                return None  # a worker too many: finish the files in flight, then leave
+            i = r.schedule.pop(want=lambda k: not self.is_big(r.tasks[k]), carrying=carrying)
+            if i is None:
+                return None
+            if self.landed([i]):
+                break
         t = r.tasks[i]
         t.attempts += 1
         blocks = r.verify.blocks
