@@ -83,7 +83,7 @@ _LONG_MODULES = (
     "tests.test_profiling_dag",  # ~250 s: two backends, four DAG runs
     "tests.test_provider_dags",  # ~230 s
     "tests.test_durable",  # ~220 s: outages and kills, two backends
-    "tests.test_chaos",  # ~180 s: 21 faults over wan50
+    "tests.test_chaos",  # ~150 s: 14 faults over wan50
     "tests.test_ui_server",  # ~150 s: api-server, DAG run, browser
     "tests.test_secrets",  # ~100 s
     "tests.test_example_dag",  # ~80 s

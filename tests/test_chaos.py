@@ -1,7 +1,7 @@
 """CI subset of the chaos suite (issue #11; `make chaos` runs 200+ faults).
 
-21 transfers over the emulated wan50 link, each with one fault at a seeded random
-moment, three of every kind (benchmarks/chaos/faults.py), on a dataset small enough
+14 transfers over the emulated wan50 link, each with one fault at a seeded random
+moment, two of every kind (benchmarks/chaos/faults.py), on a dataset small enough
 for CI. After every attempt and re-run: no file under its final name differs from the
 source, the journal agrees with the destination; after the final run: nothing missing,
 no temporary file; every fault shows in the copy's summary, errors or progress lines.
@@ -22,6 +22,8 @@ from tests.support.wan import require_wan
 WAN_PARALLEL_OK = True
 
 SEED = 20261122
+# Two of each kind: 21 took 223 s of a CPU-bound CI run; the full suite (`make chaos`) runs 200+.
+FAULTS = 2 * len(KINDS)
 
 
 def test_chaos_subset_loses_nothing_and_reports_every_fault():
@@ -36,7 +38,7 @@ def test_chaos_subset_loses_nothing_and_reports_every_fault():
     with Chaos(cfg) as chaos:
         records = run_session(
             chaos,
-            21,
+            FAULTS,
             lambda rec, n, of: lines.append(
                 f"{n:2d} {rec['kind']:13s} injected={rec['injected']} attempts={len(rec['attempts'])} "
                 f"{rec['seconds']:.1f}s {rec['how']} {rec['violations'][:3]}"
@@ -52,6 +54,6 @@ def test_chaos_subset_loses_nothing_and_reports_every_fault():
     assert bad == [], f"invariants violated (seed {SEED}): {bad}"
     unreported = [(r["run"], r["kind"], r["how"]) for r in records if r["injected"] and not r["reported"]]
     assert unreported == [], f"faults injected but not reported (seed {SEED}): {unreported}"
-    assert t["faults_injected"] >= 20
+    assert t["faults_injected"] >= FAULTS
     assert all(t["by_kind"][k]["injected"] >= 2 for k in KINDS), t["by_kind"]
     assert t["completed"] == t["runs"]

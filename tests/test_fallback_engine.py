@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -83,6 +84,16 @@ def _copy(sshd, src, dst, algorithm, alt, progress, **kw):
     )
 
 
+def _own_server(test_base: Path, name: str) -> tuple[SSHServer, Path]:
+    """An sshd this test may stop, and a destination directory its user can write in."""
+    server = SSHServer(test_base / f"sshd-{name}").start()
+    dst = test_base / f"remote-{name}" / "ds"
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(dst.parent, 0o777)
+    chown_to_user(dst.parent, server.user)
+    return server, dst
+
+
 def _auths(sshd, mark: int) -> int:
     with open(sshd.log_file, "rb") as f:
         f.seek(mark)
@@ -138,11 +149,7 @@ def test_healthy_sftp_with_alternate_opens_the_same_connections(sshd, ftp, datas
 
 def test_sftp_dying_mid_run_hands_the_rest_to_ftp(test_base, ftp, dataset, tmp_path):
     """The tuned engine carries the copy until sshd goes away; FTP finishes it from the journal."""
-    server = SSHServer(test_base / "sshd-dying").start()
-    dst = test_base / "remote-dying" / "ds"
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(dst.parent, 0o777)
-    chown_to_user(dst.parent, server.user)
+    server, dst = _own_server(test_base, "dying")
     snaps: list[dict] = []
     stopped = threading.Event()
 
@@ -198,11 +205,7 @@ def test_a_group_landed_but_unheard_is_found_in_place_not_sent_again(test_base, 
     in place, verified and renamed, but the copy never heard so. FTP, carrying the rest, finds
     them there and sends none of them again. (The fault's timing cannot be produced for real:
     the reply is read and dropped here, and sshd is stopped at that moment.)"""
-    server = SSHServer(test_base / "sshd-unheard").start()
-    dst = test_base / "remote-unheard" / "ds"
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(dst.parent, 0o777)
-    chown_to_user(dst.parent, server.user)
+    server, dst = _own_server(test_base, "unheard")
     unheard: list[str] = []
     settle = BundleMover.settle
 
