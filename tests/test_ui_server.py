@@ -225,6 +225,9 @@ def test_transfer_page_shows_each_chunk_with_its_knobs(ui):
     assert page.status_code == 200
     assert page.text.count('class="chunk-row"') == len(summary["chunks"])
     assert page.text.count('<g class="chunk">') == len(summary["chunks"])
+    # A healthy copy through a DAG: its summary says no SSH connection was lost, and the page shows it.
+    assert summary["connections_lost"] == detail["connections_lost"] == 0
+    assert '<div class="v">0</div><div class="k">SSH connections lost</div>' in page.text
     svg = httpx.get(f"{server.url}{PREFIX}/transfers/{tid}/chunks.svg", headers=headers, timeout=30)
     assert svg.headers["content-type"].startswith("image/svg+xml") and svg.text.startswith("<svg")
 

@@ -42,6 +42,7 @@ def _transfer(store, key, chunks, state="succeeded", failed=()):
         "failed": [{"path": p, "error": "boom"} for p in failed],
         "protocol_switches": [],
         "verify": {"algorithm": "sha256", "repaired": 2},
+        "connections_lost": 3,
     }
     return store.finish_transfer(record.id, state, summary)
 
@@ -100,6 +101,7 @@ def test_detail_lays_chunks_end_to_end_and_counts_failed_and_retried_files(store
     assert detail["retried_files"]["total"] == 2
     assert detail["journal"]["percent"] == pytest.approx(100 * 30 / 60, abs=0.1)
     assert detail["repaired"] == 2
+    assert detail["connections_lost"] == 3
     assert views.transfer_detail(store, 999) is None
     assert views.latest_for_key(store, "airflow:d/t/r/-1").id == record.id
     assert views.latest_for_key(store, "airflow:d/t/r") is None  # a prefix is not the key

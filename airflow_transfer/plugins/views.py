@@ -246,6 +246,8 @@ def transfer_detail(
         "retried_files": _file_rows(store, transfer_id, S.files.c.attempts > 1, file_limit),
         "files_retried": summary.get("files_retried"),
         "files_resumed": summary.get("files_resumed"),
+        # faults the copy got over without retrying a file still show here (None: older summaries)
+        "connections_lost": summary.get("connections_lost"),
         "verify": verify,
         "repaired": verify.get("repaired"),
         # written as each switch happens, so a running transfer shows them too
