@@ -246,15 +246,19 @@ class Runner:
 BUGS = (TypeError, AttributeError, NameError, AssertionError, NotImplementedError)
 
 
+def found_in_place(session: Session, tasks: list[FileTask], picked: list[int]) -> set[int]:
+    """Those of `picked` (indices into `tasks`) whose destination has their size and mtime."""
+    if not picked:
+        return set()
+    return {picked[j] for j in session.already_there([tasks[i] for i in picked])}
+
+
 def _already_there(session: Session, tasks: list[FileTask]) -> set[int]:
     """Files not to move: all found in place where the session skips existing files, else only
     those it adopts (sent whole before, outcome unheard); one listing per directory either way."""
     if session.skip_existing:
-        return session.already_there(tasks) if tasks else set()
-    picked = [i for i, t in enumerate(tasks) if t.rel in session.adopt]
-    if not picked:
-        return set()
-    return {picked[j] for j in session.already_there([tasks[i] for i in picked])}
+        return found_in_place(session, tasks, list(range(len(tasks))))
+    return found_in_place(session, tasks, [i for i, t in enumerate(tasks) if t.rel in session.adopt])
 
 
 def run_chunk(

@@ -20,6 +20,7 @@ from .local_mover import finalize_local, unlink_quiet
 from .ranged import move_ranges
 from .resume import RANGE_MIN
 from .retry import classify
+from .runner import found_in_place
 from .sftp_jobs import DownloadJob, FileTask, Job, Pipeline, UploadJob, contiguous_prefix, count_progress
 from .verify import Piece, SourceHasher
 
@@ -136,10 +137,9 @@ class SFTPMover:
         if not self.s.skip_existing:
             return indices
         try:
-            found = self.s.already_there([r.tasks[i] for i in unheard])
+            done = found_in_place(self.s, r.tasks, unheard)
         except Exception:  # noqa: BLE001 - cannot look: send them again, as without this check
             return indices
-        done = {unheard[j] for j in found}
         for i in sorted(done):
             self.s.bundle.count(verified=r.alg is not None)
             r.finish(i, True, 0.0, None)
@@ -154,7 +154,7 @@ class SFTPMover:
             i = r.schedule.pop(want=lambda k: not self.is_big(r.tasks[k]), carrying=carrying)
             if i is None:
                 return None
-            if self.landed([i]):
+            if not r.tasks[i].unheard or self.landed([i]):  # the flag first: this runs per file
                 break
         t = r.tasks[i]
         t.attempts += 1
