@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from . import cmd_copy_list, cmd_profile, cmd_query
 from .cli_endpoint import add_json_option, endpoint, error_object, failure_json, print_json, readable_error
 from .engine.accounting import format_line, format_rate, plural
+from .engine.bundle_channel import BUNDLE_ALGORITHMS, start_download_helpers
 from .engine.params import TransferParams, check_params
 from .engine.retry import RetryPolicy
 from .errors import TransferError, UsageError, describe_oserror
@@ -281,6 +282,10 @@ def _early_pool(args, src, dst):
 
     pool = SFTPPool((src if src.scheme == "sftp" else dst).target)
     pool.warm(warm_count(args.algorithm, args.parallelism * args.concurrency, args.verify != "none"))
+    if dst.scheme == "file" and not args.no_bundle and args.verify in BUNDLE_ALGORITHMS:
+        # A download of small files lands through helpers that take a login to start: started
+        # now, they are ready when the first chunk begins (bundle_channel.py).
+        start_download_helpers(pool, warm_count(args.algorithm, args.parallelism * args.concurrency, False))
     return pool
 
 

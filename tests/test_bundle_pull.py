@@ -7,12 +7,15 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from airflow_transfer.engine import bundle
+from airflow_transfer.engine.bundle_channel import start_download_helpers
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols.endpoint import Endpoint
+from airflow_transfer.protocols.pool import SFTPPool
 from tests.support.cli import kill_cli_when, ssh_args
 from tests.support.data import temp_files, tree_digest
 from tests.support.sshd import chown_to_user, restricted_sshd
@@ -39,6 +42,19 @@ def _push(sshd, src: Path, dst: Path):
             use_store=False,
         )
     )
+
+
+def _pull_with_helpers_ahead(sshd, src: Path, dst: Path, cc: int):
+    """As the CLI pulls: the pool warming and the bundle helpers starting before the copy runs."""
+    target = sshd.target(look_for_keys=False)
+    pool = SFTPPool(target)  # the session adopts a pool made for its own target object
+    pool.warm(cc)
+    assert start_download_helpers(pool, cc) == cc
+    req = CopyRequest(
+        Endpoint("sftp", str(src), target), Endpoint("file", str(dst)), TransferParams(pp=8, cc=cc), use_store=False
+    )
+    req.pool = pool
+    return run_copy(req)
 
 
 def _sftp_opens(sshd, mark: int) -> list[str]:
@@ -142,6 +158,51 @@ def test_downloads_ride_openssh_and_uploads_paramiko_and_the_summary_says_so(ssh
     up = _push(sshd, src, remote_dir / "carrier-up")
     assert up["failed"] == [] and tree_digest(remote_dir / "carrier-up") == tree_digest(src)
     assert any("over paramiko" in c["transport"] for c in up["chunks"]), up["chunks"]
+
+
+def test_download_helpers_started_with_the_first_handshakes_are_the_ones_the_chunk_uses(
+    sshd, local_dir, remote_dir, monkeypatch
+):
+    """The CLI starts a download's helpers while its libraries load (start_download_helpers):
+    the chunk takes those, starting none of its own, and none is left over or lost."""
+    src = _tree(remote_dir / "ahead", 80, seed=31)
+    started: list[str] = []
+    closed: list[str] = []
+    real_open, real_close = bundle.SinkChannel.over_openssh.__func__, bundle.SinkChannel.close
+
+    def over_openssh(cls, target):
+        started.append(threading.current_thread().name)
+        return real_open(cls, target)
+
+    def close(self):
+        closed.append(self.carrier)
+        return real_close(self)
+
+    monkeypatch.setattr(bundle.SinkChannel, "over_openssh", classmethod(over_openssh))
+    monkeypatch.setattr(bundle.SinkChannel, "close", close)
+    s = _pull_with_helpers_ahead(sshd, src, local_dir / "ahead", 2)
+    assert s["failed"] == [] and tree_digest(local_dir / "ahead") == tree_digest(src)
+    assert temp_files(local_dir / "ahead") == []
+    assert any("bundle: " in c["transport"] and "over openssh" in c["transport"] for c in s["chunks"]), s["chunks"]
+    assert started == ["bundle-warm", "bundle-warm"]  # the chunk's two channels opened none of their own
+    # Both pairs closed with their connections at the end, none before: each was used, not replaced.
+    assert sorted(closed) == ["local", "local", "openssh", "openssh"], closed
+
+
+def test_a_download_helper_that_cannot_start_ahead_leaves_its_reason_for_the_summary(test_base, local_dir):
+    """On an SFTP-only server the helper started ahead fails; the chunk takes its reason, tries
+    paramiko's exec channel as it would have anyway, and goes over SFTP saying why."""
+    base = test_base / "sshd-bundle-ahead-no-exec"
+    server = restricted_sshd(base, "no-exec")
+    try:
+        src = _tree(base / "src", 20, seed=32)
+        chown_to_user(src, server.user)
+        s = _pull_with_helpers_ahead(server, src, local_dir / "y", 1)
+        assert s["failed"] == [] and tree_digest(local_dir / "y") == tree_digest(src)
+        why = [c.get("transport", "") for c in s["chunks"]]
+        assert any(w.startswith("sftp (") and "exec" in w for w in why), why
+    finally:
+        server.stop()
 
 
 def test_the_carrier_can_be_forced_either_way(sshd, local_dir, remote_dir, monkeypatch):

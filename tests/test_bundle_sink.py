@@ -592,3 +592,75 @@ def test_a_commit_drops_every_file_then_starts_every_read_before_reading_any(tmp
     first_read = calls.index("read")
     assert calls[:first_read] == ["drop"] * 3 + ["start"] * 3, calls
     assert calls.count("read") == 3
+
+
+def _put_frame(request_id: int, path: Path, data: bytes) -> bytes:
+    head = {"op": "put", "id": request_id, "tmp": str(tmp_of(path)), "path": str(path), "size": len(data)}
+    head.update(mode=0o644, mtime=1.0, algo="sha256", digest=hashlib.sha256(data).hexdigest())
+    return json.dumps(head).encode() + b"\n" + data
+
+
+def test_the_next_group_is_written_while_a_commit_flushes_and_replies_keep_their_order(tmp_path, monkeypatch):
+    """Serving a stream, a commit runs behind: the next group's files are created and written
+    while the one before is still being made durable. The flush of group A here waits until
+    group B's first temporary file exists; a sink that committed in line would never get there."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    seen_while_flushing: list[bool] = []
+    real_flush = bundle_sink.Sink._flush
+
+    def waiting_flush(self, puts):
+        if not seen_while_flushing:
+            deadline = REPLY_TIMEOUT
+            while not tmp_of(b).exists() and deadline > 0:
+                threading.Event().wait(0.01)
+                deadline -= 0.01
+            seen_while_flushing.append(tmp_of(b).exists())
+        return real_flush(self, puts)
+
+    monkeypatch.setattr(bundle_sink.Sink, "_flush", waiting_flush)
+    r, w = os.pipe()
+    out = io.BytesIO()
+    sink = bundle_sink.Sink(os.fdopen(r, "rb"), out)
+    served: list[int] = []
+    server = threading.Thread(target=lambda: served.append(sink.serve()))
+    server.start()
+    stream = _put_frame(2, a, b"group A") + b'{"op":"commit","id":3}\n' + _put_frame(4, b, b"group B")
+    stream += b'{"op":"commit","id":5}\n{"op":"hello","id":6}\n'
+    os.write(w, stream)
+    os.close(w)
+    server.join(timeout=REPLY_TIMEOUT)
+    assert served == [0]
+    assert seen_while_flushing == [True]
+    replies = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["id"] for r in replies] == [3, 5, 6]  # the hello waited for the commit still running
+    assert [f["ok"] for r in replies[:2] for f in r["files"]] == [True, True]
+    assert a.read_bytes() == b"group A" and b.read_bytes() == b"group B" and leftovers(tmp_path) == []
+
+
+def test_a_put_naming_a_file_of_the_committing_group_waits_for_that_commit(tmp_path, monkeypatch):
+    """The same name again right after its commit (a client retrying a file) is not touched
+    while that commit still renames it: the put waits, then replaces the placed file."""
+    path = tmp_path / "f"
+    order: list[str] = []
+    real_rename = bundle_sink.Sink._rename
+    real_create = bundle_sink.Sink._create
+
+    def rename(self, put):
+        threading.Event().wait(0.2)  # a slow disk: the next put is read meanwhile
+        order.append("rename")
+        return real_rename(self, put)
+
+    def create(self, put, request):
+        real_create(self, put, request)
+        order.append("create")  # once the file is created (after any wait)
+
+    monkeypatch.setattr(bundle_sink.Sink, "_rename", rename)
+    monkeypatch.setattr(bundle_sink.Sink, "_create", create)
+    stream = _put_frame(2, path, b"first") + b'{"op":"commit","id":3}\n'
+    stream += _put_frame(4, path, b"second") + b'{"op":"commit","id":5}\n'
+    out = io.BytesIO()
+    assert bundle_sink.Sink(io.BytesIO(stream), out).serve() == 0
+    replies = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["id"] for r in replies] == [3, 5] and all(r["files"][0]["ok"] for r in replies)
+    assert order == ["create", "rename", "create", "rename"]
+    assert path.read_bytes() == b"second" and leftovers(tmp_path) == []

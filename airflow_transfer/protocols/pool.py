@@ -106,6 +106,10 @@ class SFTPPool:
     # still says it happened (the summary's connections_lost).
     lost: int = 0
     caps: ServerCapabilities = field(default_factory=ServerCapabilities)  # found out once for the server
+    # Companions of connections started ahead (the bundle helpers of a download), by name, and
+    # how many of each are still being started: expect / stash / take.
+    _spares: dict[str, list[Any]] = field(default_factory=dict)
+    _expected: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._cond = threading.Condition(self._lock)
@@ -145,6 +149,32 @@ class SFTPPool:
         for _ in range(n):
             threading.Thread(target=self._warm_one, name="sftp-warm", daemon=True).start()
         return n
+
+    def expect(self, name: str, n: int) -> None:
+        """`n` companions named `name` are being started for this pool's connections elsewhere
+        (each handed over with `stash`, or None when it failed): `take` waits for them."""
+        with self._cond:
+            self._expected[name] = self._expected.get(name, 0) + n
+
+    def stash(self, name: str, item: Any) -> None:
+        """Hand over one expected companion (anything with close()), or None for one that failed."""
+        with self._cond:
+            self._expected[name] = max(0, self._expected.get(name, 0) - 1)
+            if item is not None and not self._closed:
+                self._spares.setdefault(name, []).append(item)
+                item = None
+            self._cond.notify_all()
+        if item is not None and hasattr(item, "close"):
+            item.close()  # the pool was closed while it was being started
+
+    def take(self, name: str) -> Any:
+        """A companion stashed under `name`, after waiting for one still being started; None
+        when none is left."""
+        with self._cond:
+            while not self._spares.get(name) and self._expected.get(name, 0) > 0 and not self._closed:
+                self._cond.wait()
+            spares = self._spares.get(name)
+            return spares.pop(0) if spares else None
 
     def _warm_one(self) -> None:
         conn = None
@@ -258,8 +288,12 @@ class SFTPPool:
         with self._lock:
             self._closed = True  # connections still being warmed are closed when they arrive
             idle, self._idle = self._idle, []
+            spares, self._spares = [x for xs in self._spares.values() for x in xs], {}
         for conn in idle:
             conn.close()
+        for spare in spares:
+            if hasattr(spare, "close"):
+                spare.close()
 
     def exec_command(self, command: str, stdin: bytes = b"", timeout: float = 120.0) -> tuple[int, bytes, bytes]:
         """Run one command on the host over its own channel (remote helpers)."""

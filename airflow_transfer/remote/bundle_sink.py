@@ -47,6 +47,13 @@ other writers' data on that filesystem. A crash leaves temporary names only;
 EOF on stdin exits 0 and leaves pending temporaries for the client's journal
 to judge.
 
+Serving a stream, a commit runs in a thread of its own while the next group's
+puts are read and written: the flush and the read-back from disk of one group
+overlap the transfer of the next. One commit runs at a time and replies keep
+request order: any other request waits for the running commit first, and so
+does a put naming a file of the committing group or one that would pass the fd
+limit with it. A commit read before EOF is finished before the sink exits.
+
 Codes: errno names, EBADREQ (malformed or unsafe request), ENOALGO, EMISMATCH,
 ECHANGED (tmp was replaced by another writer before its rename, left alone; or
 a got file changed size while read), EFBIG (a get over GET_MAX),
@@ -74,6 +81,7 @@ import json
 import os
 import stat
 import sys
+import threading
 
 HELPER = "airflow-transfer-bundle"
 VERSION = 2
@@ -111,7 +119,12 @@ def _max_pending():
         # optional: not every platform has the resource module
         import resource
 
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = min(hard, 1 << 16) if hard != resource.RLIM_INFINITY else 1 << 16
+        if 0 <= soft < want:
+            # Within the hard limit, so allowed: a committing group and the next one both hold fds.
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
     except (ImportError, OSError, ValueError):
         soft = 256
     return max(8, (soft if 0 <= soft <= 1 << 16 else 1 << 16) - 32)
@@ -225,6 +238,10 @@ class Sink:
         self.buf, self.pos, self.view = b"", 0, memoryview(bytearray(PIECE))
         self.pending, self.tmps, self.paths, self.exit_code = [], set(), set(), None
         self.held = 0  # bytes of get replies written and not yet flushed
+        # The commit running in its own thread while a stream is served (see the module's text),
+        # with the names and fds of its group: a put may not touch either until it is done.
+        self.committing, self.busy_names, self.busy_fds = None, set(), 0
+        self.out_lock = threading.Lock()
 
     def _more(self, keep):
         if self.held:
@@ -279,6 +296,12 @@ class Sink:
         if path_folder != folder or name[:1] != "." or not path_name or name == path_name:
             raise RequestError("EBADREQ", "tmp must be another .name in path's directory: %r" % (request,))
         put.tmp, put.path, put.folder = request["tmp"], request["path"], folder
+        if (
+            put.tmp in self.busy_names
+            or put.path in self.busy_names
+            or len(self.pending) + self.busy_fds >= MAX_PENDING
+        ):
+            self.wait_commit()  # the committing group still holds that name, or the fds the put needs
         if put.tmp in self.tmps or put.tmp in self.paths or put.path in self.tmps:
             # else one rename of the group could move another put's file, or put it under a wrong name
             raise RequestError("EBADREQ", "tmp or path is another pending put's tmp or path: %s" % put.tmp)
@@ -443,11 +466,47 @@ class Sink:
             put.created = True  # still the file checked above, verified but impossible to place: removed
             raise
 
-    def commit(self, request):
+    def _take_group(self, request):
         want_fsync, want_drop = request.get("fsync", True), request.get("drop_cache", True)
         if type(want_fsync) is not bool or type(want_drop) is not bool:
             raise RequestError("EBADREQ", "fsync and drop_cache must be true or false: %r" % (request,))
         puts, self.pending, self.tmps, self.paths = self.pending, [], set(), set()
+        return puts, want_fsync, want_drop
+
+    def commit(self, request):
+        """A group's commit, done before returning (in-process use)."""
+        return self._commit(*self._take_group(request))
+
+    def commit_behind(self, request):
+        """Start a group's commit in a thread; its reply is sent when it is done (serving a stream)."""
+        self.wait_commit()
+        puts, want_fsync, want_drop = self._take_group(request)
+        for put in puts:
+            self.busy_names.update((put.tmp, put.path))
+        self.busy_fds = sum(1 for put in puts if put.fd is not None)
+        self.committing = threading.Thread(
+            target=self._commit_and_reply, args=(request.get("id"), puts, want_fsync, want_drop)
+        )
+        self.committing.start()
+
+    def _commit_and_reply(self, request_id, puts, want_fsync, want_drop):
+        try:
+            reply = self._commit(puts, want_fsync, want_drop)
+        except Exception as exc:  # noqa: BLE001 - answered like any failed request
+            reply = dict(zip(("code", "error"), _error(exc)), ok=False)
+        reply["id"] = request_id
+        try:
+            self.send(reply)
+        except (OSError, ValueError):
+            pass  # the client went away (a closed pipe); its journal judges what landed
+
+    def wait_commit(self):
+        """Wait for the commit running behind, if any."""
+        if self.committing is not None:
+            self.committing.join()
+            self.committing, self.busy_names, self.busy_fds = None, set(), 0
+
+    def _commit(self, puts, want_fsync, want_drop):
         try:
             durability = self._flush([p for p in puts if p.fd is not None]) if want_fsync else "none"
             if want_drop:
@@ -489,9 +548,12 @@ class Sink:
             if op == "put":
                 return self.put(request)  # answered at the commit
             if op == "get":
+                self.wait_commit()  # replies keep request order
                 return self.get(request)  # answered with its bytes, or by the error below
             if op not in ("hello", "commit"):
                 raise RequestError("EBADREQ", "unknown op %r; known: commit, get, hello, put" % (op,))
+            if op == "commit" and self.read is not None:
+                return self.commit_behind(request)  # answered when it is done
             reply = self.hello(request) if op == "hello" else self.commit(request)
         except Exception as exc:  # noqa: BLE001 - keep serving: one bad request must not end the session
             reply = dict(zip(("code", "error"), _error(exc)), ok=False)
@@ -503,23 +565,30 @@ class Sink:
         return reply
 
     def send(self, reply):
-        self.out.write(json.dumps(reply, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n")
-        self.out.flush()
-        self.held = 0
+        data = json.dumps(reply, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+        with self.out_lock:
+            self.out.write(data)
+            self.out.flush()
+            self.held = 0
 
     def serve(self):
-        while self.exit_code is None:
-            line = self.line()
-            if line is None:
-                self.exit_code = 2
-                self.send({"id": None, "ok": False, "code": "EBADREQ", "error": "line over 1 MiB", "fatal": True})
-            elif not line:
-                return 0
-            elif line.strip():
-                reply = self.handle(line)
-                if reply is not None:
-                    self.send(reply)
-        return self.exit_code
+        try:
+            while self.exit_code is None:
+                line = self.line()
+                if line is None:
+                    self.exit_code = 2
+                    self.wait_commit()
+                    self.send({"id": None, "ok": False, "code": "EBADREQ", "error": "line over 1 MiB", "fatal": True})
+                elif not line:
+                    return 0
+                elif line.strip():
+                    reply = self.handle(line)
+                    if reply is not None:
+                        self.wait_commit()  # replies keep request order
+                        self.send(reply)
+            return self.exit_code
+        finally:
+            self.wait_commit()  # a commit read before EOF (or a fatal request) is finished
 
 
 def main(stdin=None, stdout=None):

@@ -1,0 +1,314 @@
+"""One bundle helper's stream, seen from this side: starting it (over a carrier from
+bundle_carriers.py), framing puts, gets and commits, and reading its replies.
+
+Kept apart from the mover (bundle.py) so that it loads without the engine, the store and
+their libraries: a download's helpers can then be started while those still load
+(`start_download_helpers`, called by the command line with its first SSH handshakes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import threading
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from ..protocols import openssh
+from .bundle_carriers import SEND_PIECE, BundleUnavailable, forget, local_exec, openssh_exec, paramiko_exec
+from .sftp_jobs import count_progress
+
+if TYPE_CHECKING:
+    from .sftp_jobs import FileTask
+
+GROUP_FILES = 1024  # files per commit (and so per syncfs); the sink may allow fewer (its fd limit)
+# AIRFLOW_TRANSFER_BUNDLE_CARRIER=openssh|paramiko forces one carrier both ways: how the rule
+# in BundleMover._open was measured, and a way out should one misbehave somewhere.
+CARRIER_ENV = "AIRFLOW_TRANSFER_BUNDLE_CARRIER"
+# What the sink verifies with (its hashlib digests; "none": no verification): a copy verified
+# otherwise sends its small files over SFTP, so no helper is started ahead for it.
+BUNDLE_ALGORITHMS = ("md5", "sha1", "sha256", "blake2b", "none")
+COMMIT_TIMEOUT = 300.0  # a group's fsync and read-back on a slow disk
+BOOTSTRAP = "import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))"
+SINK_NAME = "airflow-transfer-bundle"
+LANDER_NAME = "airflow-transfer-bundle-lander"  # the same helper on this host, landing downloads
+
+
+def sink_command(python: str = "python3") -> str:
+    # -I: ignore PYTHON* variables and the user's site directory on the remote.
+    return f"{shlex.quote(python)} -I -c {shlex.quote(BOOTSTRAP)}"
+
+
+def sink_preamble() -> bytes:
+    source = resources.files("airflow_transfer.remote").joinpath("bundle_sink.py").read_bytes()
+    return b"%d\n" % len(source) + source
+
+
+class ChannelReader:
+    """Lines and exact byte counts from a channel, in large reads: paramiko's file wrapper moves
+    its whole buffer on every small read, which is quadratic in the size of a group's reply."""
+
+    READ_SIZE = 4 << 20
+
+    def __init__(self, recv: Any) -> None:
+        self.recv, self.buf, self.pos = recv, bytearray(), 0
+
+    def _fill(self) -> bool:
+        data = self.recv(self.READ_SIZE)
+        if not data:
+            return False
+        del self.buf[: self.pos]  # what is left unread is less than one file or line
+        self.pos = 0
+        self.buf += data
+        return True
+
+    def readline(self) -> bytes:
+        """The next line with its newline; what is left (maybe b"") at EOF."""
+        while True:
+            end = self.buf.find(b"\n", self.pos)
+            if end >= 0:
+                line = bytes(self.buf[self.pos : end + 1])
+                self.pos = end + 1
+                return line
+            if not self._fill():
+                line = bytes(self.buf[self.pos :])
+                self.pos = len(self.buf)
+                return line
+
+    def read(self, n: int) -> bytes:
+        """Exactly n bytes, or fewer at EOF."""
+        while len(self.buf) - self.pos < n and self._fill():
+            pass
+        data = bytes(self.buf[self.pos : self.pos + n])
+        self.pos += len(data)
+        return data
+
+
+def _count_sent(pending: list[tuple[FileTask, int]], stats: Any) -> None:
+    """Bytes handed to the channel are moved, whatever becomes of their group (a channel that
+    dies before the commit leaves them in temporary files a later protocol may resume from)."""
+    for t, n in pending:
+        t.moved_total += n
+        count_progress(t, stats, n)
+    pending.clear()
+
+
+class SinkChannel:
+    """One running bundle sink on one SSH connection."""
+
+    def __init__(self, chan: Any, carrier: str = "paramiko") -> None:
+        """Starts the sink on `chan`, a channel running sink_command() (bundle_carriers.py)."""
+        self.chan, self.carrier = chan, carrier
+        self.out = ChannelReader(self.chan.recv)
+        self.next_id = 1
+        self.in_flight = 0  # groups begun and not yet answered: the channel is reusable at 0 only
+        self.open = False  # puts sent since the last commit
+        try:
+            self.chan.sendall(sink_preamble())
+            hello = self._request({"op": "hello"})
+        except (OSError, EOFError, ValueError) as exc:
+            why = self._why_not(exc)
+            self.close()
+            raise BundleUnavailable(why) from exc
+        if hello.get("helper") != SINK_NAME:
+            self.close()
+            raise BundleUnavailable(f"the server answered the bundle sink with something else: {str(hello)[:120]}")
+        self.algorithms = set(hello.get("algorithms") or ())
+        self.max_files = max(1, min(GROUP_FILES, int(hello.get("max_pending") or GROUP_FILES)))
+        self.durability = str(hello.get("durability") or "")
+        self.chan.settimeout(COMMIT_TIMEOUT)
+        forget(self.chan)
+
+    @classmethod
+    def over_paramiko(cls, transport: Any) -> SinkChannel:
+        return cls(paramiko_exec(transport, sink_command()), "paramiko")
+
+    @classmethod
+    def over_openssh(cls, target: Any) -> SinkChannel:
+        return cls(openssh_exec(target, sink_command()), "openssh")
+
+    @classmethod
+    def local(cls) -> SinkChannel:
+        """The helper on this host, under this interpreter: downloads land through it."""
+        return cls(local_exec(BOOTSTRAP), "local")
+
+    def _why_not(self, exc: BaseException) -> str:
+        """Why the sink did not answer: no python3 (the shell says 127), or a server that runs
+        no command of ours at all (SFTP only: a forced command answers in its own protocol)."""
+        try:
+            if self.chan.exit_status_ready() and self.chan.recv_exit_status() == 127:
+                return "python3 is not installed on the destination"
+        except Exception:  # noqa: BLE001 - the channel is gone: the reason below still holds
+            pass
+        return (
+            f"the server runs no command of ours over SSH exec (SFTP only, or a forced command): {exc or 'no answer'}"
+        )
+
+    def _id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def _request(self, req: dict) -> dict:
+        req["id"] = self._id()
+        self.chan.sendall(json.dumps(req, separators=(",", ":")).encode("ascii") + b"\n")
+        return self._reply(req["id"])
+
+    def _reply(self, want: int) -> dict:
+        line = self.out.readline()
+        if not line:
+            raise EOFError("the bundle sink closed its channel")
+        reply = json.loads(line)
+        if reply.get("id") != want:
+            raise ValueError(f"the bundle sink answered request {reply.get('id')} instead of {want}")
+        return reply
+
+    def send(self, items: list[tuple[FileTask, bytes, str | None]], algorithm: str | None, stats: Any = None) -> int:
+        """Send a group and its commit without waiting for the reply; the commit's request id.
+        Each file's bytes count as progress once handed to the channel, so progress (and the
+        rate the tuning watches) moves as the group goes out, not in one step at its commit."""
+        self.put(items, algorithm, stats)
+        return self.commit()
+
+    def put(
+        self,
+        items: list[tuple[FileTask, bytes, str | None]],
+        algorithm: str | None,
+        stats: Any = None,
+        local: bool = False,
+    ) -> None:
+        """Send files of the open group (to the tasks' dst, or with `local` to the local helper
+        landing downloads, at their absolute local paths); commit() ends the group."""
+        frames: list[bytes] = []
+        held = 0
+        pending: list[tuple[FileTask, int]] = []
+        if not self.open:
+            self.open = True
+            self.in_flight += 1
+        for t, data, digest in items:
+            head = {
+                "op": "put",
+                "id": self._id(),
+                "tmp": os.path.abspath(t.tmp) if local else t.tmp,
+                "path": os.path.abspath(t.dst) if local else t.dst,
+                "size": len(data),
+                "mode": t.mode & 0o7777,
+                "mtime": t.mtime,
+                "algo": algorithm,
+                "digest": digest,
+            }
+            frames.append(json.dumps(head, separators=(",", ":")).encode("ascii") + b"\n")
+            frames.append(data)
+            if not local:  # a download's bytes counted as they arrived
+                pending.append((t, len(data)))
+            held += len(data)
+            if held >= SEND_PIECE:  # many small files per packet, without a second copy of the group
+                self._send(frames)
+                _count_sent(pending, stats)
+                held = 0
+        if frames:
+            self._send(frames)
+        _count_sent(pending, stats)
+
+    def commit(self) -> int:
+        """End the open group: its commit's request id (the reply is read by result())."""
+        if not self.open:
+            self.in_flight += 1
+        self.open = False
+        commit_id = self._id()
+        commit = {"op": "commit", "id": commit_id, "fsync": True, "drop_cache": True}
+        self.chan.sendall(json.dumps(commit, separators=(",", ":")).encode("ascii") + b"\n")
+        return commit_id
+
+    def _send(self, frames: list[bytes]) -> None:
+        # A view: paramiko's sendall re-slices what is left after every packet, which for a
+        # bytes object copies it (quadratic in the size sent).
+        self.chan.sendall(memoryview(b"".join(frames)))
+        frames.clear()
+
+    def ask(self, tasks: list[FileTask], algorithm: str | None) -> list[int]:
+        """Ask for a group of files (downloads) without waiting; their request ids, in order."""
+        ids, lines = [], []
+        for t in tasks:
+            ids.append(self._id())
+            get = {"op": "get", "id": ids[-1], "path": t.src, "algo": algorithm}
+            lines.append(json.dumps(get, separators=(",", ":")).encode("ascii") + b"\n")
+        self.in_flight += 1
+        self.chan.sendall(memoryview(b"".join(lines)))
+        return ids
+
+    def receive(self, want: int) -> tuple[dict, bytes]:
+        """One get's reply and the file's bytes (none when it failed)."""
+        head = self._reply(want)
+        size = head.get("size") if head.get("ok") else 0
+        if type(size) is not int or size < 0:
+            raise ValueError(f"the bundle helper sent a file without a size: {str(head)[:200]}")
+        data = self.out.read(size) if size else b""
+        if len(data) != size:
+            raise EOFError("the bundle helper closed its channel inside a file")
+        return head, data
+
+    def answered(self) -> None:
+        """A group's replies are all read (its commit's, or every get's)."""
+        self.in_flight -= 1
+
+    def result(self, commit_id: int, count: int) -> list[dict]:
+        """The reply to a commit sent with `send`: one entry per file of its group, in order."""
+        reply = self._reply(commit_id)
+        self.answered()
+        files = reply.get("files")
+        if not reply.get("ok") or not isinstance(files, list) or len(files) != count:
+            raise ValueError(f"the bundle sink refused the commit: {str(reply)[:200]}")
+        return files
+
+    def close(self) -> None:
+        try:
+            self.chan.close()
+        except Exception:  # noqa: BLE001 - closing a channel that may be gone already
+            pass
+
+
+def wants_openssh(upload: bool) -> bool:
+    """Whether a helper goes over OpenSSH's client (where it can carry the target): downloads
+    do, uploads do not (BundleMover._open says why), unless CARRIER_ENV forces one."""
+    forced = os.environ.get(CARRIER_ENV, "")
+    return forced == "openssh" or (forced != "paramiko" and not upload)
+
+
+def start_download_helpers(pool: Any, count: int) -> int:
+    """Start `count` pairs of download helpers (the source's, over OpenSSH's client, and the
+    lander on this host) in the background, kept on `pool` for the bundle mover; how many.
+
+    Why: an `ssh` login and two interpreters take about 0.25 s on loopback, which a chunk
+    otherwise spends waiting at its start, after the imports and the listing. Started with
+    the copy's first handshakes, they are ready by then. None is started where the mover
+    would not use OpenSSH's client; one that fails leaves its reason for the mover to report."""
+    if count <= 0 or not wants_openssh(upload=False):
+        return 0
+    if openssh.usable(dataclasses.replace(pool.target, client="auto")):
+        return 0
+    for name in (SINK_NAME, LANDER_NAME):
+        pool.expect(name, count)
+    for _ in range(count):
+        threading.Thread(target=_start_pair, args=(pool,), name="bundle-warm", daemon=True).start()
+    return count
+
+
+def _start_pair(pool: Any) -> None:
+    sink: SinkChannel | BundleUnavailable | None = None
+    lander: SinkChannel | BundleUnavailable | None = None
+    try:
+        sink = SinkChannel.over_openssh(pool.target)
+    except BundleUnavailable as exc:
+        sink = exc
+    except Exception:  # noqa: BLE001 - the mover starts its own and reports what it meets
+        sink = None
+    try:
+        lander = SinkChannel.local()
+    except BundleUnavailable as exc:
+        lander = exc
+    except Exception:  # noqa: BLE001 - as above
+        lander = None
+    pool.stash(SINK_NAME, sink)
+    pool.stash(LANDER_NAME, lander)
