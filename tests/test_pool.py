@@ -157,3 +157,45 @@ def test_connections_the_server_dropped_are_counted_lost_and_replaced(test_base)
     finally:
         pool.close()
         server.stop()
+
+
+class _Companion:
+    def __init__(self, name: str) -> None:
+        self.name, self.closed = name, False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_companions_started_ahead_are_waited_for_taken_once_and_closed_with_the_pool(sshd):
+    pool = SFTPPool(sshd.target(look_for_keys=False))
+    pool.expect("helper", 3)
+    first = _Companion("first")
+    release = threading.Event()
+
+    def start_later() -> None:
+        release.wait(60)
+        pool.stash("helper", first)
+
+    threading.Thread(target=start_later, daemon=True).start()
+    got: list = []
+    taker = threading.Thread(target=lambda: got.append(pool.take("helper")))
+    taker.start()
+    taker.join(0.2)
+    assert taker.is_alive() and got == []  # one is still being started: take waits for it
+    release.set()
+    taker.join(60)
+    assert got == [first]
+    pool.stash("helper", None)  # the second failed to start
+    left = _Companion("left")
+    pool.stash("helper", left)
+    assert pool.take("helper") is left
+    assert pool.take("helper") is None  # none left, none expected: no wait
+    unused = _Companion("unused")
+    pool.expect("helper", 2)
+    pool.stash("helper", unused)
+    pool.close()
+    assert unused.closed and not first.closed  # a taken companion belongs to its taker
+    late = _Companion("late")
+    pool.stash("helper", late)  # arrives after the pool closed
+    assert late.closed and pool.take("helper") is None

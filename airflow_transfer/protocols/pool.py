@@ -285,10 +285,11 @@ class SFTPPool:
             self._cond.notify()
 
     def close(self) -> None:
-        with self._lock:
+        with self._cond:
             self._closed = True  # connections still being warmed are closed when they arrive
             idle, self._idle = self._idle, []
             spares, self._spares = [x for xs in self._spares.values() for x in xs], {}
+            self._cond.notify_all()  # a `take` waiting for a companion gets None
         for conn in idle:
             conn.close()
         for spare in spares:
