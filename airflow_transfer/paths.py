@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import posixpath
+import re
 
 from .errors import UnsafePathError
+
+# C0 controls and DEL. A regex, not a per-character loop: every file's name passes here up to
+# three times (listing, manifest, session), which for 100,000 files cost seconds.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def check_relative(name: str, where: str = "") -> str:
@@ -17,7 +22,7 @@ def check_relative(name: str, where: str = "") -> str:
     todo = "rename the file at the source or exclude it; nothing outside the destination root is written"
     if not name:
         raise UnsafePathError("empty file name in listing", where, todo)
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+    if _CONTROL.search(name):
         raise UnsafePathError(f"file name with a control character: {name!r}", where, todo)
     if name.startswith("/"):
         raise UnsafePathError(f"absolute file name in listing: {name!r}", where, todo)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_transfer.engine import bundle
+from airflow_transfer.engine import bundle, transfer
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols.endpoint import Endpoint
@@ -246,3 +246,55 @@ def test_a_group_whose_commit_reply_was_lost_is_found_in_place_not_sent_again(ss
     again = [rel for rel, ino in landed.items() if os.stat(dst / rel).st_ino != ino]
     assert again == [], f"{len(again)} of {len(landed)} landed files were sent again"
     assert s["connections_lost"] >= 1
+
+
+def test_a_copy_into_new_directories_looks_for_none_of_its_files_there_and_a_rerun_finds_them_all(
+    sshd, local_dir, remote_dir, monkeypatch
+):
+    """Directories the chunk's own MKDIRs created hold nothing yet: the chunk sends no LSTAT
+    for their files (one per file before: 100,000 for a new tree of as many files). A re-run
+    into the same tree looks each one up and skips them all; so does a download into a new
+    local tree and its re-run."""
+    src = _tree(local_dir / "fresh-src", 120, seed=41)  # every file in a subdirectory
+    looked: list[int] = []
+    real_remote = transfer.same_size_and_mtime
+    monkeypatch.setattr(
+        transfer, "same_size_and_mtime", lambda pool, tasks: looked.append(len(tasks)) or real_remote(pool, tasks)
+    )
+    dst = remote_dir / "fresh-dst"
+    first = _copy(sshd, src, dst, use_store=False)
+    assert first["failed"] == [] and tree_digest(dst) == tree_digest(src)
+    assert sum(looked) == 0, looked
+    again = _copy(sshd, src, dst, use_store=False)
+    assert again["failed"] == [] and again["files_skipped"] == 120
+    assert sum(looked) == 120, looked
+    # Downloads: the local directories made for the chunk are fresh too.
+    stats: list[str] = []
+    real_stat = os.stat
+
+    def counting_stat(path, *args, **kwargs):
+        if str(path).startswith(str(local_dir / "fresh-down")) and str(path).endswith(".bin"):
+            stats.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(transfer.os, "stat", counting_stat)
+    down = local_dir / "fresh-down"
+    pulled = run_copy(
+        CopyRequest(
+            Endpoint("sftp", str(dst), sshd.target(look_for_keys=False)),
+            Endpoint("file", str(down)),
+            TransferParams(pp=8, cc=2),
+            use_store=False,
+        )
+    )
+    assert pulled["failed"] == [] and tree_digest(down) == tree_digest(src)
+    assert stats == []
+    pulled_again = run_copy(
+        CopyRequest(
+            Endpoint("sftp", str(dst), sshd.target(look_for_keys=False)),
+            Endpoint("file", str(down)),
+            TransferParams(pp=8, cc=2),
+            use_store=False,
+        )
+    )
+    assert pulled_again["files_skipped"] == 120 and len(stats) >= 120

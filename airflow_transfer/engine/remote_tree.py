@@ -23,12 +23,14 @@ if TYPE_CHECKING:
 STAT_WINDOW = 256  # LSTAT requests in flight at once
 
 
-def make_dirs(pool: SFTPPool, todo: list[str], host: str) -> None:
-    """Create `todo` (parents before children), pipelined per depth; an existing directory is fine."""
+def make_dirs(pool: SFTPPool, todo: list[str], host: str) -> set[str]:
+    """Create `todo` (parents before children), pipelined per depth; an existing directory is
+    fine. Returns those this call created (their MKDIR succeeded: they were not there)."""
     conn = pool.acquire()
     try:
         wire = conn.wire
         failures: dict[str, OSError] = {}
+        created: set[str] = set()
         by_depth: dict[int, list[str]] = {}
         for d in todo:
             by_depth.setdefault(d.count("/"), []).append(d)
@@ -38,6 +40,7 @@ def make_dirs(pool: SFTPPool, todo: list[str], host: str) -> None:
                 def on_reply(t: int, r: Any, d: str = d) -> None:
                     try:
                         wire.expect_status(t, r, d)
+                        created.add(d)
                     except OSError as exc:
                         failures[d] = exc
 
@@ -58,6 +61,7 @@ def make_dirs(pool: SFTPPool, todo: list[str], host: str) -> None:
                 )
     finally:
         pool.release(conn)
+    return created
 
 
 def missing_parents(pool: SFTPPool, root: str) -> list[str]:

@@ -246,19 +246,24 @@ class Runner:
 BUGS = (TypeError, AttributeError, NameError, AssertionError, NotImplementedError)
 
 
-def found_in_place(session: Session, tasks: list[FileTask], picked: list[int]) -> set[int]:
-    """Those of `picked` (indices into `tasks`) whose destination has their size and mtime."""
+def found_in_place(
+    session: Session, tasks: list[FileTask], picked: list[int], fresh: set[str] | frozenset[str] = frozenset()
+) -> set[int]:
+    """Those of `picked` (indices into `tasks`) whose destination has their size and mtime;
+    those in `fresh` directories (created for this chunk, see claim_fresh_dirs) are not looked for."""
+    if fresh:
+        picked = [i for i in picked if posixpath.normpath(posixpath.dirname(tasks[i].dst)) not in fresh]
     if not picked:
         return set()
     return {picked[j] for j in session.already_there([tasks[i] for i in picked])}
 
 
-def _already_there(session: Session, tasks: list[FileTask]) -> set[int]:
+def _already_there(session: Session, tasks: list[FileTask], fresh: set[str]) -> set[int]:
     """Files not to move: all found in place where the session skips existing files, else only
     those it adopts (sent whole before, outcome unheard); one listing per directory either way."""
     if session.skip_existing:
-        return found_in_place(session, tasks, list(range(len(tasks))))
-    return found_in_place(session, tasks, [i for i, t in enumerate(tasks) if t.rel in session.adopt])
+        return found_in_place(session, tasks, list(range(len(tasks))), fresh)
+    return found_in_place(session, tasks, [i for i, t in enumerate(tasks) if t.rel in session.adopt], fresh)
 
 
 def run_chunk(
@@ -280,8 +285,11 @@ def run_chunk(
     skip: set[int] = set()
     if not why:
         try:
+            # Only directories this very call creates count as fresh: one made earlier (a fall-back's
+            # earlier phase) may have been filled since by another protocol.
+            session.claim_fresh_dirs()
             session.ensure_dirs(dst_root, dirs)
-            skip = _already_there(session, tasks)
+            skip = _already_there(session, tasks, session.claim_fresh_dirs())
         except Exception as exc:
             if not session.control.absorb(exc):  # a fall-back carries these files elsewhere
                 raise

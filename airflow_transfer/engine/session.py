@@ -150,6 +150,14 @@ class Session:
     def ensure_dirs(self, dst_root: str, rel_dirs: list[str]) -> None:
         raise NotImplementedError
 
+    def claim_fresh_dirs(self) -> set[str]:
+        """Directories this session created since the last claim (normalised paths), and forget
+        them. A chunk claims once before its ensure_dirs and once after: a file of the chunk whose
+        directory that call created cannot be at the destination yet, so the chunk does not look
+        for it there. A directory made earlier (a fall-back's earlier phase) is never fresh: another
+        protocol may have put files in it since."""
+        return set()
+
     def verify_summary(self) -> dict:
         raise NotImplementedError
 
