@@ -107,7 +107,7 @@ class Schedule:
             if record is not None:
                 record()
             self.running -= 1
-            self.wake.notify_all()
+            self._wake_if_idle()
 
     def later(self, i: int, delay: float) -> None:
         """Retry file i after `delay` seconds."""
@@ -129,6 +129,14 @@ class Schedule:
                 self.in_verify.add(i)
             else:
                 self.in_verify.discard(i)
+            self._wake_if_idle()
+
+    def _wake_if_idle(self) -> None:
+        """Wake the waiting workers when what they wait on may have changed (lock held): no file
+        left running, or every running one waiting for its checksum. Not on every file: a group
+        of 1,000 small files settles at once, and waking every idle worker for each one cost
+        more CPU than moving the files (100,000 wake-ups for 20,000 files)."""
+        if self.running == 0 or self.running == len(self.in_verify):
             self.wake.notify_all()
 
     def fail_all(self, exc: BaseException) -> None:
