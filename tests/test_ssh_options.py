@@ -96,12 +96,16 @@ def test_disabled_algorithms_reach_the_openssh_client(sshd, hook_endpoint):
     extra = {**_sshd_extra(sshd), "disabled_algorithms": json.dumps({"ciphers": GCM}), "ssh_client": "openssh"}
     target = hook_endpoint(extra, host=sshd.host, port=sshd.port, login=sshd.user).target
     assert target.disabled_algorithms == {"ciphers": GCM}  # a URI-style JSON string is read too
-    assert openssh.algorithm_options(target) == {"Ciphers": "-" + ",".join(GCM)}
+    assert openssh.algorithm_options(target) == {
+        "Ciphers": "-" + ",".join(GCM),
+        "KexAlgorithms": "^curve25519-sha256,curve25519-sha256@libssh.org",
+    }
     pool = SFTPPool(target)
     try:
         conn = pool.acquire()
         argv = conn.carrier.proc.args
         assert f"Ciphers=-{','.join(GCM)}" in argv
+        assert "KexAlgorithms=^curve25519-sha256,curve25519-sha256@libssh.org" in argv
         assert conn.client == "openssh" and conn.wire.realpath(".")
         pool.release(conn)
     finally:

@@ -32,6 +32,8 @@ from typing import IO
 from .sftp_wire import SFTPProtocolError
 from .ssh import CONNECT_TIMEOUT, PREFERRED_CIPHERS, SSHTarget, pinned_blob
 
+PREFERRED_KEX = ("curve25519-sha256", "curve25519-sha256@libssh.org")
+
 # Pipes default to 64 KiB; SFTP writes are up to 255 KiB, so a larger pipe halves the
 # wake-ups between the engine and its `ssh`. Linux allows up to pipe-max-size (1 MiB).
 PIPE_BYTES = 1 << 20
@@ -88,6 +90,12 @@ def algorithm_options(t: SSHTarget) -> dict[str, str]:
     elif "ciphers" not in disabled:
         # '^' moves these to the front of OpenSSH's own list; servers without them still connect.
         opts["Ciphers"] = "^" + ",".join(PREFERRED_CIPHERS)
+    if "kex" not in disabled:
+        # OpenSSH 9's first choice, the hybrid sntrup761x25519, cost each `ssh` this tool starts
+        # 0.07-0.08 s of CPU and 0.08 s of wall time on loopback (0.21 against 0.13 s a login), which
+        # a download of small files pays once per channel. curve25519 is what the paramiko
+        # connections of the same copy negotiate, so the copy as a whole keeps its strength.
+        opts["KexAlgorithms"] = "^" + ",".join(PREFERRED_KEX)
     return opts
 
 
