@@ -16,6 +16,9 @@ dropping the pages and its digest, the rename, the directory fsync.
 
 Reports the median over groups of each step's time divided by the group's
 files, for syncfs and fsync durability. Writes benchmarks/results/small-file-costs.json.
+Groups are moved aside, not deleted, and the run starts after a settle: creates measured
+right after deletions on an ext4 without a journal are several times slower
+(benchmarks/fs_settle.py).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from airflow_transfer.remote import bundle_sink as bs
+from benchmarks.fs_settle import discard, settle
 
 
 def _timed(table: dict[str, float], name: str, fn):
@@ -95,7 +99,7 @@ def receiving(root: Path, files: int, size: int, groups: int, sync: str) -> dict
             named["directory fsync, parsing, rest"] = whole - sum(named.values())
             named["total"] = whole
             per_group.append({k: 1e6 * v / files for k, v in named.items()})
-            shutil.rmtree(folder)
+            discard(folder, root / "trash")
     finally:
         for name, fn in originals.items():
             setattr(bs.Sink, name, fn)
@@ -139,6 +143,7 @@ def main() -> int:
     ap.add_argument("--dir", default=tempfile.gettempdir(), help="a directory on the disk to measure")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="at-costs-", dir=args.dir))
+    settle(root / "trash")
     try:
         out = {
             "files_per_group": args.files,

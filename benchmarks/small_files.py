@@ -16,15 +16,10 @@ its children) per 1000 files and its peak RSS, and the whole machine's CPU
 and per GiB, with medians. Writes benchmarks/results/small-files-loopback.json
 (or --out).
 
-No run creates files while many were deleted in the last minutes. On an ext4 without a
-journal (this VM's root filesystem) the kernel skips an inode freed less than 60 s ago, or
-less than 360 s ago while its inode table block is dirty (as creating files next to it makes
-it), and checks every one it passes: deleting 2000 files made the next 2000 creates slow
-enough to add about 0.8 s of system time to a run, whichever tool ran next, and after a
-deletion of 100,000 files rsync took 42 s instead of 4.5 for 100,000 x 1 KiB. A finished
-run's destination is moved aside, not deleted; before each set the trash is emptied and the
-benchmark waits six minutes (`settle`), which also covers whatever was deleted before it
-started. A journaled ext4 (the usual setup) does not make this check.
+No run creates files within minutes of a mass deletion (benchmarks/fs_settle.py says why:
+on this VM's ext4 without a journal, creates right after deletions are several times
+slower): a finished run's destination is moved to a trash directory, emptied before each
+set, followed by a six-minute wait.
 """
 
 from __future__ import annotations
@@ -44,24 +39,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.fs_settle import discard, settle
 from tests.support.sshd import SSHServer, chown_to_user
 
 CLI = REPO / ".venv" / "bin" / "airflow-transfer"
-
-
-# ext4 without a journal skips inodes freed in the last 60 s, 360 s while their inode table block
-# is dirty (RECENTCY_MIN, RECENTCY_DIRTY in fs/ext4/ialloc.c).
-SETTLE_S = 361.0
-
-
-def settle(trash: Path) -> None:
-    """Empty the trash, then wait until the inodes it freed (or anything deleted on this
-    filesystem before the benchmark started) may be reused at full speed."""
-    shutil.rmtree(trash, ignore_errors=True)
-    os.sync()
-    print(f"settle: waiting {SETTLE_S:.0f} s before the next timed run", file=sys.stderr)
-    time.sleep(SETTLE_S)
-    trash.mkdir()
 
 
 def _busy_seconds() -> float:
@@ -209,7 +190,7 @@ def main() -> int:
                             raise SystemExit(f"{cname} left {landed} of {count} files on {key}")
                         rows[cname].append(row)
                         print(key, cname, rep, json.dumps(row), file=sys.stderr)
-                        dst.rename(trash / f"{len(list(trash.iterdir()))}-{dst.name}")  # deleted between sets
+                        discard(dst, trash)
                 out["sets"][key] = {
                     "files": count,
                     "file_bytes": size,
@@ -218,7 +199,7 @@ def main() -> int:
                     "median": _medians(rows, count, size),
                 }
                 print(json.dumps({key: out["sets"][key]["median"]}, indent=1))
-            src.rename(trash / f"{len(list(trash.iterdir()))}-{src.name}")
+            discard(src, trash)
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     finally:
         sshd.stop()
