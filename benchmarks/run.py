@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.contenders import all_contenders, select
-from benchmarks.contenders.base import Contender, ContenderFailed, clear, landed_bytes, verify_tree
+from benchmarks.contenders.base import Contender, ContenderFailed, landed_bytes, verify_tree
 from benchmarks.contenders.testbed import Testbed
 from benchmarks.datasets import DATASETS, DEFAULT_CACHE, Dataset, ensure, resolve
 from benchmarks.report import cell, cpu_rates, timed_out, write_report
@@ -145,10 +145,8 @@ def one_run(bed: Testbed, contender: Contender, dataset: Dataset, rep: int, cont
             emulator_cpu_s=bed.emulator_cpu() - emu0,
             peak_rss_mb=contender.usage.peak_rss_mb,
         )
-        if contender.direction == "upload":
-            clear(remote)
-        else:
-            clear(local)
+        # Moved aside, not deleted: the next run's creates would pay for it (benchmarks/fs_settle.py).
+        bed.discard(remote if contender.direction == "upload" else local)
     return record
 
 

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks import fs_settle
 from benchmarks.wan.link import PROFILES, EmulatedLink
 from tests.support.sshd import SSHServer, _descendants, chown_to_user
 
@@ -31,6 +32,28 @@ WORK_ROOT = Path(os.environ.get("AIRFLOW_TRANSFER_BENCH_WORK", "/var/tmp/airflow
 
 
 PR_SET_CHILD_SUBREAPER = 36
+# Finished destinations kept in the trash before it is emptied (Testbed.discard), and the fewest
+# files whose deletion is worth a settle's wait (benchmarks/fs_settle.py).
+TRASH_BYTES = 40 << 30
+TRASH_FILES = 200_000
+SETTLE_FILES = 1000
+
+
+def _tree_size(path: Path) -> tuple[int, int]:
+    """(files, bytes) under `path` (a file counts itself)."""
+    if not path.is_dir() or path.is_symlink():
+        return 1, path.lstat().st_size
+    files = size = 0
+    for d, _, names in os.walk(path):
+        for n in names:
+            files += 1
+            try:
+                size += os.lstat(os.path.join(d, n)).st_size
+            except OSError:
+                pass
+    return files, size
+
+
 # Sets the flag, then becomes `ip netns exec ... sshd` (the flag survives execve, see prctl(2)).
 _SUBREAPER_EXEC = (
     "import ctypes, os, sys; ctypes.CDLL(None, use_errno=True).prctl(%d, 1, 0, 0, 0); "
@@ -124,6 +147,7 @@ class Testbed:
             os.chmod(p, 0o755)
         self.work = Path(tempfile.mkdtemp(prefix=f"{profile}-", dir=work_root))
         os.chmod(self.work, 0o755)
+        self._trash_files = self._trash_bytes = 0  # in self.work / "trash" (discard)
         self.home = self.work / "home"  # HOME of every contender: no user config leaks in
         self.home.mkdir()
         self.link = EmulatedLink(self.rtt_ms, self.rate_mbit, name=f"bench-{os.getpid()}-{profile}")
@@ -208,11 +232,38 @@ class Testbed:
         ]
 
     # -- directories ------------------------------------------------------------
+    def discard(self, path: Path) -> None:
+        """Empty `path` (keeping it) by moving what it holds into the trash, not deleting it: the
+        next run's creates would pay for that deletion on this VM's filesystem
+        (benchmarks/fs_settle.py). The trash is emptied once it holds TRASH_BYTES or TRASH_FILES,
+        with a settle's wait where that frees many inodes."""
+        trash = self.work / "trash"
+        trash.mkdir(exist_ok=True)
+        if not path.exists():
+            return
+        for entry in os.scandir(path):
+            files, size = _tree_size(Path(entry.path))
+            self._trash_files += files
+            self._trash_bytes += size
+            fs_settle.discard(Path(entry.path), trash)
+        if self._trash_bytes >= TRASH_BYTES or self._trash_files >= TRASH_FILES:
+            self.empty_trash()
+
+    def empty_trash(self) -> None:
+        trash = self.work / "trash"
+        if self._trash_files >= SETTLE_FILES:
+            fs_settle.settle(trash)
+        else:
+            shutil.rmtree(trash, ignore_errors=True)  # a few large files: nothing to wait for
+            trash.mkdir()
+        self._trash_files = self._trash_bytes = 0
+
     def fresh_remote_dir(self, name: str) -> Path:
         """An empty directory on the server side, owned by the sshd's login user."""
         path = self.work / "remote" / name
         if path.exists():
-            shutil.rmtree(path)
+            self.discard(path)
+            path.rmdir()
         path.mkdir(parents=True)
         os.chmod(path.parent, 0o755)
         chown_to_user(path, self.user)
@@ -222,7 +273,8 @@ class Testbed:
         """An empty directory on the client side (downloads land here)."""
         path = self.work / "local" / name
         if path.exists():
-            shutil.rmtree(path)
+            self.discard(path)
+            path.rmdir()
         path.mkdir(parents=True)
         return path
 
