@@ -281,11 +281,12 @@ def _early_pool(args, src, dst):
         return None
 
     pool = SFTPPool((src if src.scheme == "sftp" else dst).target)
-    pool.warm(warm_count(args.algorithm, args.parallelism * args.concurrency, args.verify != "none"))
+    streams = args.parallelism * args.concurrency
+    pool.warm(warm_count(args.algorithm, streams, args.verify != "none"))
     if dst.scheme == "file" and not args.no_bundle and args.verify in BUNDLE_ALGORITHMS:
         # A download of small files lands through helpers that take a login to start: started
-        # now, they are ready when the first chunk begins (bundle_channel.py).
-        start_download_helpers(pool, warm_count(args.algorithm, args.parallelism * args.concurrency, False))
+        # now, one per data connection, they are ready when the first chunk begins (bundle_channel.py).
+        start_download_helpers(pool, warm_count(args.algorithm, streams, False))
     return pool
 
 

@@ -279,22 +279,13 @@ def test_a_copy_into_new_directories_looks_for_none_of_its_files_there_and_a_rer
 
     monkeypatch.setattr(transfer.os, "stat", counting_stat)
     down = local_dir / "fresh-down"
-    pulled = run_copy(
-        CopyRequest(
-            Endpoint("sftp", str(dst), sshd.target(look_for_keys=False)),
-            Endpoint("file", str(down)),
-            TransferParams(pp=8, cc=2),
-            use_store=False,
-        )
-    )
+
+    def pull() -> dict:
+        remote = Endpoint("sftp", str(dst), sshd.target(look_for_keys=False))
+        return run_copy(CopyRequest(remote, Endpoint("file", str(down)), TransferParams(pp=8, cc=2), use_store=False))
+
+    pulled = pull()
     assert pulled["failed"] == [] and tree_digest(down) == tree_digest(src)
     assert stats == []
-    pulled_again = run_copy(
-        CopyRequest(
-            Endpoint("sftp", str(dst), sshd.target(look_for_keys=False)),
-            Endpoint("file", str(down)),
-            TransferParams(pp=8, cc=2),
-            use_store=False,
-        )
-    )
+    pulled_again = pull()
     assert pulled_again["files_skipped"] == 120 and len(stats) >= 120

@@ -32,14 +32,7 @@ from ..integrity.algorithms import digest_bytes
 from ..protocols import openssh
 from . import resume
 from .bundle_carriers import BundleUnavailable
-from .bundle_channel import (  # noqa: F401 - GROUP_FILES, COMMIT_TIMEOUT: read here by tests and benchmarks
-    COMMIT_TIMEOUT,
-    GROUP_FILES,
-    LANDER_NAME,
-    SINK_NAME,
-    SinkChannel,
-    wants_openssh,
-)
+from .bundle_channel import LANDER_NAME, SINK_NAME, SinkChannel, take_spare, wants_openssh
 from .bundle_pull import Group, pull_groups
 from .failures import ChecksumMismatch
 from .sftp_jobs import FileTask, SourceChanged, count_progress, mtime_changed
@@ -190,9 +183,7 @@ class BundleMover(SFTPMover):
             if not why:
                 try:
                     # One started with the copy's first handshakes (bundle_channel.py), else a new one.
-                    spare = self.pool.take(SINK_NAME) if not self.upload else None
-                    if isinstance(spare, BundleUnavailable):
-                        raise spare
+                    spare = take_spare(self.pool, SINK_NAME) if not self.upload else None
                     return spare or SinkChannel.over_openssh(target)
                 except BundleUnavailable as exc:
                     why = f"OpenSSH's client could not start the helper: {exc}"
@@ -205,10 +196,7 @@ class BundleMover(SFTPMover):
         lander = conn.companions.get(LANDER_NAME)
         if lander is None:
             try:
-                spare = self.pool.take(LANDER_NAME)
-                if isinstance(spare, BundleUnavailable):
-                    raise spare
-                lander = spare or SinkChannel.local()
+                lander = take_spare(self.pool, LANDER_NAME) or SinkChannel.local()
             except BundleUnavailable as exc:
                 self.state.off = f"the local bundle helper did not start: {exc}"
                 return None

@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 import threading
+from collections.abc import Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -296,19 +297,25 @@ def start_download_helpers(pool: Any, count: int) -> int:
 
 
 def _start_pair(pool: Any) -> None:
-    sink: SinkChannel | BundleUnavailable | None = None
-    lander: SinkChannel | BundleUnavailable | None = None
+    pool.stash(SINK_NAME, _started(lambda: SinkChannel.over_openssh(pool.target)))
+    pool.stash(LANDER_NAME, _started(SinkChannel.local))
+
+
+def _started(start: Callable[[], SinkChannel]) -> SinkChannel | BundleUnavailable | None:
+    """A helper, or why it cannot run (for the mover to report), or None after any other error
+    (the mover then starts its own and meets that error itself)."""
     try:
-        sink = SinkChannel.over_openssh(pool.target)
+        return start()
     except BundleUnavailable as exc:
-        sink = exc
-    except Exception:  # noqa: BLE001 - the mover starts its own and reports what it meets
-        sink = None
-    try:
-        lander = SinkChannel.local()
-    except BundleUnavailable as exc:
-        lander = exc
-    except Exception:  # noqa: BLE001 - as above
-        lander = None
-    pool.stash(SINK_NAME, sink)
-    pool.stash(LANDER_NAME, lander)
+        return exc
+    except Exception:  # noqa: BLE001 - see above
+        return None
+
+
+def take_spare(pool: Any, name: str) -> SinkChannel | None:
+    """A helper started ahead under `name` (waiting for one still starting), or None; raises
+    the BundleUnavailable it met instead, as starting one now would."""
+    spare = pool.take(name)
+    if isinstance(spare, BundleUnavailable):
+        raise spare
+    return spare

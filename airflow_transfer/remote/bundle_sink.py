@@ -571,21 +571,24 @@ class Sink:
             self.out.flush()
             self.held = 0
 
+    def answer(self, reply):
+        """Send a reply from the reading side, after the running commit's: replies keep request order."""
+        self.wait_commit()
+        self.send(reply)
+
     def serve(self):
         try:
             while self.exit_code is None:
                 line = self.line()
                 if line is None:
                     self.exit_code = 2
-                    self.wait_commit()
-                    self.send({"id": None, "ok": False, "code": "EBADREQ", "error": "line over 1 MiB", "fatal": True})
+                    self.answer({"id": None, "ok": False, "code": "EBADREQ", "error": "line over 1 MiB", "fatal": True})
                 elif not line:
                     return 0
                 elif line.strip():
                     reply = self.handle(line)
                     if reply is not None:
-                        self.wait_commit()  # replies keep request order
-                        self.send(reply)
+                        self.answer(reply)
             return self.exit_code
         finally:
             self.wait_commit()  # a commit read before EOF (or a fatal request) is finished
