@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from . import cmd_copy_list, cmd_profile, cmd_query
 from .cli_endpoint import add_json_option, endpoint, error_object, failure_json, print_json, readable_error
 from .engine.accounting import format_line, format_rate, plural
-from .engine.bundle_channel import BUNDLE_ALGORITHMS, start_download_helpers
+from .engine.bundle_channel import BUNDLE_ALGORITHMS, prestart_upload_sinks, start_download_helpers
 from .engine.params import TransferParams, check_params
 from .engine.retry import RetryPolicy
 from .errors import TransferError, UsageError, describe_oserror
@@ -29,6 +29,11 @@ from .tuning.names import ALGORITHM_NAMES
 
 if TYPE_CHECKING:
     from .manifest import Manifest
+
+# NumPy (loaded with pyarrow) starts a BLAS thread per core that spins while it waits for work this
+# program never gives it: 0.06 s of CPU per run, taken from the copy on a busy host
+# (docs/transfers.md, "Start and exit"). A value the user set is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # pp, p, cc of `copy --algorithm fixed` when a knob is not given (the hand-picked wan50 setting's
 # pp and cc: docs/tuning.md).
@@ -282,8 +287,13 @@ def _early_pool(args, src, dst):
 
     pool = SFTPPool((src if src.scheme == "sftp" else dst).target)
     streams = args.parallelism * args.concurrency
+    bundles = not args.no_bundle and args.verify in BUNDLE_ALGORITHMS
+    if src.scheme == "file" and bundles:
+        # An upload's small files go through a sink on each data connection: started as each
+        # connection's handshake completes, it is ready when the chunk begins (bundle_channel.py).
+        prestart_upload_sinks(pool, warm_count(args.algorithm, streams, False))
     pool.warm(warm_count(args.algorithm, streams, args.verify != "none"))
-    if dst.scheme == "file" and not args.no_bundle and args.verify in BUNDLE_ALGORITHMS:
+    if dst.scheme == "file" and bundles:
         # A download of small files lands through helpers that take a login to start: started
         # now, one per data connection, they are ready when the first chunk begins (bundle_channel.py).
         start_download_helpers(pool, warm_count(args.algorithm, streams, False))

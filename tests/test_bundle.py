@@ -289,3 +289,47 @@ def test_a_copy_into_new_directories_looks_for_none_of_its_files_there_and_a_rer
     assert stats == []
     pulled_again = pull()
     assert pulled_again["files_skipped"] == 120 and len(stats) >= 120
+
+
+def test_a_bundled_file_that_grew_since_its_listing_is_sent_again_whole(sshd, local_dir, remote_dir):
+    """The mover reads each small file checked against its listed size and mtime: one that grew
+    after the listing is not placed as listed; the engine takes its new size and sends it again,
+    so the destination holds what the source holds now."""
+    from airflow_transfer.manifest import list_local
+
+    src = _tree(local_dir / "changed", 30, seed=41)
+    listed = list_local(str(src))
+    grown = src / "d3" / "s0003.bin"
+    with open(grown, "ab") as f:
+        f.write(b"more")
+    dst = remote_dir / "changed"
+    s = _copy(sshd, src, dst, use_store=False, manifest=listed)
+    assert s["failed"] == [] and s["files_retried"] >= 1, s
+    assert tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+    assert (dst / "d3" / "s0003.bin").read_bytes().endswith(b"more")
+
+
+def test_a_group_holds_what_its_connection_window_carries_in_half_a_second():
+    assert bundle.group_bytes(None) == bundle.GROUP_BYTES  # unknown (an OpenSSH carrier): the usual bound
+    assert bundle.group_bytes(1e12) == bundle.GROUP_BYTES
+    assert bundle.group_bytes(10.0) == bundle.GROUP_MIN_BYTES
+    assert bundle.group_bytes(8e6) == int(8e6 * bundle.GROUP_SECONDS)
+
+
+def test_a_connection_with_a_small_window_sends_small_groups(sshd, local_dir, remote_dir, monkeypatch):
+    """A connection whose congestion window was cut (a loss on a long path: not something loopback
+    produces, hence the stand-in figure) takes groups of GROUP_MIN_BYTES, not GROUP_BYTES; every
+    file still lands verified."""
+    src = local_dir / "narrow"
+    for i in range(64):
+        write_random(src / f"f{i:03d}.bin", 256 * 1024, seed=500 + i)
+    os.chmod(src, 0o755)
+    monkeypatch.setattr(bundle, "tcp_send_rate", lambda sock: 1.0)
+    dst = remote_dir / "narrow"
+    s = _copy(sshd, src, dst, use_store=False)
+    assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+    # 16 MiB at 1 MiB a group: at least 16 groups (with GROUP_BYTES it takes 2, one per channel).
+    groups = [
+        int(c["transport"].split(" groups")[0].rsplit(" ", 1)[1]) for c in s["chunks"] if "bundle: " in c["transport"]
+    ]
+    assert sum(groups) >= 16, s["chunks"]

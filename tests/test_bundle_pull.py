@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 from airflow_transfer.engine import bundle
-from airflow_transfer.engine.bundle_channel import start_download_helpers
+from airflow_transfer.engine.bundle_channel import prestart_upload_sinks, start_download_helpers
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols.endpoint import Endpoint
@@ -55,6 +55,86 @@ def _pull_with_helpers_ahead(sshd, src: Path, dst: Path, cc: int):
     )
     req.pool = pool
     return run_copy(req)
+
+
+def _push_with_sinks_ahead(target, src: Path, dst: Path, cc: int, verify: str | None):
+    """As the CLI pushes: the pool warming, each connection starting its sink when it is open."""
+    pool = SFTPPool(target)
+    assert prestart_upload_sinks(pool, cc) == cc
+    pool.warm(cc)
+    req = CopyRequest(
+        Endpoint("file", str(src)),
+        Endpoint("sftp", str(dst), target),
+        TransferParams(pp=8, cc=cc),
+        use_store=False,
+        verify=verify,
+    )
+    req.pool = pool
+    return run_copy(req)
+
+
+def _record_sinks(monkeypatch) -> tuple[list[str], list[str]]:
+    """(threads that started an upload sink, carriers of the sinks closed), as they happen."""
+    started: list[str] = []
+    closed: list[str] = []
+    real_open, real_close = bundle.SinkChannel.over_paramiko.__func__, bundle.SinkChannel.close
+
+    def over_paramiko(cls, transport):
+        started.append(threading.current_thread().name)
+        return real_open(cls, transport)
+
+    def close(self):
+        closed.append(self.carrier)
+        return real_close(self)
+
+    monkeypatch.setattr(bundle.SinkChannel, "over_paramiko", classmethod(over_paramiko))
+    monkeypatch.setattr(bundle.SinkChannel, "close", close)
+    return started, closed
+
+
+def test_upload_sinks_started_with_their_connections_are_the_ones_the_chunk_uses(
+    sshd, local_dir, remote_dir, monkeypatch
+):
+    """prestart_upload_sinks: each warm connection starts its sink as soon as it is open; the
+    chunk's two workers use those two and start none of their own; both close at the end."""
+    src = _tree(local_dir / "up-ahead", 80, seed=33)
+    started, closed = _record_sinks(monkeypatch)
+    dst = remote_dir / "up-ahead"
+    s = _push_with_sinks_ahead(sshd.target(look_for_keys=False), src, dst, 2, None)  # no verifier connection
+    assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+    assert any("bundle: " in c["transport"] and "over paramiko" in c["transport"] for c in s["chunks"]), s["chunks"]
+    assert started == ["bundle-warm", "bundle-warm"], started
+    assert closed == ["paramiko", "paramiko"], closed
+
+
+def test_verified_upload_with_sinks_started_ahead_leaks_none(sshd, local_dir, remote_dir, monkeypatch):
+    """With verification a third connection serves the digests; whichever connections the
+    workers get, every sink started (ahead or by a worker) is closed exactly once."""
+    src = _tree(local_dir / "up-ahead-v", 80, seed=34)
+    started, closed = _record_sinks(monkeypatch)
+    dst = remote_dir / "up-ahead-v"
+    s = _push_with_sinks_ahead(sshd.target(look_for_keys=False), src, dst, 2, "sha256")
+    assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+    assert s["verify"]["verified"] == 80 and s["verify"]["bundled_files"] == 80, s["verify"]
+    assert "bundle-warm" in started and len(closed) == len(started), (started, closed)
+
+
+def test_an_upload_sink_that_cannot_start_ahead_leaves_its_reason_for_the_summary(test_base, local_dir):
+    """On an SFTP-only server the sink started with the connection fails; the chunk takes its
+    reason and goes over SFTP saying why."""
+    base = test_base / "sshd-bundle-up-ahead-no-exec"
+    server = restricted_sshd(base, "no-exec")
+    try:
+        src = _tree(local_dir / "up-no-exec", 20, seed=35)
+        dst = base / "dst"
+        dst.mkdir()
+        chown_to_user(dst, server.user)
+        s = _push_with_sinks_ahead(server.target(look_for_keys=False), src, dst, 1, "sha256")
+        assert s["failed"] == [] and tree_digest(dst) == tree_digest(src)
+        why = [c.get("transport", "") for c in s["chunks"]]
+        assert any(w.startswith("sftp (") and "exec" in w for w in why), why
+    finally:
+        server.stop()
 
 
 def _sftp_opens(sshd, mark: int) -> list[str]:

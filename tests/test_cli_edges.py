@@ -514,3 +514,18 @@ def test_demo_shows_task_log_lines_from_their_start():
     assert len(logged) > 200
     assert demo._shown(logged) == f"2026-11-25T23:47:17.659247Z [info     ] {message}"
     assert demo._shown("x" * 300).startswith("xxx") and demo._shown("x" * 300).endswith(" ...")
+
+
+def test_the_command_line_keeps_numpy_from_starting_blas_threads():
+    """NumPy's BLAS starts a spinning thread per extra core at import; the command line sets
+    OPENBLAS_NUM_THREADS=1 (unless the user set it) before anything loads NumPy."""
+    code = (
+        "import os, airflow_transfer.cli, numpy;"
+        "print(os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "1"], out.stdout
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split()[0] == "2", out.stdout

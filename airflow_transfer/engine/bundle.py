@@ -30,13 +30,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..integrity.algorithms import digest_bytes
 from ..protocols import openssh
+from ..protocols.rtt import tcp_send_rate
 from . import resume
 from .bundle_carriers import BundleUnavailable
-from .bundle_channel import LANDER_NAME, SINK_NAME, SinkChannel, take_spare, wants_openssh
+from .bundle_channel import LANDER_NAME, SINK_NAME, SinkChannel, SinkStarting, take_spare, wants_openssh
 from .bundle_pull import Group, pull_groups
 from .failures import ChecksumMismatch
 from .sftp_jobs import FileTask, SourceChanged, count_progress, mtime_changed
 from .sftp_mover import SFTPMover
+
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 
 if TYPE_CHECKING:
     from .runner import Runner
@@ -47,6 +50,21 @@ GROUP_BYTES = 16 << 20  # bytes per commit: bounds the memory a group holds on b
 # Fewest files a group takes towards the end of a chunk, when groups shrink to each worker's share
 # of what is left so that every channel finishes at about the same time.
 TAIL_GROUP_FILES = 16
+# A group holds no more than its connection's congestion window carries in this long (and never
+# less than GROUP_MIN_BYTES): a connection whose window is small (still in slow start, or cut by
+# an early loss) takes small groups and leaves the rest to the others. On wan50 `tiny` one such
+# connection (its window held at 76 segments after a loss) carried the last 13 MiB alone for
+# 1.1-1.4 s while two connections with 40 times its window sat idle.
+GROUP_SECONDS = 0.5
+GROUP_MIN_BYTES = 1 << 20
+
+
+def group_bytes(send_rate: float | None) -> int:
+    """The most bytes one group may hold on a connection whose window carries `send_rate`
+    bytes per second (None: unknown, as over an OpenSSH process)."""
+    if send_rate is None:
+        return GROUP_BYTES
+    return int(min(GROUP_BYTES, max(GROUP_MIN_BYTES, send_rate * GROUP_SECONDS)))
 
 
 class BundleState:
@@ -107,21 +125,22 @@ class BundleMover(SFTPMover):
         sink = self._sink(conn)
         if sink is not None:
             if self.upload:
-                self._bundles(sink)
+                self._bundles(sink, conn)
             else:
                 lander = self._lander(conn)
                 if lander is not None:
                     pull_groups(self, sink, lander)
         super().drain(conn, gone)  # what is left: files too big for a bundle, or no sink
 
-    def _bundles(self, sink: SinkChannel) -> None:
+    def _bundles(self, sink: SinkChannel, conn: Any) -> None:
         """Groups one after another on this channel, the next sent while the sink commits the
         one before (it reads them in order; its replies are small), so sending and the sink's
         flush and read-back overlap."""
         waiting: Group | None = None
+        sock = getattr(conn.carrier, "sock", None)
         try:
             while not self.r.schedule.surplus():
-                group = self._prepare(sink.max_files)
+                group = self._prepare(sink.max_files, group_bytes(tcp_send_rate(sock)))
                 if group is None:
                     break
                 group.commit_id = sink.send(
@@ -153,11 +172,14 @@ class BundleMover(SFTPMover):
         if self.state.off:
             return None
         sink = conn.companions.get(SINK_NAME)
-        if sink is not None:
+        if sink is not None and not isinstance(sink, SinkStarting):
             self.carrier = sink.carrier
             return sink
         try:
-            sink = self._open(conn)
+            if sink is not None:  # started with the connection (prestart_upload_sinks)
+                conn.companions.pop(SINK_NAME)
+                sink = sink.result()
+            sink = sink or self._open(conn)
         except BundleUnavailable as exc:
             self.state.off = str(exc)  # once per copy: the server will not change its mind
             return None
@@ -203,24 +225,28 @@ class BundleMover(SFTPMover):
             conn.companions[LANDER_NAME] = lander
         return lander
 
-    def take_group(self, limit: int) -> list[int]:
+    def take_group(self, limit: int, max_bytes: int = GROUP_BYTES) -> list[int]:
         """The next group's files (see _take), without those found landed already."""
         while True:
-            taken = self._take(limit)
+            taken = self._take(limit, max_bytes)
             kept = self.landed(taken)
             if kept or not taken:
                 return kept
 
-    def _take(self, limit: int) -> list[int]:
-        """Up to `limit` files and GROUP_BYTES, and no more than this worker's share of what is
-        waiting. Without that rule one channel could take the last 16 MiB group while the others
-        had nothing left (on an emulated 139 ms path the last 2 % of a 617 MiB copy of small
-        files took 5 s of its 28)."""
+    def _take(self, limit: int, max_bytes: int) -> list[int]:
+        """Up to `limit` files and `max_bytes`, and no more than half this worker's share of what
+        is waiting. Without that rule one channel could take the last 16 MiB group while the
+        others had nothing left (on an emulated 139 ms path the last 2 % of a 617 MiB copy of
+        small files took 5 s of its 28). Half: a worker holds two groups at a time (one sent and
+        committing, the next being sent), and workers take their last groups at different times;
+        with whole shares, wan50 `tiny` still ended with one channel carrying its last 256 files
+        (13 MiB) alone for 1.4 s in one run of five. Halving makes the last groups small (down to
+        TAIL_GROUP_FILES), so the channels finish close together."""
         r = self.r
-        limit = min(limit, max(TAIL_GROUP_FILES, r.schedule.share()))
+        limit = min(limit, max(TAIL_GROUP_FILES, -(-r.schedule.share() // 2)))
         group: list[int] = []
         size = 0
-        while len(group) < limit and size < GROUP_BYTES:
+        while len(group) < limit and size < max_bytes:
             i = r.schedule.pop(want=lambda k: self.small(r.tasks[k]))
             if i is None:
                 break
@@ -229,22 +255,34 @@ class BundleMover(SFTPMover):
         return group
 
     def _read(self, t: FileTask) -> bytes:
-        with open(t.src, "rb") as f:
-            st = os.fstat(f.fileno())
+        # os-level calls: open() as a file object costs twice the system calls (isatty, a second
+        # fstat, lseek), and each one hands the GIL to the other threads and waits to get it back.
+        fd = os.open(t.src, _READ_FLAGS)
+        try:
+            st = os.fstat(fd)
             if st.st_size != t.size or mtime_changed(st.st_mtime, t.mtime):
                 raise SourceChanged(f"source changed since it was listed: {t.src}")
-            data = f.read()
+            pieces, left = [], t.size + 1  # one byte more than listed shows a file that grew
+            while left > 0:
+                piece = os.read(fd, left)
+                if not piece:
+                    break
+                pieces.append(piece)
+                left -= len(piece)
+        finally:
+            os.close(fd)
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         if len(data) != t.size:
             raise SourceChanged(f"source changed while it was read: {t.src}")
         return data
 
-    def _prepare(self, limit: int) -> Group | None:
+    def _prepare(self, limit: int, max_bytes: int) -> Group | None:
         """The next group, read and digested (a file that cannot be read fails alone and the
         next ones are taken instead); None when no small file is left to send."""
         r = self.r
         group = Group()
         while not group.items:
-            indices = self.take_group(limit)
+            indices = self.take_group(limit, max_bytes)
             if not indices:
                 return None
             for i in indices:

@@ -312,6 +312,69 @@ def _started(start: Callable[[], SinkChannel]) -> SinkChannel | BundleUnavailabl
         return None
 
 
+class SinkStarting:
+    """An upload's sink being started on one connection's own transport, ahead of the mover
+    that will use it (`prestart_upload_sinks`); kept in the connection's companions meanwhile."""
+
+    in_flight = 0  # no group was sent on it: the connection may be reused or closed freely
+
+    def __init__(self, transport: Any) -> None:
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._result: SinkChannel | BundleUnavailable | None = None
+        self._closed = False
+        threading.Thread(target=self._run, args=(transport,), name="bundle-warm", daemon=True).start()
+
+    def _run(self, transport: Any) -> None:
+        result = _started(lambda: SinkChannel.over_paramiko(transport))
+        with self._lock:
+            self._result, closed = result, self._closed
+        self._done.set()
+        if closed and isinstance(result, SinkChannel):
+            result.close()  # the connection closed while the sink was starting
+
+    def result(self) -> SinkChannel | None:
+        """The sink once started; None after an unexpected error (the mover then starts its own
+        and meets it); raises the BundleUnavailable it met, as starting one now would."""
+        self._done.wait()
+        if isinstance(self._result, BundleUnavailable):
+            raise self._result
+        return self._result
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed, result = True, self._result
+        if isinstance(result, SinkChannel):
+            result.close()
+
+
+def prestart_upload_sinks(pool: Any, count: int) -> int:
+    """Start an upload's sink on each of the next `count` connections the pool opens ahead,
+    as soon as its handshake is done; how many it will start.
+
+    Why: the exec channel, python3's start and the hello cost a chunk's worker about 0.25 s
+    at 50 ms RTT before its first group, after the imports and the listing. Started with the
+    connection, the sink is ready by then. Only where the mover would carry an upload's sink
+    over paramiko, and only on paramiko connections: an OpenSSH-carried one would open a
+    second login for it."""
+    if count <= 0 or wants_openssh(upload=True):
+        return 0
+    left = [count]
+    lock = threading.Lock()
+
+    def start(conn: Any) -> None:
+        if conn.client != "paramiko" or SINK_NAME in conn.companions:
+            return
+        with lock:
+            if left[0] <= 0:
+                return
+            left[0] -= 1
+        conn.companions[SINK_NAME] = SinkStarting(conn.transport)
+
+    pool.on_warm = start
+    return count
+
+
 def take_spare(pool: Any, name: str) -> SinkChannel | None:
     """A helper started ahead under `name` (waiting for one still starting), or None; raises
     the BundleUnavailable it met instead, as starting one now would."""

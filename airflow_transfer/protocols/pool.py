@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -110,6 +111,10 @@ class SFTPPool:
     # how many of each are still being started: expect / stash / take.
     _spares: dict[str, list[Any]] = field(default_factory=dict)
     _expected: dict[str, int] = field(default_factory=dict)
+    # Called with each connection `warm` opened, in its thread, before the connection is offered
+    # (an upload's sink is started on it there: bundle_channel.prestart_upload_sinks). It must
+    # not block: whatever it starts runs on in a thread of its own.
+    on_warm: Callable[[Conn], None] | None = None
 
     def __post_init__(self) -> None:
         self._cond = threading.Condition(self._lock)
@@ -180,6 +185,8 @@ class SFTPPool:
         conn = None
         try:
             conn = self._open()
+            if self.on_warm is not None:
+                self.on_warm(conn)
         except Exception as exc:  # noqa: BLE001 - acquire reports it, with the same cause
             log.debug("opening an SFTP connection ahead to %s failed: %s", self.target.display, exc)
         with self._cond:
