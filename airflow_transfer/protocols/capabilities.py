@@ -12,12 +12,15 @@ with its true reason, and the summary carries it (`server`, `tuning.notes`).
 from __future__ import annotations
 
 import posixpath
-import secrets
 import threading
 from dataclasses import dataclass, field
 
+from ..paths import TEMP_SUFFIX
 from . import sftp_wire as w
 
+# The offset-write probe's file: hidden and with the temporary suffix, like every file the engine
+# writes before it is complete.
+PROBE_NAME = f".airflow-transfer-probe{TEMP_SUFFIX}"
 POSIX_RENAME = "posix-rename@openssh.com"
 FSYNC = "fsync@openssh.com"
 STATVFS = "statvfs@openssh.com"
@@ -45,11 +48,15 @@ class ServerCapabilities:
     def probe_offset_writes(self, wire: w.SFTPWire, directory: str) -> bool:
         """Whether the server accepts a WRITE beyond the file's current end (p > 1 and resumed
         uploads need it). Found out once, with a one-byte file created and removed in
-        `directory`: two round trips."""
+        `directory`: two round trips.
+
+        The file has one name per directory, a temporary one (PROBE_NAME): a connection lost
+        between its creation and its removal leaves it as a temporary file, never under a final
+        name, and the next probe in that directory truncates and removes it."""
         with self._lock:
             if self.offset_writes is not None:
                 return self.offset_writes
-            path = posixpath.join(directory, f".airflow-transfer-probe-{secrets.token_hex(6)}")
+            path = posixpath.join(directory, PROBE_NAME)
             t, r = wire.call(w.OPEN, wire.p_open(path, w.FXF_WRITE | w.FXF_CREAT | w.FXF_TRUNC, w.Attrs(mode=0o600)))
             handle = wire.expect_handle(t, r, path)
             replies: dict[str, tuple[int, w.Reader]] = {}
