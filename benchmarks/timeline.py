@@ -37,9 +37,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.contenders.airflow_transfer import bed_ssh_flags, cli_argv, sftp_url  # noqa: E402
-from benchmarks.contenders.testbed import Testbed  # noqa: E402
-from benchmarks.datasets import ensure  # noqa: E402
+from benchmarks.contenders.airflow_transfer import bed_ssh_flags, cli_argv, sftp_url
+from benchmarks.contenders.testbed import Testbed
+from benchmarks.datasets import ensure
 
 # Runs the command line of the checkout named by argv[1]: an editable install of this checkout
 # would otherwise answer the import (its finder comes before sys.path).
@@ -140,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
                 remote = bed.fresh_remote_dir("upload")
                 os.sync()  # the last run's dirty pages are written back before this one
                 store = bed.work / f"store-{uuid.uuid4().hex}.db"  # empty: first contact every time
-                run = _rsync(bed, dataset.path, remote) if head is None else _copy(bed, head, dataset.path, remote, store)
+                run = (
+                    _rsync(bed, dataset.path, remote) if head is None else _copy(bed, head, dataset.path, remote, store)
+                )
                 landed = sum(len(files) for _, _, files in os.walk(remote))
                 if landed != dataset.files:
                     raise SystemExit(f"{name} left {landed} of {dataset.files} files")
@@ -160,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         medians[name]["mbit"] = round(dataset.bytes * 8 / medians[name]["total_s"] / 1e6, 1)
     doc = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "commit": subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "commit": subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
         "profile": args.profile,
         "dataset": {"name": args.dataset, "files": dataset.files, "bytes": dataset.bytes},
         "reps": args.reps,
