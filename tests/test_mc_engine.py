@@ -171,7 +171,10 @@ def test_mc_runs_chunks_at_once_and_moves_channels(mixed, sshd, remote_dir, spy)
     assert initial == {f"mc.{n}": 2 for n in CLASSES} and grown, spy["moves"]
     final = {c["id"]: c["cc"] for c in summary["chunks"]}
     for cid in {c for _, c, _ in grown}:
-        assert final[cid] == max(n for _, c, n in spy["moves"] if c == cid) > 2
+        levels = [n for _, c, n in spy["moves"] if c == cid]
+        # The summary gives the chunk's channels at its end: a level the scheduler set. Not
+        # necessarily the highest: a loaded machine can let a grown chunk give one back first.
+        assert max(levels) > 2 and final[cid] in levels, (cid, final[cid], levels)
     assert all(n <= 5 for _, cid, n in spy["moves"] if cid in ("mc.large", "mc.huge")), spy["moves"]
     # More writers can only show if the chunk still had files to hand out when it grew: under
     # load the rebalance can come when `huge` is down to its last files (CI: it grew at 2.7 s

@@ -47,15 +47,25 @@ def make_dirs(pool: SFTPPool, todo: list[str], host: str) -> set[str]:
                 wire.send(w.MKDIR, wire.p_path(d) + Attrs(mode=0o755).pack(), on_reply)
             while wire.outstanding:
                 wire.pump(block=True)
-        # mkdir fails on existing directories too: only a missing directory is an error.
-        for d, failure in sorted(failures.items()):
-            try:
-                attrs = wire.stat(d)
-            except OSError:
-                attrs = None
-            if attrs is None or not attrs.is_dir:
+        # mkdir fails on existing directories too: only a missing directory is an error. The
+        # STATs are pipelined: a re-run into a tree of 1,000 directories asks about all of them,
+        # and one round trip each took 50 s at 50 ms.
+        failed = sorted(failures)
+        dirs: set[str] = set()
+        for lo in range(0, len(failed), STAT_WINDOW):
+            for d in failed[lo : lo + STAT_WINDOW]:
+
+                def on_attrs(ptype: int, r: Any, d: str = d) -> None:
+                    if ptype == w.ATTRS and r.attrs().is_dir:
+                        dirs.add(d)
+
+                wire.send(w.STAT, wire.p_path(d), on_attrs)
+            while wire.outstanding:
+                wire.pump(block=True)
+        for d in failed:
+            if d not in dirs:
                 raise TransferError(
-                    f"cannot create destination directory: {describe_oserror(failure)}",
+                    f"cannot create destination directory: {describe_oserror(failures[d])}",
                     f"{host}:{d}",
                     "check the destination path and its permissions",
                 )
