@@ -432,3 +432,19 @@ def test_a_first_contact_row_is_not_taken_for_a_measurement_by_model_based_algor
         for algorithm in ("mc", "pcp", "fixed"):
             start = choose(src, dst, None, store, algorithm=algorithm, measure=False)
             assert start.link is None and any("learned by a first contact" in n for n in start.notes), algorithm
+
+
+def test_a_copy_over_before_its_first_level_is_measured_opens_no_connection_ahead():
+    # wan50 `tiny`: 125 MiB of 64 KiB files at 50 ms, 500 Mbit/s is over in about 3 s, before the
+    # start level's settle and 2 s window end; connections opened for a doubling that never comes
+    # would each cost a handshake on both ends for nothing.
+    sim = simulator(0.05, 500.0, setup_rtts=14.0)
+    fc = get_algorithm("first-contact")
+    fc.run(table(np.full(2000, 64 << 10)), UNKNOWN_SSH, sim)
+    assert not any(s.action.endswith("doubled") for s in fc.ramp.steps), fc.ramp.steps
+    assert sim.warmed == [(0.0, 3)], sim.warmed  # the start's two and the verifier's only
+    # A copy ten times as long climbs, and opens each doubling's connections ahead as before.
+    long_sim = simulator(0.05, 500.0, setup_rtts=14.0)
+    climbing = get_algorithm("first-contact")
+    climbing.run(table(np.full(20000, 64 << 10)), UNKNOWN_SSH, long_sim)
+    assert len(long_sim.warmed) > 1, long_sim.warmed

@@ -85,6 +85,11 @@ class CCRamp:
         self._since = 0  # the total when the level (or the mix) last changed
         self._ready = 0  # connections the caller opened ahead for the next level
 
+    @property
+    def measuring_from(self) -> float:
+        """When the level under way starts (or started) to be measured: after its settle time."""
+        return self._mark[0] if self._mark is not None else self._from
+
     # -- opening ahead --------------------------------------------------------------------
     def ahead(self) -> int:
         """Channels the next doubling would add, worth opening now; 0 unless ramping up."""

@@ -293,10 +293,10 @@ class _RampScheduler(ChannelScheduler):
         self._ahead_done = False  # this level's next doubling was opened ahead (reset on each change)
         self._warm = getattr(ctx.executor, "warm", None)
 
-    def _open_ahead(self) -> None:
+    def _open_ahead(self, at: float) -> None:
         """Once per level while ramping up, after its own channels have taken their connections:
-        start opening the ones the next doubling will want."""
-        if not callable(self._warm) or self._ahead_done:
+        start opening the ones the next doubling will want, unless the copy will be over by then."""
+        if not callable(self._warm) or self._ahead_done or self.ramp.ahead() <= 0 or not self._outlasts_level(at):
             return
         self._ahead_done = True
         n = min(self.ramp.ahead(), max(0, self._cap_total() - self.ramp.cc))
@@ -304,12 +304,26 @@ class _RampScheduler(ChannelScheduler):
             self._warm(n)
             self.ramp.opened_ahead(n)
 
+    def _outlasts_level(self, at: float) -> bool:
+        """Whether the copy, at its average rate so far, will still have a whole interval to run
+        once the level under way has been measured: the ramp doubles only then (less left, and
+        it is near the end: cc_ramp.py), so only then are the next level's connections used.
+        Each one opened for nothing costs a handshake on both ends (on wan50 `tiny`, three were
+        opened ahead for a doubling the 4 s copy never reached). Nothing moved yet: not known,
+        so not yet."""
+        done = self.total_bytes_done
+        if done <= 0 or at <= 0:
+            return False
+        left_s = (self._bytes - done) * at / done
+        measured_at = max(self.ramp.measuring_from, at) + self.ramp.window_s
+        return at + left_s > measured_at + self.ramp.settle_s + self.ramp.window_s
+
     def _cap_total(self) -> int:
         """Channels the unfinished chunks could use at most (one per file)."""
         return sum(st.cap for st in self.states.values() if not st.done)
 
     def on_progress(self, event: ChunkEvent) -> None:
-        self._open_ahead()
+        self._open_ahead(event.at)
         # A tick reports every running chunk at the same time: feed the ramp the previous tick's
         # total once this one begins, so the total it sees is complete.
         if self._tick_at is not None and event.at > self._tick_at:
