@@ -45,3 +45,42 @@ def test_a_directory_that_cannot_be_made_is_a_clear_error(sshd, remote_dir):
         assert "plain" in str(info.value)
     finally:
         pool.close()
+
+
+def _count_stats(monkeypatch) -> list[str]:
+    sent: list[str] = []
+    send = w.SFTPWire.send
+
+    def logged_send(self, ptype, payload, *args, **kw):
+        if ptype == w.STAT:
+            sent.append(bytes(payload[4:]).decode(errors="replace"))
+        return send(self, ptype, payload, *args, **kw)
+
+    monkeypatch.setattr(w.SFTPWire, "send", logged_send)
+    return sent
+
+
+def test_a_new_destination_under_an_existing_parent_costs_no_stat(sshd, local_dir, remote_dir, monkeypatch):
+    """The root is made first; its parents are looked for only if that fails (mkdir -p)."""
+    from airflow_transfer.engine.params import TransferParams
+    from airflow_transfer.job import CopyRequest, run_copy
+    from airflow_transfer.protocols.endpoint import Endpoint
+    from tests.support.data import tree_digest, write_random
+
+    src = local_dir / "few"
+    for i in range(3):
+        write_random(src / "sub" / f"f{i}.bin", 1000, seed=90 + i)
+    stats = _count_stats(monkeypatch)
+    target = sshd.target(look_for_keys=False)
+    seen = []
+    for dst in (remote_dir / "new", remote_dir / "p" / "q" / "deep"):
+        s = run_copy(
+            CopyRequest(
+                Endpoint("file", str(src)), Endpoint("sftp", str(dst), target), TransferParams(cc=1), use_store=False
+            )
+        )
+        assert s["failed"] == [] and tree_digest(dst) == tree_digest(src)
+        seen.append([p.rsplit("/", 1)[-1] for p in stats])
+        stats.clear()
+    assert seen[0] == [], seen  # made at once
+    assert {"q", "p"} <= set(seen[1]), seen  # making it failed: its missing parents were looked for

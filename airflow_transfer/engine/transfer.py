@@ -220,9 +220,15 @@ class TransferSession(Session):
                     ) from exc
             self._dirs_made.update(todo)
             return
-        if dst_root not in self._dirs_made:
-            todo = missing_parents(self._pool(), dst_root) + todo  # as mkdir -p, like a local destination
-        created = make_dirs(self._pool(), todo, self.dst.host_label)
+        try:
+            created = make_dirs(self._pool(), todo, self.dst.host_label)
+        except TransferError:
+            # As mkdir -p, like a local destination: missing parents of the root are looked for
+            # only once making it failed, not before (a STAT's round trip on every copy).
+            parents = missing_parents(self._pool(), dst_root) if dst_root not in self._dirs_made else []
+            if not parents:
+                raise
+            created = make_dirs(self._pool(), parents + todo, self.dst.host_label)
         self._dirs_made.update(todo)
         self._fresh_dirs.update(posixpath.normpath(d) for d in created)
 
