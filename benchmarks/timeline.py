@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -111,7 +112,7 @@ def _copy(bed: Testbed, argv_head: list[str], src: Path, remote: Path, store: Pa
 
 
 def _rsync(bed: Testbed, src: Path, remote: Path) -> dict:
-    ssh = " ".join(["ssh", *bed.ssh_options()])
+    ssh = shlex.join(["ssh", "-p", str(bed.port), *bed.ssh_options()])
     t0 = time.monotonic()
     bed.link.run("src", ["rsync", "-a", "-e", ssh, f"{src}/", f"{bed.user}@{bed.host}:{remote}/"], timeout=600)
     return {"total_s": round(time.monotonic() - t0, 3)}
