@@ -333,3 +333,18 @@ def test_a_connection_with_a_small_window_sends_small_groups(sshd, local_dir, re
         int(c["transport"].split(" groups")[0].rsplit(" ", 1)[1]) for c in s["chunks"] if "bundle: " in c["transport"]
     ]
     assert sum(groups) >= 16, s["chunks"]
+
+
+def test_the_group_bound_reads_the_window_of_the_socket_the_sink_rides(sshd, local_dir, remote_dir, monkeypatch):
+    src = _tree(local_dir / "window", 40, seed=42)
+    rates: list[float | None] = []
+    real = bundle.tcp_send_rate
+
+    def recorded(sock):
+        rates.append(real(sock))
+        return rates[-1]
+
+    monkeypatch.setattr(bundle, "tcp_send_rate", recorded)
+    s = _copy(sshd, src, remote_dir / "window", use_store=False)
+    assert s["failed"] == [] and tree_digest(remote_dir / "window") == tree_digest(src)
+    assert rates and all(r is not None and r > 0 for r in rates), rates

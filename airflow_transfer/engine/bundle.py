@@ -125,19 +125,21 @@ class BundleMover(SFTPMover):
         sink = self._sink(conn)
         if sink is not None:
             if self.upload:
-                self._bundles(sink, conn)
+                self._bundles(sink)
             else:
                 lander = self._lander(conn)
                 if lander is not None:
                     pull_groups(self, sink, lander)
         super().drain(conn, gone)  # what is left: files too big for a bundle, or no sink
 
-    def _bundles(self, sink: SinkChannel, conn: Any) -> None:
+    def _bundles(self, sink: SinkChannel) -> None:
         """Groups one after another on this channel, the next sent while the sink commits the
         one before (it reads them in order; its replies are small), so sending and the sink's
         flush and read-back overlap."""
         waiting: Group | None = None
-        sock = getattr(conn.carrier, "sock", None)
+        # The socket the sink's stream rides: the paramiko Transport of its exec channel (over an
+        # OpenSSH carrier too, where that is a second connection); none for an `ssh` process.
+        sock = getattr(getattr(sink.chan, "transport", None), "sock", None)
         try:
             while not self.r.schedule.surplus():
                 group = self._prepare(sink.max_files, group_bytes(tcp_send_rate(sock)))

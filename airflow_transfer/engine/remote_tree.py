@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 STAT_WINDOW = 256  # LSTAT requests in flight at once
 
 
+class MkdirFailed(TransferError):
+    """A destination directory could not be made (and is not there): the SFTP server said so."""
+
+
 def make_dirs(pool: SFTPPool, todo: list[str], host: str) -> set[str]:
     """Create `todo` (parents before children), pipelined per depth; an existing directory is
     fine. Returns those this call created (their MKDIR succeeded: they were not there)."""
@@ -64,7 +68,7 @@ def make_dirs(pool: SFTPPool, todo: list[str], host: str) -> set[str]:
                 wire.pump(block=True)
         for d in failed:
             if d not in dirs:
-                raise TransferError(
+                raise MkdirFailed(
                     f"cannot create destination directory: {describe_oserror(failures[d])}",
                     f"{host}:{d}",
                     "check the destination path and its permissions",

@@ -25,7 +25,7 @@ from .block_verify import DEFAULT_BLOCK_SIZE, BlockVerifier, choose_threads
 from .bundle import BUNDLE_MAX_FILE, BundleMover, BundleState
 from .failures import error_text
 from .local_mover import LocalMover
-from .remote_tree import make_dirs, missing_parents, same_size_and_mtime, verify_account
+from .remote_tree import MkdirFailed, make_dirs, missing_parents, same_size_and_mtime, verify_account
 from .runner import Mover, Runner
 from .session import Session, SessionOptions
 from .sftp_jobs import FileTask
@@ -220,14 +220,17 @@ class TransferSession(Session):
                     ) from exc
             self._dirs_made.update(todo)
             return
+        # As mkdir -p, like a local destination: missing parents of the root are looked for only
+        # once making it failed, not before (a STAT's round trip on every copy). Only a refused
+        # MKDIR leads there: a connection's error (a host key, a login) is raised as it is.
+        parents: list[str] = []
         try:
             created = make_dirs(self._pool(), todo, self.dst.host_label)
-        except TransferError:
-            # As mkdir -p, like a local destination: missing parents of the root are looked for
-            # only once making it failed, not before (a STAT's round trip on every copy).
+        except MkdirFailed:
             parents = missing_parents(self._pool(), dst_root) if dst_root not in self._dirs_made else []
             if not parents:
                 raise
+        if parents:
             created = make_dirs(self._pool(), parents + todo, self.dst.host_label)
         self._dirs_made.update(todo)
         self._fresh_dirs.update(posixpath.normpath(d) for d in created)
