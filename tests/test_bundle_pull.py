@@ -73,21 +73,22 @@ def _push_with_sinks_ahead(target, src: Path, dst: Path, cc: int, verify: str | 
     return run_copy(req)
 
 
-def _record_sinks(monkeypatch) -> tuple[list[str], list[str]]:
-    """(threads that started an upload sink, carriers of the sinks closed), as they happen."""
+def _record_sinks(monkeypatch, starter: str = "over_paramiko") -> tuple[list[str], list[str]]:
+    """(threads that started a helper through SinkChannel.`starter`, carriers of the helpers
+    closed), as they happen; the helpers themselves run as usual."""
     started: list[str] = []
     closed: list[str] = []
-    real_open, real_close = bundle.SinkChannel.over_paramiko.__func__, bundle.SinkChannel.close
+    real_open, real_close = getattr(bundle.SinkChannel, starter).__func__, bundle.SinkChannel.close
 
-    def over_paramiko(cls, transport):
+    def opened(cls, where):
         started.append(threading.current_thread().name)
-        return real_open(cls, transport)
+        return real_open(cls, where)
 
     def close(self):
         closed.append(self.carrier)
         return real_close(self)
 
-    monkeypatch.setattr(bundle.SinkChannel, "over_paramiko", classmethod(over_paramiko))
+    monkeypatch.setattr(bundle.SinkChannel, starter, classmethod(opened))
     monkeypatch.setattr(bundle.SinkChannel, "close", close)
     return started, closed
 
@@ -246,20 +247,7 @@ def test_download_helpers_started_with_the_first_handshakes_are_the_ones_the_chu
     """The CLI starts a download's helpers while its libraries load (start_download_helpers):
     the chunk takes those, starting none of its own, and none is left over or lost."""
     src = _tree(remote_dir / "ahead", 80, seed=31)
-    started: list[str] = []
-    closed: list[str] = []
-    real_open, real_close = bundle.SinkChannel.over_openssh.__func__, bundle.SinkChannel.close
-
-    def over_openssh(cls, target):
-        started.append(threading.current_thread().name)
-        return real_open(cls, target)
-
-    def close(self):
-        closed.append(self.carrier)
-        return real_close(self)
-
-    monkeypatch.setattr(bundle.SinkChannel, "over_openssh", classmethod(over_openssh))
-    monkeypatch.setattr(bundle.SinkChannel, "close", close)
+    started, closed = _record_sinks(monkeypatch, "over_openssh")
     s = _pull_with_helpers_ahead(sshd, src, local_dir / "ahead", 2)
     assert s["failed"] == [] and tree_digest(local_dir / "ahead") == tree_digest(src)
     assert temp_files(local_dir / "ahead") == []

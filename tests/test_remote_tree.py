@@ -10,26 +10,49 @@ from airflow_transfer.protocols import sftp_wire as w
 from airflow_transfer.protocols.pool import SFTPPool
 
 
-def test_a_re_run_into_an_existing_tree_checks_its_directories_pipelined(sshd, remote_dir, monkeypatch):
+class _NotingWire(w.SFTPWire):
+    """The real wire of a real connection, noting each request it sends ("S" for a STAT, with
+    its path in `stats`) and each wait for replies ("P"); nothing it sends or reads changes."""
+
+    events: list[str]
+    stats: list[str]
+
+    def send(self, ptype, payload, *args, **kw):
+        self.events.append("S" if ptype == w.STAT else "o")
+        if ptype == w.STAT:
+            self.stats.append(bytes(payload[4:]).decode(errors="replace"))
+        return super().send(ptype, payload, *args, **kw)
+
+    def pump(self, *args, **kw):
+        self.events.append("P")
+        return super().pump(*args, **kw)
+
+
+def _noting_pool(target) -> tuple[SFTPPool, list[str], list[str]]:
+    """A pool whose connections' wires note what they do: (pool, events, STAT paths)."""
+    pool = SFTPPool(target)
+    events: list[str] = []
+    stats: list[str] = []
+    opened = pool._open
+
+    def open_noting():
+        conn = opened()
+        conn.wire.__class__ = _NotingWire
+        conn.wire.events, conn.wire.stats = events, stats
+        return conn
+
+    pool._open = open_noting  # type: ignore[method-assign]
+    return pool, events, stats
+
+
+def test_a_re_run_into_an_existing_tree_checks_its_directories_pipelined(sshd, remote_dir):
     """Every MKDIR of an existing directory fails; the STATs that tell "exists" from "cannot be
     made" go out together, not one round trip each (300 directories: 15 s at 50 ms)."""
     todo = [str(remote_dir / f"d{i:03d}") for i in range(300)]
-    pool = SFTPPool(sshd.target(look_for_keys=False))
+    pool, events, _ = _noting_pool(sshd.target(look_for_keys=False))
     try:
         assert make_dirs(pool, todo, "test") == set(todo)  # all new: every one created
-        events: list[str] = []
-        send, pump = w.SFTPWire.send, w.SFTPWire.pump
-
-        def logged_send(self, ptype, *args, **kw):
-            events.append("S" if ptype == w.STAT else "o")
-            return send(self, ptype, *args, **kw)
-
-        def logged_pump(self, *args, **kw):
-            events.append("P")
-            return pump(self, *args, **kw)
-
-        monkeypatch.setattr(w.SFTPWire, "send", logged_send)
-        monkeypatch.setattr(w.SFTPWire, "pump", logged_pump)
+        events.clear()
         assert make_dirs(pool, todo, "test") == set()  # all there: none created, no error
         assert events.count("S") == 300 and "S" * 200 in "".join(events), "".join(events)[:400]
     finally:
@@ -47,20 +70,7 @@ def test_a_directory_that_cannot_be_made_is_a_clear_error(sshd, remote_dir):
         pool.close()
 
 
-def _count_stats(monkeypatch) -> list[str]:
-    sent: list[str] = []
-    send = w.SFTPWire.send
-
-    def logged_send(self, ptype, payload, *args, **kw):
-        if ptype == w.STAT:
-            sent.append(bytes(payload[4:]).decode(errors="replace"))
-        return send(self, ptype, payload, *args, **kw)
-
-    monkeypatch.setattr(w.SFTPWire, "send", logged_send)
-    return sent
-
-
-def test_a_new_destination_under_an_existing_parent_costs_no_stat(sshd, local_dir, remote_dir, monkeypatch):
+def test_a_new_destination_under_an_existing_parent_costs_no_stat(sshd, local_dir, remote_dir):
     """The root is made first; its parents are looked for only if that fails (mkdir -p)."""
     from airflow_transfer.engine.params import TransferParams
     from airflow_transfer.job import CopyRequest, run_copy
@@ -70,17 +80,16 @@ def test_a_new_destination_under_an_existing_parent_costs_no_stat(sshd, local_di
     src = local_dir / "few"
     for i in range(3):
         write_random(src / "sub" / f"f{i}.bin", 1000, seed=90 + i)
-    stats = _count_stats(monkeypatch)
     target = sshd.target(look_for_keys=False)
     seen = []
     for dst in (remote_dir / "new", remote_dir / "p" / "q" / "deep"):
-        s = run_copy(
-            CopyRequest(
-                Endpoint("file", str(src)), Endpoint("sftp", str(dst), target), TransferParams(cc=1), use_store=False
-            )
+        pool, _, stats = _noting_pool(target)  # the session adopts it: every SFTP request is noted
+        req = CopyRequest(
+            Endpoint("file", str(src)), Endpoint("sftp", str(dst), target), TransferParams(cc=1), use_store=False
         )
+        req.pool = pool
+        s = run_copy(req)
         assert s["failed"] == [] and tree_digest(dst) == tree_digest(src)
         seen.append([p.rsplit("/", 1)[-1] for p in stats])
-        stats.clear()
     assert seen[0] == [], seen  # made at once
     assert {"q", "p"} <= set(seen[1]), seen  # making it failed: its missing parents were looked for

@@ -359,16 +359,17 @@ def prestart_upload_sinks(pool: Any, count: int) -> int:
     second login for it."""
     if count <= 0 or wants_openssh(upload=True):
         return 0
-    left = [count]
+    left = count
     lock = threading.Lock()
 
     def start(conn: Any) -> None:
+        nonlocal left
         if conn.client != "paramiko" or SINK_NAME in conn.companions:
             return
         with lock:
-            if left[0] <= 0:
+            if left <= 0:
                 return
-            left[0] -= 1
+            left -= 1
         conn.companions[SINK_NAME] = SinkStarting(conn.transport)
 
     pool.on_warm = start
