@@ -9,7 +9,6 @@ tree) and falls back to SFTP readdir where the server allows no exec.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import shlex
@@ -135,18 +134,20 @@ def _unlisted(errors: list[str], display: str) -> TransferError:
     )
 
 
-def _consume(lines, root_display: str) -> Manifest:
-    """Turn lister records into a Manifest; shared by the local and remote paths."""
+def _parsed(lines: list[str]):
+    return (json.loads(line) for line in lines if line.strip())
+
+
+def _consume(recs, root_display: str) -> Manifest:
+    """Turn lister records (lists, as remote/lister.py makes them) into a Manifest; shared by
+    the local and remote paths."""
     records: list[tuple[str, int, float, int]] = []
     dirs: list[str] = []
     skipped = {"symlinks": 0, "other": 0, "unreadable": 0}
     errors: list[str] = []
     is_file = False
     first = True
-    for line in lines:
-        if not line.strip():
-            continue
-        rec = json.loads(line)
+    for rec in recs:
         kind = rec[0]
         if first:
             first = False
@@ -190,9 +191,7 @@ def _consume(lines, root_display: str) -> Manifest:
 
 def list_local(root: str) -> Manifest:
     """List a local tree with the same lister and parser as a remote one."""
-    buf = io.StringIO()
-    lister.run(root, buf)
-    return _consume(buf.getvalue().splitlines(), root)
+    return _consume(lister.records(root), root)
 
 
 def list_remote(pool, root: str, display: str, allow_exec: bool = True) -> Manifest:
@@ -207,7 +206,7 @@ def list_remote(pool, root: str, display: str, allow_exec: bool = True) -> Manif
         # A host may force another command on every session (ForceCommand):
         # only lister output is trusted as a listing.
         if status == 0 and out.startswith(b'["r", '):
-            return _consume(out.decode("utf-8", "surrogateescape").splitlines(), display)
+            return _consume(_parsed(out.decode("utf-8", "surrogateescape").splitlines()), display)
     return _list_sftp(pool, root, display)
 
 

@@ -10,6 +10,9 @@ from .errors import UnsafePathError
 # C0 controls and DEL. A regex, not a per-character loop: every file's name passes here up to
 # three times (listing, manifest, session), which for 100,000 files cost seconds.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Anything check_relative refuses, in one search: a control character, a leading '/', or an
+# empty, '.' or '..' component (the empty name included). Names it does not match are safe.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f]|^/|(?:^|/)\.{0,2}(?:/|$)")
 
 
 def check_relative(name: str, where: str = "") -> str:
@@ -19,6 +22,8 @@ def check_relative(name: str, where: str = "") -> str:
     component, no NUL, newline or other control character (they break logs,
     shells and some servers, and are a classic injection vector).
     """
+    if _UNSAFE.search(name) is None:
+        return name
     todo = "rename the file at the source or exclude it; nothing outside the destination root is written"
     if not name:
         raise UnsafePathError("empty file name in listing", where, todo)
@@ -77,8 +82,8 @@ def temp_name(final_path: str) -> str:
     Deterministic, so a re-run after a crash overwrites (and then removes by
     renaming) the same temporary file instead of leaving it behind.
     """
-    head, tail = posixpath.split(final_path)
-    return posixpath.join(head, f".{tail}.atpart")
+    head, sep, tail = final_path.rpartition("/")
+    return f"{head}{sep}.{tail}.atpart"
 
 
 TEMP_SUFFIX = ".atpart"

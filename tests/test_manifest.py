@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 
 import pyarrow.compute as pc
@@ -9,6 +11,8 @@ import pytest
 
 from airflow_transfer.errors import UnsafePathError
 from airflow_transfer.manifest import Manifest, _consume, list_local, list_remote
+from airflow_transfer.paths import check_relative
+from airflow_transfer.remote import lister
 from airflow_transfer.protocols.pool import SFTPPool
 from tests.support.cli import run_cli, ssh_args
 from tests.support.data import make_tree
@@ -79,8 +83,38 @@ def test_parquet_round_trip_and_cli_list(tree, sshd, tmp_path):
 
 @pytest.mark.parametrize("name", ["../x", "a/../../x", "/abs", "a//b", "ctl\x01x", "nl\nx"])
 def test_hostile_listing_names_are_rejected(name):
-    import json
-
-    lines = ['["r", "dir"]', json.dumps(["f", name, 1, 0.0, 0o644])]
     with pytest.raises(UnsafePathError):
-        _consume(lines, "hostile")
+        _consume([["r", "dir"], ["f", name, 1, 0.0, 0o644]], "hostile")
+
+
+def _refused(name: str) -> bool:
+    """check_relative's rule spelled out: one part at a time."""
+    if not name or name.startswith("/") or any(ord(c) < 32 or c == "\x7f" for c in name):
+        return True
+    return any(part in ("", ".", "..") for part in name.split("/"))
+
+
+def test_the_one_search_path_check_refuses_exactly_what_the_rule_refuses():
+    # Every name of up to 6 characters over the characters that matter ('.', '/', a control
+    # character, an ordinary letter): the quick search must let through no name the rule refuses.
+    names = [""]
+    for _ in range(6):
+        names += [n + c for n in names if len(n) == len(names[-1]) for c in "./\na"]
+    names = sorted(set(names))
+    assert len(names) > 5000
+    for name in names:
+        try:
+            check_relative(name)
+            refused = False
+        except UnsafePathError:
+            refused = True
+        assert refused == _refused(name), repr(name)
+
+
+def test_the_local_listing_is_the_lister_stream_without_the_json(tree):
+    # The client walks its own trees with the records the remote lister would send as JSON lines.
+    buf = io.StringIO()
+    lister.run(str(tree), buf)
+    parsed = [json.loads(line) for line in buf.getvalue().splitlines()]
+    assert parsed == [list(rec) for rec in lister.records(str(tree))]
+    assert _rows(_consume(parsed, "x")) == _rows(list_local(str(tree)))

@@ -30,6 +30,9 @@ GROUP_FILES = 1024  # files per commit (and so per syncfs); the sink may allow f
 CARRIER_ENV = "AIRFLOW_TRANSFER_BUNDLE_CARRIER"
 # What the sink verifies with (its hashlib digests; "none": no verification): a copy verified
 # otherwise sends its small files over SFTP, so no helper is started ahead for it.
+# One encoder for every request line: json.dumps with separators builds a new one per call,
+# and a put is encoded once per file.
+_json = json.JSONEncoder(separators=(",", ":")).encode
 BUNDLE_ALGORITHMS = ("md5", "sha1", "sha256", "blake2b", "none")
 COMMIT_TIMEOUT = 300.0  # a group's fsync and read-back on a slow disk
 BOOTSTRAP = "import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))"
@@ -153,7 +156,7 @@ class SinkChannel:
 
     def _request(self, req: dict) -> dict:
         req["id"] = self._id()
-        self.chan.sendall(json.dumps(req, separators=(",", ":")).encode("ascii") + b"\n")
+        self.chan.sendall(_json(req).encode("ascii") + b"\n")
         return self._reply(req["id"])
 
     def _reply(self, want: int) -> dict:
@@ -199,7 +202,7 @@ class SinkChannel:
                 "algo": algorithm,
                 "digest": digest,
             }
-            frames.append(json.dumps(head, separators=(",", ":")).encode("ascii") + b"\n")
+            frames.append(_json(head).encode("ascii") + b"\n")
             frames.append(data)
             if not local:  # a download's bytes counted as they arrived
                 pending.append((t, len(data)))
@@ -219,7 +222,7 @@ class SinkChannel:
         self.open = False
         commit_id = self._id()
         commit = {"op": "commit", "id": commit_id, "fsync": True, "drop_cache": True}
-        self.chan.sendall(json.dumps(commit, separators=(",", ":")).encode("ascii") + b"\n")
+        self.chan.sendall(_json(commit).encode("ascii") + b"\n")
         return commit_id
 
     def _send(self, frames: list[bytes]) -> None:
@@ -234,7 +237,7 @@ class SinkChannel:
         for t in tasks:
             ids.append(self._id())
             get = {"op": "get", "id": ids[-1], "path": t.src, "algo": algorithm}
-            lines.append(json.dumps(get, separators=(",", ":")).encode("ascii") + b"\n")
+            lines.append(_json(get).encode("ascii") + b"\n")
         self.in_flight += 1
         self.chan.sendall(memoryview(b"".join(lines)))
         return ids

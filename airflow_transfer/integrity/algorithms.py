@@ -159,6 +159,9 @@ DEFAULT_ALGORITHM = "sha256"
 
 def algorithm_info(name: str) -> AlgorithmInfo:
     """The registry entry for `name`; ValueError naming the valid ones otherwise."""
+    info = ALGORITHMS.get(name)  # the usual case, looked up per file: a registered name as is
+    if info is not None:
+        return info
     key = name.strip().lower() if isinstance(name, str) else name
     info = ALGORITHMS.get(key)
     if info is None:

@@ -32,7 +32,8 @@ def fs_text(name):
     return name if isinstance(name, str) else os.fsdecode(name)
 
 
-def walk(root, out):
+def walk_tree(root):
+    """The records of the entries under directory `root`, parents before their children."""
     stack = [""]
     while stack:
         rel = stack.pop()
@@ -40,25 +41,26 @@ def walk(root, out):
         try:
             entries = list(os.scandir(path))
         except OSError as exc:
-            emit(out, ["e", rel, errno.errorcode.get(exc.errno, "EIO"), exc.strerror or str(exc)])
+            yield ["e", rel, errno.errorcode.get(exc.errno, "EIO"), exc.strerror or str(exc)]
             continue
         if rel and not entries:
-            emit(out, ["D", rel, os.lstat(path).st_mtime])
+            yield ["D", rel, os.lstat(path).st_mtime]
         for entry in entries:
             child = rel + "/" + entry.name if rel else entry.name
             try:
                 st = entry.stat(follow_symlinks=False)
             except OSError as exc:
-                emit(out, ["e", child, errno.errorcode.get(exc.errno, "EIO"), exc.strerror or str(exc)])
+                yield ["e", child, errno.errorcode.get(exc.errno, "EIO"), exc.strerror or str(exc)]
                 continue
-            if stat.S_ISLNK(st.st_mode):
-                emit(out, ["l", child])
-            elif stat.S_ISDIR(st.st_mode):
+            mode = st.st_mode
+            if stat.S_ISREG(mode):
+                yield ["f", child, st.st_size, st.st_mtime, stat.S_IMODE(mode)]
+            elif stat.S_ISDIR(mode):
                 stack.append(child)
-            elif stat.S_ISREG(st.st_mode):
-                emit(out, ["f", child, st.st_size, st.st_mtime, stat.S_IMODE(st.st_mode)])
+            elif stat.S_ISLNK(mode):
+                yield ["l", child]
             else:
-                emit(out, ["o", child])
+                yield ["o", child]
 
 
 def main(argv):
@@ -71,18 +73,25 @@ def main(argv):
 
 
 def run(root, out):
+    for rec in records(root):
+        emit(out, rec)
+    return 0
+
+
+def records(root):
+    """Every record of the listing of `root`, the first one saying what root is. The client
+    lists its own trees with this too, without the JSON (the same walk, nothing to parse)."""
     try:
         st = os.stat(root)
     except OSError as exc:
-        emit(out, ["r", "missing", errno.errorcode.get(exc.errno, "EIO"), exc.strerror or str(exc)])
-        return 0
+        yield ["r", "missing", errno.errorcode.get(exc.errno, "EIO"), exc.strerror or str(exc)]
+        return
     if stat.S_ISDIR(st.st_mode):
-        emit(out, ["r", "dir"])
-        walk(root, out)
+        yield ["r", "dir"]
+        yield from walk_tree(root)
     else:
-        emit(out, ["r", "file"])
-        emit(out, ["f", os.path.basename(root), st.st_size, st.st_mtime, stat.S_IMODE(st.st_mode)])
-    return 0
+        yield ["r", "file"]
+        yield ["f", os.path.basename(root), st.st_size, st.st_mtime, stat.S_IMODE(st.st_mode)]
 
 
 if __name__ == "__main__":
