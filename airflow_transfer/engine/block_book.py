@@ -92,13 +92,30 @@ class BlockStats:
     from_journal: int = 0  # blocks a resumed transfer verified instead of sending
 
 
+class _Files(dict):
+    """FileBlocks by file index, each made when first looked at: a chunk registers every file,
+    and most small ones never get here (a bundle's helper checks them whole)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tasks: dict[int, FileTask] = {}
+
+    def __missing__(self, i: int) -> FileBlocks:
+        f = self[i] = FileBlocks(i, self.tasks[i])
+        return f
+
+    def clear(self) -> None:
+        super().clear()
+        self.tasks.clear()
+
+
 class BlockBook:
     """The blocks of one chunk's files, the queue of blocks to ask the destination about, and
     the files whose transfer ended (they get their verdict once all their blocks are settled)."""
 
     def __init__(self, algorithm: str) -> None:
         self.algorithm = algorithm
-        self.files: dict[int, FileBlocks] = {}
+        self.files = _Files()
         self.pending: deque[Asked] = deque()
         self.done: set[int] = set()  # files whose transfer ended, waiting for their verdict
 
@@ -107,14 +124,17 @@ class BlockBook:
         self.pending.clear()
         self.done.clear()
 
-    def register(self, i: int, task: FileTask, journal_blocks: list | None) -> FileBlocks:
+    def register(self, i: int, task: FileTask, journal_blocks: list | None) -> None:
         """A file of this chunk; `journal_blocks` [[offset, length, "algo:hex"], ...] from an earlier run."""
-        f = self.files[i] = FileBlocks(i, task)
+        self.files.pop(i, None)
+        self.files.tasks[i] = task
+        if not journal_blocks:
+            return
+        f = self.files[i]
         prefix = f"{self.algorithm}:"
         for off, n, digest in journal_blocks or ():
             if digest.startswith(prefix) and n > 0 and off + n <= task.size:
                 f.put(Block(off, n, digest[len(prefix) :], "journal"))
-        return f
 
     def plan_upload(self, i: int, tmp_size: int) -> int:
         """Where a single-stream upload starts: after the blocks from offset 0 that are known to be

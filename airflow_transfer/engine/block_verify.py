@@ -133,6 +133,12 @@ class BlockVerifier(Verifier):
         with self._cv:
             self.book.register(i, task, journal_blocks)
 
+    def register_all(self, files: list[tuple[int, FileTask, list | None]]) -> None:
+        """register() for a chunk's files at once (one lock taken for all of them)."""
+        with self._cv:
+            for i, task, journal_blocks in files:
+                self.book.register(i, task, journal_blocks)
+
     def has_blocks(self, i: int) -> bool:
         with self._cv:
             return bool(self.book.files[i].blocks)

@@ -38,9 +38,10 @@ class VerifyHandoff:
         self.blocks = verifier
         verifier.on_mismatch = self.on_block_mismatch
         verifier.begin_chunk()
-        for i, t in enumerate(r.tasks):
-            journaled = r.s.resume_blocks.get(t.rel) if t.resumable else None
-            verifier.register(i, t, journaled)
+        known = r.s.resume_blocks
+        files = [(i, t, known.get(t.rel) if t.resumable else None) for i, t in enumerate(r.tasks)]
+        verifier.register_all(files)
+        for i, t, journaled in files:
             if is_big(t):  # only blocks with a journaled digest count as already there
                 t.todo_ranges = (verifier.missing(i) or []) if journaled else None
 

@@ -29,7 +29,7 @@ from ..protocols.sftp_wire import Attrs, SFTPWire
 from .accounting import Stats
 
 
-@dataclass
+@dataclass(slots=True)
 class FileTask:
     """One file of a chunk, as the engine sees it."""
 

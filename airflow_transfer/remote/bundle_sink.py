@@ -178,11 +178,11 @@ def _drop_cache(fd):
 class Put:
     """One file of a group, from its header to its entry in the commit's reply."""
 
-    __slots__ = tuple("id tmp path folder mode mtime algo expected fd created error digest synced dropped".split())
+    __slots__ = tuple("id tmp path folder mode mtime algo expected fd created error digest synced dropped stat".split())
 
     def __init__(self, request_id):
         self.id, self.tmp, self.path, self.folder = request_id, "", "", ""
-        self.mode = self.mtime = self.algo = self.expected = self.fd = self.error = self.digest = None
+        self.mode = self.mtime = self.algo = self.expected = self.fd = self.error = self.digest = self.stat = None
         self.created = self.synced = self.dropped = False
 
     def fail(self, code, message, **extra):
@@ -216,16 +216,20 @@ class Put:
 
 
 def _split(name, value):
-    # normpath leaves a leading "//" alone, hence the explicit test.
+    """(folder, name) of an absolute path that normpath would leave as it is and that holds no
+    NUL or "//" (normpath keeps a leading one). Tested by its parts, not through normpath: this
+    runs twice per file."""
     if (
         not isinstance(value, str)
         or value[:1] != "/"
         or "\0" in value
         or "//" in value
-        or os.path.normpath(value) != value
+        or (value[-1:] == "/" and value != "/")
+        or ("/." in value and any(part in (".", "..") for part in value.split("/")))
     ):
         raise RequestError("EBADREQ", "%s must be an absolute normalised path (got %r)" % (name, value))
-    return os.path.split(value)
+    folder, _, base = value.rpartition("/")
+    return folder or "/", base
 
 
 class Sink:
@@ -235,7 +239,7 @@ class Sink:
         # read1: at most one read(2) per call, and what the bootstrap's readline buffered comes first.
         self.read = (getattr(stdin, "read1", None) or stdin.read) if stdin is not None else None
         self.out = stdout
-        self.buf, self.pos, self.view = b"", 0, memoryview(bytearray(PIECE))
+        self.buf, self.pos = b"", 0
         self.pending, self.tmps, self.paths, self.exit_code = [], set(), set(), None
         self.held = 0  # bytes of get replies written and not yet flushed
         # The commit running in its own thread while a stream is served (see the module's text),
@@ -438,12 +442,18 @@ class Sink:
     def _verify(self, put, drop):
         if put.algo is None:
             return
-        fd, view, hasher = put.fd, self.view, ALGORITHMS[put.algo]()
-        os.lseek(fd, 0, os.SEEK_SET)
-        got = os.readv(fd, [view])
-        while got:
-            hasher.update(view[:got])
-            got = os.readv(fd, [view])
+        fd, hasher = put.fd, ALGORITHMS[put.algo]()
+        # Positioned reads up to the size fstat gives (kept for _rename's identity check): no
+        # seek, and no read past the end to find it. A file longer or shorter than what was
+        # sent fails on its digest all the same.
+        put.stat = os.fstat(fd)
+        done, size = 0, put.stat.st_size
+        while done < size:
+            piece = os.pread(fd, min(PIECE, size - done), done)
+            if not piece:
+                break
+            hasher.update(piece)
+            done += len(piece)
         if drop:
             _drop_cache(fd)
         put.digest = hasher.hexdigest()
@@ -452,7 +462,7 @@ class Sink:
             put.fail("EMISMATCH", message, digest=put.digest, expected=put.expected)
 
     def _rename(self, put):
-        mine = os.fstat(put.fd)
+        mine = put.stat or os.fstat(put.fd)
         put.created = False  # from here on the name may not be ours: an error leaves it alone
         there = os.lstat(put.tmp)
         if (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino):
