@@ -12,8 +12,8 @@ import pytest
 from airflow_transfer.errors import UnsafePathError
 from airflow_transfer.manifest import Manifest, _consume, list_local, list_remote
 from airflow_transfer.paths import check_relative
-from airflow_transfer.remote import lister
 from airflow_transfer.protocols.pool import SFTPPool
+from airflow_transfer.remote import lister
 from tests.support.cli import run_cli, ssh_args
 from tests.support.data import make_tree
 from tests.support.sshd import restricted_sshd
