@@ -348,3 +348,24 @@ def test_the_group_bound_reads_the_window_of_the_socket_the_sink_rides(sshd, loc
     s = _copy(sshd, src, remote_dir / "window", use_store=False)
     assert s["failed"] == [] and tree_digest(remote_dir / "window") == tree_digest(src)
     assert rates and all(r is not None and r > 0 for r in rates), rates
+
+
+@pytest.mark.parametrize(
+    ("tmp", "path", "mtime", "algo", "digest"),
+    [
+        ("/d/.a.atpart", "/d/a", 1795861320.123456, "sha256", "ab" * 32),
+        ("/d/.caf\udce9.atpart", "/d/caf\udce9", -1.5, None, None),  # an undecodable byte, kept as a surrogate
+        ('/d/."q\\u.atpart', '/d/"q\\u', 1e16, "md5", "00"),  # quote and backslash
+        ("/d/.é\u2603.atpart", "/d/é\u2603", 0.0, "sha1", "ff"),
+        ("/d/.x.atpart", "/d/x", 7, "sha256", "aa"),  # a whole-second mtime
+    ],
+)
+def test_a_put_line_is_the_json_the_encoder_writes(tmp, path, mtime, algo, digest):
+    # Put headers are formatted directly (once per file); the sink parses them with json.loads,
+    # so they must be exactly what encoding the request object gives.
+    from airflow_transfer.engine.bundle_channel import _json, put_line
+
+    line = put_line(5, tmp, path, 3, 0o644, mtime, _json(algo), digest)
+    request = {"op": "put", "id": 5, "tmp": tmp, "path": path, "size": 3, "mode": 0o644}
+    request.update(mtime=float(mtime), algo=algo, digest=digest)
+    assert line == _json(request).encode("ascii") + b"\n"

@@ -53,6 +53,11 @@ class Stats:
             self.bytes_done += n
             self.bytes_skipped += n
 
+    def files_finished(self, files: int) -> None:
+        """`files` files finished well (file_finished(True) for each, under one lock)."""
+        with self._lock:
+            self.files_done += files
+
     def file_finished(self, ok: bool, skipped: bool = False) -> None:
         with self._lock:
             if skipped:

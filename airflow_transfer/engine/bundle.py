@@ -36,7 +36,7 @@ from .bundle_carriers import BundleUnavailable
 from .bundle_channel import LANDER_NAME, SINK_NAME, SinkChannel, SinkStarting, take_spare, wants_openssh
 from .bundle_pull import Group, pull_groups
 from .failures import ChecksumMismatch
-from .sftp_jobs import FileTask, SourceChanged, count_progress, mtime_changed
+from .sftp_jobs import FileTask, SourceChanged, count_progress_many, mtime_changed
 from .sftp_mover import SFTPMover
 
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
@@ -79,6 +79,9 @@ class BundleState:
         self.files = self.groups = self.verified = self.mismatched = self.repaired = 0
 
     def count(self, verified: bool = False, mismatched: bool = False, repaired: bool = False) -> None:
+        self.count_many(verified, mismatched, repaired)
+
+    def count_many(self, verified: int = 0, mismatched: int = 0, repaired: int = 0) -> None:
         with self.lock:
             self.verified += verified
             self.mismatched += mismatched
@@ -246,15 +249,8 @@ class BundleMover(SFTPMover):
         TAIL_GROUP_FILES), so the channels finish close together."""
         r = self.r
         limit = min(limit, max(TAIL_GROUP_FILES, -(-r.schedule.share() // 2)))
-        group: list[int] = []
-        size = 0
-        while len(group) < limit and size < max_bytes:
-            i = r.schedule.pop(want=lambda k: self.small(r.tasks[k]))
-            if i is None:
-                break
-            group.append(i)
-            size += r.tasks[i].size
-        return group
+        tasks = r.tasks
+        return r.schedule.pop_group(limit, lambda k: self.small(tasks[k]), lambda k: tasks[k].size, max_bytes)
 
     def _read(self, t: FileTask) -> bytes:
         # os-level calls: open() as a file object costs twice the system calls (isatty, a second
@@ -310,20 +306,31 @@ class BundleMover(SFTPMover):
         with self.state.lock:
             self.state.groups += 1
             self.state.files += len(group.items)
-        for (i, t, data, digest), res in zip(group.items, results, strict=True):
-            count_progress(t, self.s.stats, len(data))  # counted already as sent or received; capped
-            if res.get("ok"):
-                self.state.count(verified=r.alg is not None, repaired=bool(t.mismatches))
-                r.finish(i, True, seconds, None)
-                continue
-            code = str(res.get("code") or "")
-            if code == "EMISMATCH":
-                t.mismatches += 1
-                self.state.count(mismatched=True)
-                got = str(res.get("digest") or "")
-                why: BaseException = ChecksumMismatch(
-                    f"checksum mismatch ({r.alg}): source {str(digest)[:16]}, destination {got[:16]}"
-                )
-            else:
-                why = OSError(getattr(errno, code, errno.EIO), str(res.get("error") or code), t.dst)
-            r.failed(i, why, seconds, t.dst if self.upload else t.src)
+        # counted already as sent or received; capped
+        count_progress_many([(t, len(data)) for _, t, data, _ in group.items], self.s.stats)
+        landed: list[int] = []  # verified and renamed: finished together, after the loop
+        try:
+            for (i, t, _, digest), res in zip(group.items, results, strict=True):
+                if res.get("ok"):
+                    landed.append(i)
+                    continue
+                self._refused(i, t, digest, res, seconds)
+        finally:
+            repaired = sum(1 for i in landed if r.tasks[i].mismatches)
+            self.state.count_many(verified=len(landed) if r.alg is not None else 0, repaired=repaired)
+            r.finish_ok(landed, seconds)
+
+    def _refused(self, i: int, t: FileTask, digest: str | None, res: dict, seconds: float) -> None:
+        """A file of a group the sink did not land: mismatched (sent again) or failed."""
+        r = self.r
+        code = str(res.get("code") or "")
+        if code == "EMISMATCH":
+            t.mismatches += 1
+            self.state.count(mismatched=True)
+            got = str(res.get("digest") or "")
+            why: BaseException = ChecksumMismatch(
+                f"checksum mismatch ({r.alg}): source {str(digest)[:16]}, destination {got[:16]}"
+            )
+        else:
+            why = OSError(getattr(errno, code, errno.EIO), str(res.get("error") or code), t.dst)
+        r.failed(i, why, seconds, t.dst if self.upload else t.src)

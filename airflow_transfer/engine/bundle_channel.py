@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shlex
 import threading
 from collections.abc import Callable
 from importlib import resources
+from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
 from ..protocols import openssh
@@ -33,6 +35,7 @@ CARRIER_ENV = "AIRFLOW_TRANSFER_BUNDLE_CARRIER"
 # One encoder for every request line: json.dumps with separators builds a new one per call,
 # and a put is encoded once per file.
 _json = json.JSONEncoder(separators=(",", ":")).encode
+_quote = encode_basestring_ascii
 BUNDLE_ALGORITHMS = ("md5", "sha1", "sha256", "blake2b", "none")
 COMMIT_TIMEOUT = 300.0  # a group's fsync and read-back on a slow disk
 BOOTSTRAP = "import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))"
@@ -190,19 +193,10 @@ class SinkChannel:
         if not self.open:
             self.open = True
             self.in_flight += 1
+        algo = _json(algorithm)
         for t, data, digest in items:
-            head = {
-                "op": "put",
-                "id": self._id(),
-                "tmp": os.path.abspath(t.tmp) if local else t.tmp,
-                "path": os.path.abspath(t.dst) if local else t.dst,
-                "size": len(data),
-                "mode": t.mode & 0o7777,
-                "mtime": t.mtime,
-                "algo": algorithm,
-                "digest": digest,
-            }
-            frames.append(_json(head).encode("ascii") + b"\n")
+            tmp, dst = (os.path.abspath(t.tmp), os.path.abspath(t.dst)) if local else (t.tmp, t.dst)
+            frames.append(put_line(self._id(), tmp, dst, len(data), t.mode & 0o7777, t.mtime, algo, digest))
             frames.append(data)
             if not local:  # a download's bytes counted as they arrived
                 pending.append((t, len(data)))
@@ -271,6 +265,20 @@ class SinkChannel:
             self.chan.close()
         except Exception:  # noqa: BLE001 - closing a channel that may be gone already
             pass
+
+
+def put_line(
+    request_id: int, tmp: str, path: str, size: int, mode: int, mtime: float, algo: str, digest: str | None
+) -> bytes:
+    """A put's header line (`algo` already JSON), as _json would write the request: formatted
+    directly, since it is written once per file (a third of the time of building and encoding
+    the dict). The strings go through json's own escaping."""
+    mtime_text = float.__repr__(float(mtime)) if math.isfinite(mtime) else _json(mtime)
+    digest_text = _quote(digest) if digest is not None else "null"
+    return (
+        f'{{"op":"put","id":{request_id:d},"tmp":{_quote(tmp)},"path":{_quote(path)},"size":{size:d},'
+        f'"mode":{mode:d},"mtime":{mtime_text},"algo":{algo},"digest":{digest_text}}}\n'
+    ).encode("ascii")
 
 
 def wants_openssh(upload: bool) -> bool:

@@ -63,6 +63,10 @@ class _ChunkStats(Stats):
         super().file_finished(ok, skipped)
         self.parent.file_finished(ok, skipped)
 
+    def files_finished(self, files: int) -> None:
+        super().files_finished(files)
+        self.parent.files_finished(files)
+
 
 class _Chunk:
     def __init__(self, spec: ChunkSpec, channels: int, session: TransferSession) -> None:

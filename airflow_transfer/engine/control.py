@@ -36,6 +36,11 @@ class Control:
     def event(self, ok: bool, kind: str = "", detail: str = "") -> None:
         """A file finished (ok) or an operation failed (kind: error, connect, size, checksum)."""
 
+    def events_ok(self, files: int) -> None:
+        """`files` files finished, as many event(True) calls would say."""
+        for _ in range(files):
+            self.event(True)
+
     def absorb(self, exc: BaseException) -> bool:
         """A run could not even start (connect, mkdir): True when the caller should leave its
         files not finished instead of raising, because another protocol may carry them."""
@@ -56,6 +61,11 @@ class Controller(Control):
         self.reason = ""
         self.switch_to: int | None = None
         self.last_detail = ""
+
+    def events_ok(self, files: int) -> None:
+        with self.lock:
+            self.consecutive = 0
+            self.successes += files
 
     def event(self, ok: bool, kind: str = "", detail: str = "") -> None:
         with self.lock:

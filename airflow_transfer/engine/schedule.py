@@ -62,6 +62,25 @@ class Schedule:
             self.running += 1
             return self.queue.popleft()
 
+    def pop_group(
+        self, limit: int, want: Callable[[int], bool], weight: Callable[[int], int], max_weight: int
+    ) -> list[int]:
+        """The files pop(want) would hand out one call at a time, up to `limit` of them and
+        until their weights reach `max_weight`, under one lock (a bundle takes hundreds)."""
+        out: list[int] = []
+        total = 0
+        with self.lock:
+            self._promote()
+            queue = self.queue
+            while len(out) < limit and total < max_weight and queue and not self.stopping():
+                if not want(queue[0]):
+                    break
+                i = queue.popleft()
+                self.running += 1
+                out.append(i)
+                total += weight(i)
+        return out
+
     def share(self) -> int:
         """Files waiting per worker (rounded up): what one worker may take at once and still
         leave the others as much."""
@@ -100,13 +119,13 @@ class Schedule:
                 timeout = (self.delayed[0][0] - time.monotonic()) if self.delayed else 0.5
                 self.wake.wait(max(0.01, min(timeout, 0.5)))
 
-    def settle(self, record: Callable[[], None] | None = None) -> None:
-        """A handed-out file is finished (`record` stores its outcome under the lock), or
-        handed back for another protocol to carry."""
+    def settle(self, record: Callable[[], None] | None = None, files: int = 1) -> None:
+        """`files` handed-out files are finished (`record` stores their outcomes under the lock),
+        or handed back for another protocol to carry."""
         with self.lock:
             if record is not None:
                 record()
-            self.running -= 1
+            self.running -= files
             self._wake_if_idle()
 
     def later(self, i: int, delay: float) -> None:

@@ -76,6 +76,21 @@ def count_progress(task: FileTask, stats: Stats | None, n: int) -> None:
     stats.add_bytes(new)
 
 
+def count_progress_many(items: list[tuple[FileTask, int]], stats: Stats | None) -> None:
+    """count_progress for each (task, bytes), under one lock and with one update of `stats`."""
+    if stats is None:
+        return
+    total = 0
+    with _COUNT_LOCK:
+        for task, n in items:
+            new = min(n, task.size - task.counted)
+            if new > 0:
+                task.counted += new
+                total += new
+    if total:
+        stats.add_bytes(total)
+
+
 def contiguous_prefix(ranges: list | None) -> int:
     """End of the run of bytes starting at offset 0 (ranges coalesced and sorted)."""
     if not ranges or ranges[0][0] != 0:

@@ -100,6 +100,13 @@ class JournalWriter(Closing):
             raise ValueError(f"size {size} of {path!r} is negative")
         self._add(FileDone(path, size, mtime, checksum, attempts))
 
+    def mark_done_many(self, files: list[tuple[str, int, float | None, int | None]]) -> None:
+        """mark_done(path, size, mtime, attempts=...) for each of `files`, buffered together."""
+        for path, size, _mtime, _attempts in files:
+            if size < 0:
+                raise ValueError(f"size {size} of {path!r} is negative")
+        self._add_many([FileDone(path, size, mtime, None, attempts) for path, size, mtime, attempts in files])
+
     def mark_failed(self, path: str, error: str, attempts: int | None = None) -> None:
         """The last attempt at ``path`` failed; ``attempts`` defaults to one more than recorded."""
         self._add(FileFailed(path, str(error), attempts))
@@ -129,12 +136,15 @@ class JournalWriter(Closing):
     # --- internals ---------------------------------------------------------
 
     def _add(self, event: Event) -> None:
+        self._add_many([event])
+
+    def _add_many(self, events: list[Event]) -> None:
         self._raise_background_error()
         if self._closed.is_set():
             raise StoreError(f"journal writer of transfer {self.transfer_id} is closed")
         now = time.monotonic()
         with self._lock:
-            self._events.append(event)
+            self._events.extend(events)
             if self._oldest is None:
                 self._oldest = now
             due = len(self._events) >= self.max_events or now - self._oldest >= self.max_delay_s
