@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, inspect, select, text
 from sqlalchemy.engine import Connection
@@ -120,3 +121,26 @@ def test_step_numbers_must_be_contiguous() -> None:
     gap = (*STEPS, Migration(len(STEPS) + 2, "skips one", lambda conn: None))
     with pytest.raises(StoreError, match="expected"):
         check_steps(gap)
+
+
+def test_the_files_by_state_index_leaves_done_files_out(store_url: str) -> None:
+    # Migration 6: done rows are not in the index (a finished file costs one index write less),
+    # and a state query still finds the files that are not done.
+    with Store.open(store_url) as store:
+        if store.backend == "postgresql":
+            sql = "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_at_files_transfer_state' AND schemaname = current_schema()"
+        else:
+            sql = "SELECT sql FROM sqlite_master WHERE name = 'ix_at_files_transfer_state'"
+        definition = store.read(lambda conn: conn.exec_driver_sql(sql).scalar_one())
+        assert "where" in definition.lower() and "done" in definition, definition
+        record = store.begin_transfer("partial-index", "src", "dst")
+        store.record_listing(
+            record.id,
+            pa.table({"path": ["a", "b", "c"], "size": [1, 2, 3], "mtime": [1.0, 1.0, 1.0]}),
+        )
+        with store.journal_writer(record.id, background=False) as journal:
+            journal.mark_done("a", 1, 1.0)
+            journal.mark_failed("b", "refused")
+        states = store.file_states(record.id, ["pending", "failed"])
+        assert states["path"].to_pylist() == ["b", "c"]
+        assert store.file_states(record.id, ["done"])["path"].to_pylist() == ["a"]

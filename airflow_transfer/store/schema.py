@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 
 from .coltypes import UTCDateTime
@@ -146,7 +147,15 @@ files = Table(
     Column("checksum", String(200), nullable=True),  # "algo:hexdigest"
     Column("blocks", Text, nullable=True),  # source block digests [[offset, length, "algo:hex"], ...] (v3)
     Column("updated_at", UTCDateTime, nullable=False),
-    Index("ix_at_files_transfer_state", "transfer_id", "state"),
+    # Files not done yet, by state (migration 6): a finished file leaves the index instead of
+    # moving within it, one index write less per file.
+    Index(
+        "ix_at_files_transfer_state",
+        "transfer_id",
+        "state",
+        sqlite_where=text(f"state <> '{DONE}'"),
+        postgresql_where=text(f"state <> '{DONE}'"),
+    ),
 )
 
 # --- tuning library (paper 003 section 4.3; migration 2) ----------------------

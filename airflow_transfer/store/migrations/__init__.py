@@ -39,6 +39,7 @@ from . import (
     v0003_block_digests,
     v0004_protocols,
     v0005_transfer_lifecycle,
+    v0006_files_state_partial,
 )
 from .ddl import add_column  # noqa: F401 - public here too (docs/store.md: migrations.add_column)
 
@@ -60,6 +61,7 @@ STEPS: tuple[Migration, ...] = (
     _step(v0003_block_digests),
     _step(v0004_protocols),
     _step(v0005_transfer_lifecycle),
+    _step(v0006_files_state_partial),
 )
 
 # The runner's own bookkeeping table never changes shape.
