@@ -132,7 +132,7 @@ class BlockBook:
             return
         f = self.files[i]
         prefix = f"{self.algorithm}:"
-        for off, n, digest in journal_blocks or ():
+        for off, n, digest in journal_blocks:
             if digest.startswith(prefix) and n > 0 and off + n <= task.size:
                 f.put(Block(off, n, digest[len(prefix) :], "journal"))
 

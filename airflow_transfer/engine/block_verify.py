@@ -130,8 +130,7 @@ class BlockVerifier(Verifier):
 
     def register(self, i: int, task: FileTask, journal_blocks: list | None = None) -> None:
         """A file of this chunk; `journal_blocks` [[offset, length, "algo:hex"], ...] from an earlier run."""
-        with self._cv:
-            self.book.register(i, task, journal_blocks)
+        self.register_all([(i, task, journal_blocks)])
 
     def register_all(self, files: list[tuple[int, FileTask, list | None]]) -> None:
         """register() for a chunk's files at once (one lock taken for all of them)."""

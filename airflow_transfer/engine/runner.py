@@ -101,6 +101,9 @@ class Runner:
     def finish(self, i: int, ok: bool, seconds: float, error: str | None, report: bool = False) -> None:
         """File i's outcome. `report`: count a failure with the fall-back controller here (a
         failed attempt already counted itself in `failed`)."""
+        if ok and error is None:
+            self.finish_ok([i], seconds)  # one way for a verified file, alone or in a group
+            return
         t = self.tasks[i]
         # Journal first: once `running` reaches 0 the chunk returns and the caller may close
         # the journal, and a verdict delivered on the verifier thread would then be lost.

@@ -66,14 +66,7 @@ _COUNT_LOCK = threading.Lock()  # ranges of one file are acknowledged on p threa
 def count_progress(task: FileTask, stats: Stats | None, n: int) -> None:
     """Count `n` bytes of `task` in the progress, never past its size: re-sent bytes (a retry,
     a resume that overlaps what an earlier attempt already counted) are not progress."""
-    if stats is None:
-        return
-    with _COUNT_LOCK:
-        new = min(n, task.size - task.counted)
-        if new <= 0:
-            return
-        task.counted += new
-    stats.add_bytes(new)
+    count_progress_many([(task, n)], stats)
 
 
 def count_progress_many(items: list[tuple[FileTask, int]], stats: Stats | None) -> None:
