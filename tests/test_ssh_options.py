@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import subprocess
 import sys
 import time
 
@@ -207,6 +208,25 @@ def test_ssh_config_proxyjump_chains_and_loops(tmp_path):
     assert from_ssh_config("direct", None, None, str(cfg)).jump is None
     with pytest.raises(UsageError, match="more than 8 jump hosts"):
         from_ssh_config("loop-a", None, None, str(cfg))
+
+
+def test_match_exec_in_ssh_config_runs_its_command(tmp_path):
+    # paramiko runs `Match exec` with invoke, which protocols/paramiko_lib.py leaves unloaded
+    # until then: in a fresh interpreter, the command decides which block applies.
+    marker = tmp_path / "on-campus"
+    marker.touch()
+    cfg = tmp_path / "config"
+    cfg.write_text(
+        f'Match host lab exec "test -e {tmp_path}/absent"\n  Port 2299\n'
+        f'Match host lab exec "test -e {marker}"\n  Port 2201\n'
+    )
+    code = (
+        "import sys; from airflow_transfer.protocols.ssh_config import from_ssh_config; "
+        "before = 'invoke.collection' in sys.modules; "
+        "target = from_ssh_config('lab', None, 'me', sys.argv[1]); print(before, target.port)"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(cfg)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "2201"]
 
 
 def test_expand_tokens_refuses_unknown_ones(sshd):

@@ -264,7 +264,7 @@ class DestinationDigests:
 
     def _read_back_once(self, item: VerifyItem) -> list[str]:
         # heavy: paramiko costs 0.1 s at import, and only a read-back (no exec there) needs its SFTPClient
-        import paramiko
+        from ..protocols.paramiko_lib import paramiko
 
         conn, pool = self._conn, self.pool
         if conn is None or pool is None:

@@ -49,7 +49,7 @@ def _handshake(protocol: str, sock: socket.socket, host: str, timeout: float) ->
     sock.settimeout(timeout)
     if protocol == "sftp":
         # heavy: paramiko costs ~0.1 s at import; ftp and http probes need none of it
-        import paramiko
+        from .paramiko_lib import paramiko
 
         t = paramiko.Transport(sock)
         try:

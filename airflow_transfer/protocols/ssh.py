@@ -106,7 +106,7 @@ def local_user() -> str:
 
 def _load_pkeys(target: SSHTarget) -> list:
     # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
-    import paramiko
+    from .paramiko_lib import paramiko
 
     keys = []
     if target.private_key:
@@ -146,7 +146,7 @@ def pinned_blob(host_key: str) -> str:
 
 def _verify_host_key(target: SSHTarget, key) -> None:
     # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
-    import paramiko
+    from .paramiko_lib import paramiko
 
     if not target.check_host_key:
         return
@@ -190,7 +190,7 @@ def open_transport(target: SSHTarget, window: int = DEFAULT_WINDOW):
     """Connect (directly, through jump hosts or over a proxy command), verify the host key,
     authenticate. Returns a paramiko.Transport; closing it closes what it runs over."""
     # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
-    import paramiko
+    from .paramiko_lib import paramiko
 
     sock = _open_carrier(target, window)
     try:
@@ -266,7 +266,7 @@ def _through_jump(target: SSHTarget, window: int) -> HopSocket:
     Each failure names its hop: the jump host's own errors (refused, host key, login) say
     "jump host X", and a target the jump host cannot reach says so, with the jump host's reason."""
     # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
-    import paramiko
+    from .paramiko_lib import paramiko
 
     hop = target.jump
     assert hop is not None  # the caller checked
@@ -354,7 +354,7 @@ def _prefer_aead(transport) -> None:
 
 def _authenticate(transport, target: SSHTarget) -> None:
     # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
-    import paramiko
+    from .paramiko_lib import paramiko
 
     user = target.username or local_user()
     errors = []

@@ -31,7 +31,7 @@ _HOP_RE = re.compile(r"^(?:ssh://)?(?:(?P<user>[^@\s/]+)@)?(?P<host>\[[^\]\s]+\]
 def read_config(ssh_config: str | None = None) -> Any:
     """The parsed config file (paramiko.SSHConfig): `ssh_config`, else ~/.ssh/config; None when absent."""
     # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
-    import paramiko
+    from .paramiko_lib import paramiko
 
     if ssh_config and not os.path.exists(ssh_config):
         raise UsageError(f"SSH config file not found: {ssh_config}", "", "check the --ssh-config path")

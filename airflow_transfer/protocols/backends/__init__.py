@@ -13,8 +13,6 @@ from collections.abc import Callable
 
 from ..endpoint import FSSPEC_SCHEMES
 from .base import Backend, Capabilities, FileInfo, Listing
-from .ftp import FTPBackend
-from .http import HTTPBackend
 from .local import LocalBackend
 
 __all__ = [
@@ -54,6 +52,9 @@ def connect(endpoint) -> Backend:
 
         b = SFTPBackend(endpoint.target)
     elif scheme == "ftp":
+        # heavy: ftplib and http.client (with email) cost an SFTP copy ~0.01 s at import
+        from .ftp import FTPBackend
+
         b = FTPBackend(endpoint.host, endpoint.port, endpoint.user)
     elif scheme == "replicas":
         # lazy: replicas imports backends.base, which runs this __init__ first (a cycle at the top)
@@ -61,6 +62,9 @@ def connect(endpoint) -> Backend:
 
         b = ReplicaSource(endpoint.options["set"], connect)  # it opens each replica through this function
     elif scheme in ("http", "https"):
+        # heavy: http.client and email cost an SFTP copy ~0.01 s at import
+        from .http import HTTPBackend
+
         b = HTTPBackend(scheme, endpoint.host, endpoint.port, verify_tls=(endpoint.options or {}).get("verify", True))
     else:
         # heavy: fsspec costs ~0.04 s at import; only object-store and other fsspec schemes need it
@@ -81,8 +85,14 @@ def capabilities(scheme: str) -> Capabilities:
 
         return SFTPBackend.caps
     if scheme == "ftp":
+        # heavy: ftplib costs an SFTP copy time at import
+        from .ftp import FTPBackend
+
         return FTPBackend.caps
     if scheme in ("http", "https"):
+        # heavy: http.client and email cost an SFTP copy ~0.01 s at import
+        from .http import HTTPBackend
+
         return HTTPBackend.caps
     if scheme == "replicas":
         return Capabilities(write=False, rename=False)

@@ -12,9 +12,8 @@ import shlex
 import stat as st
 from typing import BinaryIO
 
-import paramiko
-
 from ...paths import check_entry_name
+from ..paramiko_lib import paramiko
 from ..ssh import SSHTarget, open_transport
 from .base import Backend, Capabilities, FileInfo
 

@@ -1,0 +1,45 @@
+"""What a copy's start loads: modules a copy over SFTP to a SQLite store never uses stay out.
+
+Each costs every copy its import time before the first byte moves (docs/transfers.md, "Start
+and exit"); this checks, in a fresh interpreter, that the modules a copy imports (the CLI,
+the job, the SFTP backend, a SQLite store opened and closed) leave them unloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+NOT_AT_START = (
+    "invoke.collection",  # paramiko's `Match exec` helper, loaded on first use (protocols/paramiko_lib.py)
+    "yaml",  # invoke's
+    "unittest",  # invoke's
+    "sqlalchemy.dialects.postgresql",  # the store is SQLite here
+    "ftplib",  # the FTP backend
+    "http.client",  # the HTTP backend
+)
+
+_CODE = """
+import json, sys
+import airflow_transfer.cli, airflow_transfer.job
+from airflow_transfer.protocols.backends import sftp
+from airflow_transfer.store import Store
+Store.open(sys.argv[1]).close()
+print(json.dumps({"loaded": sorted(sys.modules), "paramiko": "paramiko.transport" in sys.modules}))
+"""
+
+
+def test_a_copys_start_leaves_unused_modules_unloaded(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-c", _CODE, f"sqlite:///{tmp_path}/store.db"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout
+    seen = json.loads(out)
+    assert seen["paramiko"], "the check must run with paramiko loaded, as a copy has it"
+    loaded = set(seen["loaded"])
+    assert [m for m in NOT_AT_START if m in loaded] == []
+    assert "sqlalchemy" in loaded and "pyarrow" in loaded  # what a copy does need is there
