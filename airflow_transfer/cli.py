@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import cmd_copy_list, cmd_profile, cmd_query
 from .cli_endpoint import add_json_option, endpoint, error_object, failure_json, print_json, readable_error
+from .cli_start import collector_paused, program_started
 from .engine.accounting import format_line, format_rate, plural
 from .engine.bundle_channel import BUNDLE_ALGORITHMS, prestart_upload_sinks, start_download_helpers
 from .engine.params import TransferParams, check_params
@@ -318,9 +319,10 @@ def cmd_copy(args) -> int:
 
 
 def _copy(args, params, src, dst, pool) -> int:
-    # heavy: job, manifest and the engine load pyarrow and NumPy (~0.3 s); --help needs none
-    from .job import CopyRequest, link_from_args, run_copy
-    from .manifest import Manifest
+    with collector_paused():
+        # heavy: job, manifest and the engine load pyarrow and NumPy (~0.3 s); --help needs none
+        from .job import CopyRequest, link_from_args, run_copy
+        from .manifest import Manifest
 
     manifest = Manifest.read(args.manifest) if args.manifest else None
     tty = sys.stderr.isatty()
@@ -568,6 +570,7 @@ def run() -> None:
     finished (wan50 `large`, docs/transfers.md "Start and exit"). Every command closes its
     store, journal and connections before main returns, so only the teardown is skipped: not
     when a non-daemon thread still runs (normal exit waits for it) or an output cannot be flushed."""
+    program_started()
     rc = main()
     logging.shutdown()
     try:

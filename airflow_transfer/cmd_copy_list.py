@@ -5,15 +5,17 @@ from __future__ import annotations
 import sys
 
 from .cli_endpoint import endpoint, print_json
+from .cli_start import collector_paused
 from .engine.accounting import format_rate, plural
 from .engine.retry import RetryPolicy
 from .protocols.endpoint import Endpoint
 
 
 def run(args, params) -> int:
-    # heavy: job and request_list load the engine, pyarrow and NumPy (~0.3 s); the CLI imports this module
-    from .job import CopyRequest, link_from_args
-    from .request_list import load_pairs, run_request_list
+    with collector_paused():
+        # heavy: job and request_list load the engine, pyarrow and NumPy (~0.3 s); the CLI imports this module
+        from .job import CopyRequest, link_from_args
+        from .request_list import load_pairs, run_request_list
 
     pairs = load_pairs(args.from_list)
     base = CopyRequest(

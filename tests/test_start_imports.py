@@ -43,3 +43,32 @@ def test_a_copys_start_leaves_unused_modules_unloaded(tmp_path):
     loaded = set(seen["loaded"])
     assert [m for m in NOT_AT_START if m in loaded] == []
     assert "sqlalchemy" in loaded and "pyarrow" in loaded  # what a copy does need is there
+
+
+_PAUSE = """
+import gc, json, sys
+from airflow_transfer import cli_start
+if sys.argv[1] == "program":
+    cli_start.program_started()
+if sys.argv[2] == "paused-before":
+    gc.disable()
+with cli_start.collector_paused():
+    inside = gc.isenabled()
+    import airflow_transfer.job
+print(json.dumps({"inside": inside, "after": gc.isenabled(), "frozen": gc.get_freeze_count()}))
+"""
+
+
+def _paused(*argv: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", _PAUSE, *argv], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def test_the_collector_pauses_for_the_imports_and_only_the_program_freezes_them():
+    program = _paused("program", "enabled")
+    assert program["inside"] is False and program["after"] is True
+    assert program["frozen"] > 100_000  # the imported modules' objects, out of every later collection
+    library = _paused("library", "enabled")  # a process calling cli.main itself keeps its collector as it was
+    assert library["inside"] is False and library["after"] is True and library["frozen"] == 0
+    paused = _paused("program", "paused-before")  # a collector the caller paused stays paused
+    assert paused["inside"] is False and paused["after"] is False and paused["frozen"] == 0
