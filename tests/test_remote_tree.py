@@ -8,6 +8,7 @@ from airflow_transfer.engine.remote_tree import make_dirs
 from airflow_transfer.errors import TransferError
 from airflow_transfer.protocols import sftp_wire as w
 from airflow_transfer.protocols.pool import SFTPPool
+from tests.support.sshd import chown_to_user
 
 
 class _NotingWire(w.SFTPWire):
@@ -91,5 +92,84 @@ def test_a_new_destination_under_an_existing_parent_costs_no_stat(sshd, local_di
         s = run_copy(req)
         assert s["failed"] == [] and tree_digest(dst) == tree_digest(src)
         seen.append([p.rsplit("/", 1)[-1] for p in stats])
-    assert seen[0] == [], seen  # made at once
+    assert seen[0] == ["new"], seen  # made at once: only its own STAT, sent with its MKDIR
     assert {"q", "p"} <= set(seen[1]), seen  # making it failed: its missing parents were looked for
+
+
+def _one_wait(events: list[str]) -> bool:
+    """Every request went out before the first wait for replies: one round trip."""
+    first = events.index("P")
+    return all(e == "P" for e in events[first:])
+
+
+def test_a_new_tree_of_several_depths_is_made_in_one_round_trip(sshd, remote_dir):
+    root = remote_dir / "tree"
+    todo = [str(p) for p in (root, root / "a", root / "x", root / "a" / "b", root / "a" / "b" / "c")]
+    pool, events, stats = _noting_pool(sshd.target(look_for_keys=False))
+    try:
+        assert make_dirs(pool, todo, "test") == set(todo)
+        assert events[:5] == ["o"] * 5 and _one_wait(events), "".join(events)
+        assert stats == [] and (root / "a" / "b" / "c").is_dir() and (root / "x").is_dir()
+    finally:
+        pool.close()
+
+
+def test_the_roots_stat_rides_with_its_mkdir(sshd, remote_dir):
+    """A destination root that exists (the usual case) costs no round trip of its own."""
+    root = remote_dir / "there"
+    root.mkdir()
+    chown_to_user(root, sshd.user)
+    pool, events, stats = _noting_pool(sshd.target(look_for_keys=False))
+    try:
+        assert make_dirs(pool, [str(root), str(root / "new")], "test", stat_first=True) == {str(root / "new")}
+        assert stats == [str(root)] and _one_wait(events), "".join(events)
+    finally:
+        pool.close()
+
+
+class _ReorderingWire(w.SFTPWire):
+    """A real wire that sends a batch's MKDIRs in reverse order: the server then meets each child
+    before its parent, as a server that does not answer in order may."""
+
+    held: list
+    mkdirs: int
+
+    def send(self, ptype, payload, *args, **kw):
+        if ptype == w.MKDIR:
+            self.held.append((ptype, payload, args, kw))
+            self.mkdirs += 1
+            return 0
+        return super().send(ptype, payload, *args, **kw)
+
+    @property
+    def outstanding(self) -> int:
+        return len(self._pending) + len(self.held)
+
+    def pump(self, *args, **kw):
+        held, self.held = self.held[::-1], []
+        for ptype, payload, args_, kw_ in held:
+            super().send(ptype, payload, *args_, **kw_)
+        return super().pump(*args, **kw)
+
+
+def test_children_refused_before_their_parents_are_made_level_by_level(sshd, remote_dir):
+    root = remote_dir / "out-of-order"
+    todo = [str(p) for p in (root, root / "a", root / "a" / "b")]
+    pool = SFTPPool(sshd.target(look_for_keys=False))
+    opened = pool._open
+    opened_wires: list[_ReorderingWire] = []
+
+    def open_reordering():
+        conn = opened()
+        conn.wire.__class__ = _ReorderingWire
+        conn.wire.held, conn.wire.mkdirs = [], 0
+        opened_wires.append(conn.wire)
+        return conn
+
+    pool._open = open_reordering  # type: ignore[method-assign]
+    try:
+        assert make_dirs(pool, todo, "test") == set(todo)
+        assert (root / "a" / "b").is_dir()
+        assert sum(wire.mkdirs for wire in opened_wires) == 5  # the batch of 3, then a and b again
+    finally:
+        pool.close()

@@ -27,47 +27,48 @@ class MkdirFailed(TransferError):
     """A destination directory could not be made (and is not there): the SFTP server said so."""
 
 
-def make_dirs(pool: SFTPPool, todo: list[str], host: str) -> set[str]:
-    """Create `todo` (parents before children), pipelined per depth; an existing directory is
-    fine. Returns those this call created (their MKDIR succeeded: they were not there)."""
+def make_dirs(pool: SFTPPool, todo: list[str], host: str, *, stat_first: bool = False) -> set[str]:
+    """Create `todo` (parents before children); an existing directory is fine. Returns those
+    this call created (their MKDIR succeeded: they were not there).
+
+    Every MKDIR goes out in one batch, parents first: a server that answers requests in order
+    (OpenSSH's sftp-server does) makes a whole new tree in one round trip instead of one per
+    depth. With `stat_first`, the first directory's STAT goes in the same batch: a destination
+    root that is there already (the usual case) is then known to be a directory without a
+    round trip of its own. Each other refused MKDIR is followed by a STAT (pipelined); one whose
+    parent was in the batch and that is still missing is tried again level by level, for a
+    server that ran a child's MKDIR before its parent's. Only a directory missing after that is
+    an error."""
     conn = pool.acquire()
     try:
         wire = conn.wire
-        failures: dict[str, OSError] = {}
         created: set[str] = set()
-        by_depth: dict[int, list[str]] = {}
-        for d in todo:
-            by_depth.setdefault(d.count("/"), []).append(d)
-        for depth in sorted(by_depth):
-            for d in by_depth[depth]:
-
-                def on_reply(t: int, r: Any, d: str = d) -> None:
-                    try:
-                        wire.expect_status(t, r, d)
-                        created.add(d)
-                    except OSError as exc:
-                        failures[d] = exc
-
-                wire.send(w.MKDIR, wire.p_path(d) + Attrs(mode=0o755).pack(), on_reply)
-            while wire.outstanding:
-                wire.pump(block=True)
+        dirs: set[str] = set()  # STAT said: a directory is there
+        asked: set[str] = set()  # STAT sent
+        failures = _mkdir_batch(wire, todo, created)
+        if stat_first and todo:
+            _stat_batch(wire, todo[:1], dirs, asked)
+        _drain(wire)
         # mkdir fails on existing directories too: only a missing directory is an error. The
         # STATs are pipelined: a re-run into a tree of 1,000 directories asks about all of them,
         # and one round trip each took 50 s at 50 ms.
-        failed = sorted(failures)
-        dirs: set[str] = set()
-        for lo in range(0, len(failed), STAT_WINDOW):
-            for d in failed[lo : lo + STAT_WINDOW]:
-
-                def on_attrs(ptype: int, r: Any, d: str = d) -> None:
-                    if ptype == w.ATTRS and r.attrs().is_dir:
-                        dirs.add(d)
-
-                wire.send(w.STAT, wire.p_path(d), on_attrs)
-            while wire.outstanding:
-                wire.pump(block=True)
-        for d in failed:
-            if d not in dirs:
+        _stat_batch(wire, sorted(d for d in failures if d not in asked), dirs, asked, drain=True)
+        wanted = set(todo)
+        again = [d for d in todo if d in failures and d not in dirs and posixpath.dirname(d) in wanted]
+        by_depth: dict[int, list[str]] = {}
+        for d in again:
+            by_depth.setdefault(d.count("/"), []).append(d)
+        for depth in sorted(by_depth):
+            level = by_depth[depth]
+            for d in level:
+                failures.pop(d)
+            failed = _mkdir_batch(wire, level, created)
+            _drain(wire)
+            failures.update(failed)
+            asked.difference_update(failed)
+            _stat_batch(wire, sorted(failed), dirs, asked, drain=True)
+        for d in todo:
+            if d in failures and d not in dirs:
                 raise MkdirFailed(
                     f"cannot create destination directory: {describe_oserror(failures[d])}",
                     f"{host}:{d}",
@@ -76,6 +77,42 @@ def make_dirs(pool: SFTPPool, todo: list[str], host: str) -> set[str]:
     finally:
         pool.release(conn)
     return created
+
+
+def _mkdir_batch(wire: w.SFTPWire, paths: list[str], created: set[str]) -> dict[str, OSError]:
+    """Send a MKDIR for each of `paths`, in order; the refusals, once their replies are pumped."""
+    failures: dict[str, OSError] = {}
+    for d in paths:
+
+        def on_reply(t: int, r: Any, d: str = d) -> None:
+            try:
+                wire.expect_status(t, r, d)
+                created.add(d)
+            except OSError as exc:
+                failures[d] = exc
+
+        wire.send(w.MKDIR, wire.p_path(d) + Attrs(mode=0o755).pack(), on_reply)
+    return failures
+
+
+def _stat_batch(wire: w.SFTPWire, paths: list[str], dirs: set[str], asked: set[str], drain: bool = False) -> None:
+    """STAT `paths`, STAT_WINDOW at a time; those that are directories join `dirs`."""
+    for lo in range(0, len(paths), STAT_WINDOW):
+        for d in paths[lo : lo + STAT_WINDOW]:
+
+            def on_attrs(ptype: int, r: Any, d: str = d) -> None:
+                if ptype == w.ATTRS and r.attrs().is_dir:
+                    dirs.add(d)
+
+            wire.send(w.STAT, wire.p_path(d), on_attrs)
+            asked.add(d)
+        if drain or lo + STAT_WINDOW < len(paths):
+            _drain(wire)
+
+
+def _drain(wire: w.SFTPWire) -> None:
+    while wire.outstanding:
+        wire.pump(block=True)
 
 
 def missing_parents(pool: SFTPPool, root: str) -> list[str]:

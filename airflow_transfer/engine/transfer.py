@@ -222,10 +222,11 @@ class TransferSession(Session):
             return
         # As mkdir -p, like a local destination: missing parents of the root are looked for only
         # once making it failed, not before (a STAT's round trip on every copy). Only a refused
-        # MKDIR leads there: a connection's error (a host key, a login) is raised as it is.
+        # MKDIR leads there: a connection's error (a host key, a login) is raised as it is. The
+        # root's own STAT rides with its MKDIR: it is usually there already.
         parents: list[str] = []
         try:
-            created = make_dirs(self._pool(), todo, self.dst.host_label)
+            created = make_dirs(self._pool(), todo, self.dst.host_label, stat_first=todo[0] == dst_root)
         except MkdirFailed:
             parents = missing_parents(self._pool(), dst_root) if dst_root not in self._dirs_made else []
             if not parents:
