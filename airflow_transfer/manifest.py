@@ -73,7 +73,7 @@ class Manifest:
         meta = {_META_DIRS: json.dumps(self.empty_dirs).encode(), _META_ROOT: self.root.encode()}
         table = self.table.replace_schema_metadata({**(self.table.schema.metadata or {}), **meta})
         tmp = f"{path}.tmp"
-        # heavy: pyarrow.parquet (with pyarrow.fs and ssl) costs every copy ~0.015 s at import; only manifest files need it
+        # heavy: pyarrow.parquet and pyarrow.fs load for manifest files only; a copy's start skips them
         import pyarrow.parquet as pq
 
         pq.write_table(table, tmp, compression="zstd")
@@ -81,7 +81,7 @@ class Manifest:
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> Manifest:
-        # heavy: pyarrow.parquet (with pyarrow.fs and ssl) costs every copy ~0.015 s at import; only manifest files need it
+        # heavy: pyarrow.parquet and pyarrow.fs load for manifest files only; a copy's start skips them
         import pyarrow.parquet as pq
 
         try:

@@ -17,6 +17,7 @@ NOT_AT_START = (
     "unittest",  # invoke's
     "sqlalchemy.dialects.postgresql",  # the store is SQLite here
     "ftplib",  # the FTP backend
+    "pyarrow.parquet",  # manifest files
     "http.client",  # the HTTP backend
 )
 
