@@ -28,45 +28,44 @@ class MkdirFailed(TransferError):
 
 
 def make_dirs(pool: SFTPPool, todo: list[str], host: str, *, stat_first: bool = False) -> set[str]:
-    """Create `todo` (parents before children); an existing directory is fine. Returns those
-    this call created (their MKDIR succeeded: they were not there).
+    """Create `todo`; an existing directory is fine. Returns those this call created (their
+    MKDIR succeeded: they were not there).
 
-    Every MKDIR goes out in one batch, parents first: a server that answers requests in order
-    (OpenSSH's sftp-server does) makes a whole new tree in one round trip instead of one per
-    depth. With `stat_first`, the first directory's STAT goes in the same batch: a destination
-    root that is there already (the usual case) is then known to be a directory without a
-    round trip of its own. Each other refused MKDIR is followed by a STAT (pipelined); one whose
-    parent was in the batch and that is still missing is tried again level by level, for a
-    server that ran a child's MKDIR before its parent's. Only a directory missing after that is
-    an error."""
+    Every MKDIR goes out in one batch, in the order given: parents first, a server that answers
+    requests in order (OpenSSH's sftp-server does) makes a whole new tree in one round trip
+    instead of one per depth. With `stat_first`, the first directory's STAT goes in the same
+    batch: a destination root that is there already (the usual case) is then known to be a
+    directory without a round trip of its own. Each other refused MKDIR is followed by a STAT
+    (pipelined); one whose parent was in the batch and that is still missing is tried again level
+    by level (its MKDIR may have run before its parent's). Only a directory missing after that
+    is an error."""
     conn = pool.acquire()
     try:
         wire = conn.wire
         created: set[str] = set()
         dirs: set[str] = set()  # STAT said: a directory is there
-        asked: set[str] = set()  # STAT sent
         failures = _mkdir_batch(wire, todo, created)
-        if stat_first and todo:
-            _stat_batch(wire, todo[:1], dirs, asked)
+        first = todo[0] if stat_first and todo else None
+        if first is not None:
+            _send_stat(wire, first, dirs)
         _drain(wire)
         # mkdir fails on existing directories too: only a missing directory is an error. The
         # STATs are pipelined: a re-run into a tree of 1,000 directories asks about all of them,
         # and one round trip each took 50 s at 50 ms.
-        _stat_batch(wire, sorted(d for d in failures if d not in asked), dirs, asked, drain=True)
+        _stat_batch(wire, sorted(d for d in failures if d != first), dirs)
         wanted = set(todo)
-        again = [d for d in todo if d in failures and d not in dirs and posixpath.dirname(d) in wanted]
         by_depth: dict[int, list[str]] = {}
-        for d in again:
-            by_depth.setdefault(d.count("/"), []).append(d)
+        for d in todo:
+            if d in failures and d not in dirs and posixpath.dirname(d) in wanted:
+                by_depth.setdefault(d.count("/"), []).append(d)
         for depth in sorted(by_depth):
             level = by_depth[depth]
             for d in level:
-                failures.pop(d)
+                del failures[d]
             failed = _mkdir_batch(wire, level, created)
             _drain(wire)
             failures.update(failed)
-            asked.difference_update(failed)
-            _stat_batch(wire, sorted(failed), dirs, asked, drain=True)
+            _stat_batch(wire, sorted(failed), dirs)
         for d in todo:
             if d in failures and d not in dirs:
                 raise MkdirFailed(
@@ -95,19 +94,22 @@ def _mkdir_batch(wire: w.SFTPWire, paths: list[str], created: set[str]) -> dict[
     return failures
 
 
-def _stat_batch(wire: w.SFTPWire, paths: list[str], dirs: set[str], asked: set[str], drain: bool = False) -> None:
-    """STAT `paths`, STAT_WINDOW at a time; those that are directories join `dirs`."""
+def _send_stat(wire: w.SFTPWire, d: str, dirs: set[str]) -> None:
+    """Send a STAT of `d`; `d` joins `dirs` once the reply says it is a directory."""
+
+    def on_attrs(ptype: int, r: Any) -> None:
+        if ptype == w.ATTRS and r.attrs().is_dir:
+            dirs.add(d)
+
+    wire.send(w.STAT, wire.p_path(d), on_attrs)
+
+
+def _stat_batch(wire: w.SFTPWire, paths: list[str], dirs: set[str]) -> None:
+    """STAT `paths`, STAT_WINDOW at a time, and wait for the replies."""
     for lo in range(0, len(paths), STAT_WINDOW):
         for d in paths[lo : lo + STAT_WINDOW]:
-
-            def on_attrs(ptype: int, r: Any, d: str = d) -> None:
-                if ptype == w.ATTRS and r.attrs().is_dir:
-                    dirs.add(d)
-
-            wire.send(w.STAT, wire.p_path(d), on_attrs)
-            asked.add(d)
-        if drain or lo + STAT_WINDOW < len(paths):
-            _drain(wire)
+            _send_stat(wire, d, dirs)
+        _drain(wire)
 
 
 def _drain(wire: w.SFTPWire) -> None:
