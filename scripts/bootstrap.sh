@@ -5,10 +5,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stamp=.venv/.installed
-want="$(cat requirements.lock pyproject.toml "$0" | sha256sum | cut -d' ' -f1)"
+want="$( (cat requirements.lock pyproject.toml "$0"; echo "${PYTHON:-}") | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
-PYTHON="${PYTHON:-python3.11}"
-command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+# The interpreter: $PYTHON if given, else the fastest CPython 3.11 found (pick-python.sh says
+# why: on these machines PATH finds a build without profile-guided optimisation first).
+if [ -z "${PYTHON:-}" ]; then
+  PYTHON="$(bash scripts/pick-python.sh)"
+  [ -n "$PYTHON" ] || PYTHON=python3
+fi
+# A .venv made from another interpreter is made again.
+real_python="$("$PYTHON" -c 'import os, sys; print(os.path.realpath(sys.executable))' 2>/dev/null || echo "$PYTHON")"
+if [ -x .venv/bin/python ] && [ "$(readlink -f .venv/bin/python)" != "$real_python" ]; then
+  echo "bootstrap: .venv was made with $(readlink -f .venv/bin/python); making it again with $PYTHON" >&2
+  rm -rf .venv
+fi
 if ! command -v uv >/dev/null 2>&1; then
   echo "bootstrap: installing uv with pip" >&2
   "$PYTHON" -m pip install -q uv || { echo "bootstrap: could not install uv; install it with: pip install uv" >&2; exit 1; }
