@@ -39,4 +39,3 @@ def test_candidates_that_are_not_python_3_11_are_passed_over(tmp_path: Path) -> 
     assert done.stdout.strip() == sys.executable
     assert str(other) not in done.stderr
     assert _pick(str(other)).stdout == ""
-
