@@ -460,3 +460,39 @@ def test_block_mode_verifies_when_the_helpers_connection_fails_at_first(files, s
     assert (v["where"], v["verified"], v["mismatched"]) == ("helper", 200, 0) and summary["failed"] == []
     assert tree_digest(remote_dir / "flaky-helper") == tree_digest(files)
     assert temp_files(remote_dir / "flaky-helper") == []
+
+
+def _commands_started(sshd, since: int) -> int:
+    """Exec sessions the real sshd started (its VERBOSE log) after offset `since`."""
+    return sshd.log_text()[since:].count("Starting session: command for")
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_block_mode_starts_its_digest_helper_only_for_files_that_go_over_sftp(big, sshd, remote_dir, test_base):
+    """Files that all travel in bundles are checked by the bundle sink itself: the block
+    verifier's own helper (an exec channel and a python3 on the server) is never started. One
+    file too big for a bundle starts it, and its blocks are checked by it."""
+    src = test_base / f"helper-when-needed-{big}"
+    for i in range(30):
+        write_random(src / f"s{i:02d}.bin", 5_000 + 31 * i, seed=4000 + i)
+    if big:
+        write_random(src / "big.bin", 3 * 1024 * 1024 + 17, seed=4099)
+    dst = Endpoint("sftp", str(remote_dir / f"helper-when-needed-{big}"), sshd.target())
+    since = len(sshd.log_text())
+    summary = run_copy(
+        CopyRequest(
+            Endpoint("file", str(src)),
+            dst,
+            TransferParams(pp=8, cc=1),
+            use_store=False,
+            verify_mode="block",
+            verify_block_size=BLOCK,
+            verify_threads=1,
+        )
+    )
+    assert summary["failed"] == [] and summary["verify"]["verified"] == 30 + big
+    assert tree_digest(remote_dir / f"helper-when-needed-{big}") == tree_digest(src)
+    # One sink on the one connection; the digest helper only where a file went over SFTP.
+    assert _commands_started(sshd, since) == 1 + big
+    assert summary["verify"]["blocks"]["verified"] == (-(-(3 * 1024 * 1024 + 17) // BLOCK) if big else 0)
+    assert summary["server"]["exec"] == "python3"

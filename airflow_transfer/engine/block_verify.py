@@ -94,12 +94,17 @@ class BlockVerifier(Verifier):
         self.timing = ThreadBalance(block_size)
         self._workers = [self._worker(d, k) for k, d in enumerate(self.dests)]
         self._busy = 0
+        # Set once a file starts going over SFTP: only then do the workers open their helpers.
+        # A chunk whose files all travel in bundles (checked by the bundle sink) never needs
+        # one: no exec channel, no python3 started on the server for nothing.
+        self._wanted = False
 
     # -- lifecycle ----------------------------------------------------------------
     def start(self) -> BlockVerifier:
-        """Starts the workers; each opens its own helper first. The chunk's data flows meanwhile:
-        a helper's exec and hello take about four round trips (0.2 s on wan50), and no block can
-        be checked before the first one is sent anyway."""
+        """Starts the workers; each opens its own helper once the first file starts going over
+        SFTP (`_want`). The file's data flows meanwhile: a helper's exec and hello take about
+        four round trips (0.2 s on wan50), and no block can be checked before the first one is
+        sent anyway."""
         for th in self._workers:
             th.start()
         return self
@@ -165,15 +170,20 @@ class BlockVerifier(Verifier):
         at the destination (this run or the journal); those not checked yet are queued now."""
         with self._cv:
             start = self.book.plan_upload(i, tmp_size)
-            self._cv.notify()
+            self._want()
             return start
 
     def missing(self, i: int) -> list[tuple[int, int]]:
         """Byte ranges of the file with no good block (for a ranged transfer); queues journal blocks."""
         with self._cv:
             out = self.book.missing(i)
-            self._cv.notify()
+            self._want()
             return out
+
+    def _want(self) -> None:
+        """A file goes over SFTP (called under the lock): the workers open their helpers now."""
+        self._wanted = True
+        self._cv.notify_all()
 
     def forget(self, i: int) -> None:
         """The temporary file is created afresh: nothing in it is known any more."""
@@ -205,15 +215,14 @@ class BlockVerifier(Verifier):
         return threading.Thread(target=self._work, args=(dest,), name=f"verify-blocks{k}", daemon=True)
 
     def _work(self, dest: DestinationDigests) -> None:
-        if dest.pool is not None and dest.wire is None:
-            try:
-                open_destination(dest)
-            except Exception as exc:  # noqa: BLE001 - kept: the first batch reconnects as after a dropped channel
-                dest.start_error = exc
         asker = BlockDigests(dest, self.algorithm, self.max_rounds, self.time_left, self._sleep_or_stop, self.timing)
+        opened = dest.pool is None or dest.wire is not None
         while True:
             with self._cv:
                 while True:
+                    if not opened and self._wanted:
+                        batch, finals = [], []
+                        break
                     batch = self.book.next_batch(BATCH_BLOCKS)
                     finals = self.book.ready()
                     if batch or finals:
@@ -224,7 +233,15 @@ class BlockVerifier(Verifier):
                     if not self.book.pending:
                         self._cv.wait(0.5)
                 hook = self.book.ask(batch)
-                self._busy += 1
+                self._busy += bool(batch or finals)
+            if not opened:
+                opened = True
+                try:
+                    open_destination(dest)
+                except Exception as exc:  # noqa: BLE001 - kept: the first batch reconnects as after a dropped channel
+                    dest.start_error = exc
+                if not batch and not finals:
+                    continue
             try:
                 self._check(asker, batch, hook, finals)
             finally:

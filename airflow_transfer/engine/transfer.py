@@ -193,6 +193,8 @@ class TransferSession(Session):
         side = None if v is None else v.dest if self.direction == "upload" else v.src
         if side is not None and side.exec is not None:
             caps.exec_method, caps.exec_reason = side.exec, side.reason
+        elif caps.exec_method is None and self.bundle.verified:
+            caps.exec_method = "python3"  # the bundle helper computed the digests (bundle_channel.sink_command)
         return caps.summary(), caps.notes()
 
     def ensure_dirs(self, dst_root: str, rel_dirs: list[str]) -> None:
