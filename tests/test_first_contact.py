@@ -235,6 +235,28 @@ def test_reaches_the_concurrency_the_link_needs_within_a_few_intervals(name, rtt
     assert ramp.peak_rate >= 0.7 * mbit * 1e6, (name, fc.notes)
 
 
+class HostDelayedRTT(LinkSimulator):
+    """A fast short path whose connection's smoothed RTT also holds the hosts' delays (delayed
+    ACKs, a peer busy starting up), as the kernel reported on loopback: 10.9 ms smoothed,
+    0.012 ms minimum."""
+
+    def link_rtt(self) -> tuple[float, float, str]:
+        return 0.0109, self.link.rtt_s, "the kernel (smoothed RTT inflated by host delays)"
+
+
+def test_small_files_start_from_the_paths_minimum_rtt_not_the_host_delayed_smoothed_one():
+    link = LinkInfo(rtt_s=0.000012, bandwidth_bps=2e9, source="profiler")
+    sim = HostDelayedRTT(link, window_bytes=WINDOW, control_rtts=2, progress_interval=0.25)
+    auto = get_algorithm("auto")
+    auto.run(table(np.full(20000, 1024)), UNKNOWN_SSH, sim)
+    fc = auto.last_algorithm
+    assert auto.last_decision.algorithm == "first-contact"
+    # one window of 1 KiB files per 0.012 ms is far over 400 Mbit/s: two channels (the floor);
+    # sized on the 10.9 ms smoothed RTT the start was the cap, 32
+    assert "start at cc 2 " in fc.notes[1], fc.notes
+    assert fc.learned["rtt_ms"] == pytest.approx(10.9) and fc.learned["min_rtt_ms"] == pytest.approx(0.012)
+
+
 def test_holds_once_the_gain_stops_on_a_steady_link():
     sim = simulator(0.05, 400.0)
     auto = get_algorithm("auto")
