@@ -69,21 +69,41 @@ def _run(argv: list[str]) -> dict:
     # this run starts, not during it: a copy that flushes its own files (syncfs) would otherwise
     # wait for another tool's data too. benchmarks/run.py does the same.
     os.sync()
-    busy0, t0 = _busy_seconds(), time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.monotonic() - t0
-    busy = _busy_seconds() - busy0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as errs:
+        busy0, t0 = _busy_seconds(), time.monotonic()
+        proc = subprocess.Popen(argv, stdout=out, stderr=errs)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.monotonic() - t0
+        busy = _busy_seconds() - busy0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        errs.seek(0)
+        printed, err = out.read().decode(errors="replace"), errs.read().decode(errors="replace")
     if proc.returncode != 0:
         print(err[-2000:], file=sys.stderr)
         raise SystemExit(f"{argv[:3]} failed with {proc.returncode}")
-    return {
+    row = {
         "seconds": round(wall, 3),
         "client_cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
         "client_peak_rss_mb": round(usage.ru_maxrss / 1024),
         "machine_cpu_s": round(busy, 2),
+    }
+    return row | _tuning(printed)
+
+
+def _tuning(printed: str) -> dict:
+    """Our copies' channels per chunk and how auto chose them (their --json summary): a slow run
+    is then told from a slow machine by what it ran with. Nothing for other tools."""
+    last = printed.strip().splitlines()[-1] if printed.strip() else ""
+    if not last.startswith("{"):
+        return {}
+    summary = json.loads(last)
+    notes = (summary.get("tuning") or {}).get("notes") or []
+    return {
+        "cc": [c.get("cc") for c in summary.get("chunks") or []],
+        "tuning_notes": [
+            n for n in notes if n.startswith(("auto chose", "first contact: start", "first contact: ramp"))
+        ],
     }
 
 
@@ -146,7 +166,15 @@ def main() -> int:
     remote = f"{sshd.user}@{sshd.host}"
     contenders = {
         "up": {
-            "airflow-transfer (bundles)": lambda s, d: [str(CLI), "copy", s, sshd.url(d), *ident, "--restart"],
+            "airflow-transfer (bundles)": lambda s, d: [
+                str(CLI),
+                "copy",
+                s,
+                sshd.url(d),
+                *ident,
+                "--restart",
+                "--json",
+            ],
             "airflow-transfer --no-bundle": lambda s, d: [
                 str(CLI),
                 "copy",
@@ -160,7 +188,15 @@ def main() -> int:
             "rsync -a -e ssh": lambda s, d: ["rsync", "-a", "-e", ssh, f"{s}/", f"{remote}:{d}/"],
         },
         "down": {
-            "airflow-transfer (bundles)": lambda s, d: [str(CLI), "copy", sshd.url(s), d, *ident, "--restart"],
+            "airflow-transfer (bundles)": lambda s, d: [
+                str(CLI),
+                "copy",
+                sshd.url(s),
+                d,
+                *ident,
+                "--restart",
+                "--json",
+            ],
             "airflow-transfer -c 4": lambda s, d: [str(CLI), "copy", sshd.url(s), d, "-c", "4", *ident, "--restart"],
             "rsync -a -e ssh": lambda s, d: ["rsync", "-a", "-e", ssh, f"{remote}:{s}/", f"{d}/"],
         },

@@ -15,7 +15,8 @@ every 0.05 s read as they come. From them:
 
 `--base DIR` runs the same command from another checkout of this repository (for instance
 `git worktree add /tmp/base HEAD~1`) in turn with this one, so a change is measured against
-what it changed, interleaved; `--rsync` adds `rsync -a -e ssh` (its total only). Medians per
+what it changed, interleaved (`--base-python` runs it under another interpreter, to include
+a change of interpreter); `--rsync` adds `rsync -a -e ssh` (its total only). Medians per
 contender go to stdout and, with every run, to timeline.json in `--out`.
 """
 
@@ -124,13 +125,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dataset", default="tiny")
     ap.add_argument("--reps", type=int, default=6)
     ap.add_argument("--base", help="another checkout of this repository, run in turn with this one")
+    ap.add_argument(
+        "--base-python",
+        default=sys.executable,
+        help="the interpreter the --base checkout runs under (a venv's python with this project's dependencies); "
+        "default: this one",
+    )
     ap.add_argument("--rsync", action="store_true", help="add rsync -a -e ssh")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     args = ap.parse_args(argv)
     dataset = ensure(args.dataset)
     contenders: dict[str, list[str] | None] = {"this checkout": cli_argv()}
     if args.base:
-        contenders[f"base ({args.base})"] = [sys.executable, "-c", _OTHER_CHECKOUT, str(Path(args.base).resolve())]
+        contenders[f"base ({args.base})"] = [args.base_python, "-c", _OTHER_CHECKOUT, str(Path(args.base).resolve())]
     if args.rsync:
         contenders["rsync -a -e ssh"] = None
     runs: list[dict] = []
@@ -169,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         "profile": args.profile,
         "dataset": {"name": args.dataset, "files": dataset.files, "bytes": dataset.bytes},
         "reps": args.reps,
+        "python": sys.executable,
+        "base": {"checkout": args.base, "python": args.base_python} if args.base else None,
         "medians": medians,
         "runs": runs,
     }
