@@ -2,7 +2,8 @@
 # Prints the fastest of the CPython 3.11 interpreters given as arguments (by default every
 # python3.11 on PATH, /usr/bin/python3.11 and /usr/local/bin/python3.11), as given; nothing
 # when none runs. Each runs a short loop of the kind of work a copy does per file (an
-# object, a JSON header written and parsed), best of five; the times go to stderr. Builds
+# object, a JSON header written and parsed), best of five, timed in CPU seconds so that
+# other work on the machine (a test run, a copy) does not decide; the times go to stderr. Builds
 # differ widely, and PATH may find the slow one first (docs/quickstart.md, "Which Python
 # the venv uses").
 set -uo pipefail
@@ -25,14 +26,14 @@ class Task:
         self.path, self.size, self.mtime = path, size, mtime
 best = 9.0
 for _ in range(5):
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for i in range(30000):
         t = Task("d%04d/f%06d" % (i // 100, i), i * 7 % 4096, i * 1.5)
         head = f"{{\"id\":{i:d},\"path\":{json.dumps(t.path)},\"size\":{t.size:d},\"mtime\":{t.mtime!r}}}"
         json.loads(head)["size"]
-    best = min(best, time.perf_counter() - t0)
+    best = min(best, time.process_time() - t0)
 print(f"{best:.4f}")' 2>/dev/null)" || continue
-  echo "pick-python: $cand: $t s on the probe" >&2
+  echo "pick-python: $cand: $t CPU s on the probe" >&2
   if [ -z "$best" ] || awk "BEGIN { exit !($t < $best_t) }"; then
     best="$cand" best_t="$t"
   fi
