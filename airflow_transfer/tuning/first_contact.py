@@ -226,8 +226,8 @@ class FirstContact(Algorithm):
         rtt, min_rtt, how = probe_rtt(executor, link)
         # The model's round trips are the path's: its minimum RTT. The smoothed one also holds
         # the hosts' delays (delayed ACKs, a peer busy starting up): on loopback it read 3-12 ms
-        # against 0.01-0.02 ms minimum, and sized 1 KiB files for 9-32 channels where 2 were
-        # fastest (docs/tuning.md, "First contact").
+        # against 0.01-0.02 ms minimum, and sized 1 KiB files for 9-32 channels on two cores
+        # (docs/tuning.md, "First contact").
         clink = contact_link(min_rtt or rtt or FALLBACK_RTT_S, link)
         specs = self.classes(ctx.sizes, clink)
         cc, why = self.start_cc(specs, clink, link.learned_cc, known_bps(link))
