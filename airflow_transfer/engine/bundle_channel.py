@@ -43,7 +43,10 @@ SINK_NAME = "airflow-transfer-bundle"
 LANDER_NAME = "airflow-transfer-bundle-lander"  # the same helper on this host, landing downloads
 
 
-def sink_command(python: str = "python3") -> str:
+SINK_PYTHON = "python3"  # the interpreter the bundle helper runs under, found on the server's PATH
+
+
+def sink_command(python: str = SINK_PYTHON) -> str:
     # -I: ignore PYTHON* variables and the user's site directory on the remote.
     return f"{shlex.quote(python)} -I -c {shlex.quote(BOOTSTRAP)}"
 

@@ -23,6 +23,7 @@ from ..protocols.endpoint import Endpoint
 from ..protocols.pool import WARM_CONNECTIONS, SFTPPool
 from .block_verify import DEFAULT_BLOCK_SIZE, BlockVerifier, choose_threads
 from .bundle import BUNDLE_MAX_FILE, BundleMover, BundleState
+from .bundle_channel import SINK_PYTHON
 from .failures import error_text
 from .local_mover import LocalMover
 from .remote_tree import MkdirFailed, make_dirs, missing_parents, same_size_and_mtime, verify_account
@@ -194,7 +195,7 @@ class TransferSession(Session):
         if side is not None and side.exec is not None:
             caps.exec_method, caps.exec_reason = side.exec, side.reason
         elif caps.exec_method is None and self.bundle.verified:
-            caps.exec_method = "python3"  # the bundle helper computed the digests (bundle_channel.sink_command)
+            caps.exec_method = SINK_PYTHON  # the bundle helper computed the digests
         return caps.summary(), caps.notes()
 
     def ensure_dirs(self, dst_root: str, rel_dirs: list[str]) -> None:
