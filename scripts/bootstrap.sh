@@ -19,15 +19,21 @@ if [ -x .venv/bin/python ] && [ "$(readlink -f .venv/bin/python)" != "$real_pyth
   echo "bootstrap: .venv was made with $(readlink -f .venv/bin/python); making it again with $PYTHON" >&2
   rm -rf .venv
 fi
-if ! command -v uv >/dev/null 2>&1; then
-  echo "bootstrap: installing uv with pip" >&2
-  "$PYTHON" -m pip install -q uv || { echo "bootstrap: could not install uv; install it with: pip install uv" >&2; exit 1; }
-fi
-UV="$(command -v uv || echo "$PYTHON -m uv")"
 echo "bootstrap: creating .venv (Python $("$PYTHON" -c 'import sys; print(sys.version.split()[0])'))" >&2
-[ -x .venv/bin/python ] || $UV venv -q -p "$PYTHON" .venv
-$UV pip install -q -p .venv/bin/python -r requirements.lock
-$UV pip install -q -p .venv/bin/python --no-deps -e .
+if command -v uv >/dev/null 2>&1; then
+  UV="$(command -v uv)"
+  [ -x .venv/bin/python ] || "$UV" venv -q -p "$PYTHON" .venv
+else
+  # No uv: make the venv with the interpreter's own venv module and put uv inside it.
+  # Installing uv next to the interpreter fails on a distribution Python (PEP 668).
+  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv || {
+    echo "bootstrap: $PYTHON could not make a venv; install its venv module (Debian: apt-get install python3.11-venv) or uv" >&2; exit 1; }
+  [ -x .venv/bin/uv ] || .venv/bin/python -m pip install -q uv || {
+    echo "bootstrap: could not install uv into .venv (is PyPI reachable?); install it with: pip install uv" >&2; exit 1; }
+  UV=.venv/bin/uv
+fi
+"$UV" pip install -q -p .venv/bin/python -r requirements.lock
+"$UV" pip install -q -p .venv/bin/python --no-deps -e .
 # Bytecode now, once, for the libraries and the project itself (an editable install has
 # none): where PYTHONDONTWRITEBYTECODE is set (as on these machines),
 # Python would otherwise compile every imported module on every run - about 2 s of
