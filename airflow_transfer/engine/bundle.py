@@ -124,6 +124,13 @@ class BundleMover(SFTPMover):
     def small(self, t: FileTask) -> bool:
         return t.size <= BUNDLE_MAX_FILE and not t.repair
 
+    def takes_whole(self, t: FileTask) -> bool:
+        # While bundles work, a small file waits for a bundle. A worker whose bundle loop ended
+        # because the chunk had a worker too many, and which then found itself kept (another
+        # retired first), used to carry the rest of the small files one by one over SFTP: a
+        # tenth of the rate on a first contact with 100,000 files.
+        return super().takes_whole(t) and (bool(self.state.off) or not self.small(t))
+
     def drain(self, conn: Any, gone: list[bool]) -> None:
         sink = self._sink(conn)
         if sink is not None:
@@ -133,7 +140,10 @@ class BundleMover(SFTPMover):
                 lander = self._lander(conn)
                 if lander is not None:
                     pull_groups(self, sink, lander)
-        super().drain(conn, gone)  # what is left: files too big for a bundle, or no sink
+        # What is left for SFTP: files too big for a bundle, or every file where no sink runs. When
+        # the next file in line is a small one, the SFTP drain returns and the runner's loop
+        # brings this worker back here (or retires it).
+        super().drain(conn, gone)
 
     def _bundles(self, sink: SinkChannel) -> None:
         """Groups one after another on this channel, the next sent while the sink commits the

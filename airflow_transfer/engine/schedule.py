@@ -95,10 +95,11 @@ class Schedule:
                 return
             yield i
 
-    def has_ready(self) -> bool:
+    def has_ready(self, want: Callable[[int], bool] | None = None) -> bool:
+        """A file is ready (with `want`: the next in line is one it accepts, as pop would take)."""
         with self.lock:
             self._promote()
-            return bool(self.queue) and not self.stopping()
+            return bool(self.queue) and not self.stopping() and (want is None or want(self.queue[0]))
 
     def wait_for_work(self) -> bool:
         """Block until a file is ready (or this worker is one too many); False when the chunk

@@ -73,7 +73,7 @@ class SFTPMover:
                 if i is not None:
                     move_ranges(self, conn, i)
                     continue
-                if not r.schedule.has_ready():
+                if not r.schedule.has_ready(want=lambda k: self.takes_whole(r.tasks[k])):
                     return
                 pipe.run(lambda: self._next_job(conn.wire, len(pipe.active)), self._job_done)
                 r.max_files_in_flight = max(r.max_files_in_flight, pipe.max_open_seen)
@@ -95,6 +95,10 @@ class SFTPMover:
             and not t.repair
             and not (self.upload and self.pool.caps.offset_writes is False)
         )
+
+    def takes_whole(self, t: FileTask) -> bool:
+        """Whether a worker's pipeline carries this file whole over SFTP."""
+        return not self.is_big(t)
 
     def offset_writes(self, wire: Any, t: FileTask) -> bool:
         """Whether the destination server takes writes at an offset (asked once per server)."""
@@ -151,7 +155,7 @@ class SFTPMover:
         while True:
             if r.schedule.surplus():
                 return None  # a worker too many: finish the files in flight, then leave
-            i = r.schedule.pop(want=lambda k: not self.is_big(r.tasks[k]), carrying=carrying)
+            i = r.schedule.pop(want=lambda k: self.takes_whole(r.tasks[k]), carrying=carrying)
             if i is None:
                 return None
             if not r.tasks[i].unheard or self.landed([i]):  # the flag first: this runs per file
