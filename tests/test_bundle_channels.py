@@ -77,4 +77,3 @@ def test_no_small_file_leaves_the_bundles_for_sftp_however_the_channels_change(
     # Every file went in a bundle; none was opened over SFTP (sftp-server logs each open).
     opened = [p for _, op, p in sshd.sftp_events(mark) if op == "open"]
     assert opened == [] and bundled == FILES, (len(opened), opened[:5], bundled)
-
