@@ -10,7 +10,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
 # The interpreter: $PYTHON if given, else the fastest CPython 3.11 found (pick-python.sh says
 # why: on these machines PATH finds a build without profile-guided optimisation first).
 if [ -z "${PYTHON:-}" ]; then
-  PYTHON="$(bash scripts/pick-python.sh)"
+  PYTHON="${PICKED_PYTHON:-$(bash scripts/pick-python.sh)}"
   [ -n "$PYTHON" ] || PYTHON=python3
 fi
 # A .venv made from another interpreter is made again.

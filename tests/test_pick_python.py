@@ -16,7 +16,7 @@ def _pick(*candidates: str) -> subprocess.CompletedProcess[str]:
 def _slowed(tmp_path: Path) -> str:
     # The same interpreter with every allocation traced: several times slower on the probe.
     slow = tmp_path / "python3.11-slow"
-    slow.write_text(f'#!/bin/sh\nexec {sys.executable} -X tracemalloc=25 "$@"\n')
+    slow.write_text(f'#!/bin/sh\nexec {sys.executable} -X tracemalloc=1 "$@"\n')
     slow.chmod(0o755)
     return str(slow)
 
