@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv with the pinned dependencies (requirements.lock) and the project
-# installed in editable mode. Uses uv when present (seconds); installs uv with
-# pip first if needed. Idempotent: re-runs only when the lock or pyproject changed.
+# installed in editable mode. Uses uv when present (seconds); otherwise makes the venv
+# with the interpreter's venv module and installs uv inside it first. Idempotent: re-runs
+# only when the lock, pyproject, this script or $PYTHON changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stamp=.venv/.installed
