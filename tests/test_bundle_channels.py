@@ -40,14 +40,14 @@ def test_no_small_file_leaves_the_bundles_for_sftp_however_the_channels_change(
     direction, small_tree, sshd, remote_dir, local_dir
 ):
     if direction == "upload":
-        src, dst = Endpoint("file", str(small_tree)), Endpoint("sftp", str(remote_dir / "up"), sshd.target())
-        table, out = list_local(str(small_tree)).sorted_by_size().table, remote_dir / "up"
+        tree, out = small_tree, remote_dir / "up"
+        src, dst = Endpoint("file", str(tree)), Endpoint("sftp", str(out), sshd.target())
     else:
-        staged = remote_dir / "down-src"
-        shutil.copytree(small_tree, staged)
-        chown_to_user(staged, sshd.user)
-        src, dst = Endpoint("sftp", str(staged), sshd.target()), Endpoint("file", str(local_dir / "down"))
-        table, out = list_local(str(staged)).sorted_by_size().table, local_dir / "down"
+        tree, out = remote_dir / "down-src", local_dir / "down"
+        shutil.copytree(small_tree, tree)
+        chown_to_user(tree, sshd.user)
+        src, dst = Endpoint("sftp", str(tree), sshd.target()), Endpoint("file", str(out))
+    table = list_local(str(tree)).sorted_by_size().table
     mark = sshd.log_mark()
     with TransferSession(src, dst, verify="sha256") as s:
         cs = EngineSessionExecutor(s, src.path, dst.path, None, None).open_session(table)
@@ -72,7 +72,7 @@ def test_no_small_file_leaves_the_bundles_for_sftp_however_the_channels_change(
         bundled = s.bundle.files
     assert steps >= 2, "the copy ended before the channel count changed"
     assert result.failed == [] and len(result.outcomes) == FILES
-    assert tree_digest(out) == tree_digest(src.path if direction == "upload" else staged)
+    assert tree_digest(out) == tree_digest(tree)
     assert temp_files(out) == []
     # Every file went in a bundle; none was opened over SFTP (sftp-server logs each open).
     opened = [p for _, op, p in sshd.sftp_events(mark) if op == "open"]
