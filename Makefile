@@ -14,16 +14,7 @@ demo: venv
 
 test:
 	@bash scripts/test-setup.sh
-	@# Most tests wait on round trips, sshd and Airflow processes: 3 workers overlap that on
-	@# 2 cores; --dist loadfile keeps a module on one worker, so its sshd, Airflow home or
-	@# api-server start once; --no-loadscope-reorder keeps the order tests/conftest.py gives
-	@# (longest modules first) instead of xdist's most-tests-first. Tests on the emulated WAN measure rates, so they run after,
-	@# alone (marker `wan`).
-	@# ruff (format + lint) and mypy first; a failure there fails the run after the tests ran.
-	@s=0; bash scripts/lint.sh || s=1; \
-	$(PY) -m pytest -q -p no:cacheprovider --timeout=900 --durations=15 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not wan" || s=1; \
-	$(PY) -m pytest -q -p no:cacheprovider --timeout=900 --durations=15 -m wan || s=1; \
-	exit $$s
+	@bash scripts/run-tests.sh
 
 # Docs site into site/ (MkDocs, strict: any warning fails; tests/test_docs.py runs the same build).
 docs: venv

@@ -38,7 +38,9 @@ fi
 # Bytecode now, once, for the libraries and the project itself (an editable install has
 # none): where PYTHONDONTWRITEBYTECODE is set (as on these machines),
 # Python would otherwise compile every imported module on every run - about 2 s of
-# CPU per `airflow-transfer` call, more per Airflow task process.
-.venv/bin/python -m compileall -q -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" airflow_transfer >/dev/null || true
+# CPU per `airflow-transfer` call, more per Airflow task process. The DAGs, benchmarks,
+# profilers and test helpers too: the test suite starts hundreds of processes that import them.
+.venv/bin/python -m compileall -q -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+  airflow_transfer benchmarks dags profilers tests >/dev/null || true
 echo "$want" > "$stamp"
 echo "bootstrap: .venv ready" >&2

@@ -67,8 +67,9 @@ def airflow_home(tmp_path_factory):
     return migrate(tmp_path_factory.mktemp("airflow-home"))
 
 
-# Tests that bring up the emulated WAN measure rates and round trips: `make test` runs
-# them after the rest, one at a time, so parallel workers cannot skew what they measure.
+# Tests that bring up the emulated WAN measure rates and round trips: `make test` runs them
+# one at a time in a pytest process of their own, at a CPU priority the parallel workers cannot
+# take from (scripts/run-tests.sh), so those workers cannot skew what they measure.
 _WAN_MARKS = ("wan_testbed", "require_wan", "EmulatedLink", "Testbed(")
 _wan_modules: dict[str, bool] = {}
 
@@ -92,6 +93,15 @@ _LONG_MODULES = (
     "tests.test_lineage",  # ~100 s: two DAG runs with OpenLineage
     "tests.test_load_concurrent",  # twenty CLI copies at once, two stores
     "tests.test_connections",  # ~55 s: the airflow CLI
+    # from a run of 2026-11-28 (1211 tests in 14:52): these started in the last third and
+    # left one worker busy at the end
+    "tests.test_lifecycle",  # ~140 s: Airflow task runs, retries, SIGTERM
+    "tests.test_bastion",  # ~70 s
+    "tests.test_hostile_server",  # ~65 s
+    "tests.test_query_operator",  # ~60 s
+    "tests.test_verify_blocks",  # ~60 s, CPU-bound
+    "tests.test_interop_defects",  # ~55 s
+    "tests.test_tuning_library_use",  # ~50 s
 )
 
 
@@ -117,7 +127,7 @@ def pytest_collection_modifyitems(config, items) -> None:
                 source = ""
             _wan_modules[name] = any(mark in source for mark in _WAN_MARKS)
         # A module whose checks hold under CPU contention (it measures no rates) may say
-        # WAN_PARALLEL_OK = True and run in the parallel phase, off the serial phase's clock.
+        # WAN_PARALLEL_OK = True and run with the parallel workers instead.
         if getattr(module, "WAN_PARALLEL_OK", False):
             continue
         if _wan_modules[name] or "wan_testbed" in getattr(item, "fixturenames", ()):
