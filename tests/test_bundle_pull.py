@@ -57,11 +57,12 @@ def _pull_with_helpers_ahead(sshd, src: Path, dst: Path, cc: int):
     return run_copy(req)
 
 
-def _push_with_sinks_ahead(target, src: Path, dst: Path, cc: int, verify: str | None):
-    """As the CLI pushes: the pool warming, each connection starting its sink when it is open."""
+def _push_with_sinks_ahead(target, src: Path, dst: Path, cc: int, verify: str | None, spare: int = 0):
+    """As the CLI pushes: the pool warming (`spare` connections more than the sinks, as for the
+    verifier), each of the first cc connections starting its sink when it is open."""
     pool = SFTPPool(target)
     assert prestart_upload_sinks(pool, cc) == cc
-    pool.warm(cc)
+    pool.warm(cc + spare)
     req = CopyRequest(
         Endpoint("file", str(src)),
         Endpoint("sftp", str(dst), target),
@@ -118,6 +119,22 @@ def test_verified_upload_with_sinks_started_ahead_leaks_none(sshd, local_dir, re
     assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
     assert s["verify"]["verified"] == 80 and s["verify"]["bundled_files"] == 80, s["verify"]
     assert "bundle-warm" in started and len(closed) == len(started), (started, closed)
+
+
+def test_verified_upload_workers_take_the_connections_whose_sinks_started_ahead(
+    sshd, local_dir, remote_dir, monkeypatch
+):
+    """As the CLI warms a verified upload: cc + 1 connections, a sink started on the first cc.
+    The workers take those two and start none of their own (they used to take the connection
+    released last, often the one without a sink, and start a third sink while one sat idle)."""
+    src = _tree(local_dir / "up-ahead-cli", 300, seed=36)
+    started, closed = _record_sinks(monkeypatch)
+    dst = remote_dir / "up-ahead-cli"
+    s = _push_with_sinks_ahead(sshd.target(look_for_keys=False), src, dst, 2, "sha256", spare=1)
+    assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+    assert s["verify"]["bundled_files"] == 300, s["verify"]
+    assert started == ["bundle-warm", "bundle-warm"], started
+    assert sorted(closed) == ["paramiko", "paramiko"], closed
 
 
 def test_an_upload_sink_that_cannot_start_ahead_leaves_its_reason_for_the_summary(test_base, local_dir):

@@ -67,6 +67,10 @@ def group_bytes(send_rate: float | None) -> int:
     return int(min(GROUP_BYTES, max(GROUP_MIN_BYTES, send_rate * GROUP_SECONDS)))
 
 
+def _has_sink(conn: Any) -> bool:
+    return SINK_NAME in conn.companions
+
+
 class BundleState:
     """What a copy's sessions (siblings under Multi-Chunk too) learnt about bundles: why they
     are off, if they are, and what the sink verified."""
@@ -99,6 +103,15 @@ class BundleMover(SFTPMover):
         self.groups = 0
         self.bundled = 0
         self.carrier = ""  # what carried this chunk's helper stream: "paramiko" or "openssh"
+
+    def connect(self) -> Any:
+        # An upload's sinks start with the first connections the pool opens (prestart_upload_sinks),
+        # and verification warms one connection more. Taking the pool's last-released connection,
+        # one worker of two often got the connection without a sink and started its own while a
+        # sink started ahead sat unused to the end (a third exec session and python3 on the server).
+        if self.upload and not self.state.off:
+            return self.pool.acquire(prefer=_has_sink)
+        return super().connect()
 
     def release(self, conn: Any, broken: bool) -> None:
         # A helper stays with its connection for the next chunk (python3's start and the hello

@@ -119,9 +119,13 @@ class SFTPPool:
     def __post_init__(self) -> None:
         self._cond = threading.Condition(self._lock)
 
-    def acquire(self) -> Conn:
+    def acquire(self, prefer: Callable[[Conn], bool] | None = None) -> Conn:
+        """An idle connection (the one released last), else one being warmed, else a new one.
+        With `prefer`, an idle connection it accepts comes before the others."""
         with self._cond:
             while True:
+                if prefer is not None:
+                    self._idle.sort(key=prefer)  # stable: the accepted ones last, each kind in its order
                 while self._idle:
                     conn = self._idle.pop()
                     if conn.alive and conn.wire.outstanding == 0:
