@@ -10,12 +10,14 @@ sha256, the put header (JSON). The journal's cost per file is measured by
 benchmarks/journal_done.py.
 
 Receiving side (the sink; for downloads the client runs the same code): the
-put (create the temporary file O_EXCL, write, mode and mtime), the group's
-flush (one syncfs, or an fsync per file), the read-back from disk after
-dropping the pages and its digest, the rename, the directory fsync.
+put (create the file: without a name, O_TMPFILE, or under its temporary name,
+O_EXCL; write; mode and mtime), the group's flush (one syncfs, or an fsync per
+file), the read-back from disk after dropping the pages and its digest, the
+naming (a hard link of the unnamed file, or a rename), the directory fsync.
 
 Reports the median over groups of each step's time divided by the group's
-files, for syncfs and fsync durability. Writes benchmarks/results/small-file-costs.json.
+files, for syncfs and fsync durability with files made without a name (where
+the filesystem allows), and for syncfs with named temporaries. Writes benchmarks/results/small-file-costs.json.
 Groups are moved aside, not deleted, and the run starts after a settle: creates measured
 right after deletions on an ext4 without a journal are several times slower
 (benchmarks/fs_settle.py).
@@ -53,57 +55,72 @@ def _timed(table: dict[str, float], name: str, fn):
     return run
 
 
-def receiving(root: Path, files: int, size: int, groups: int, sync: str) -> dict[str, float]:
-    """Median µs per file of each sink step over `groups` groups of `files` files."""
-    bs.SYNCFS = bs._load_syncfs() if sync == "syncfs" else None
+CONFIGS = (("syncfs", "syncfs", False), ("fsync", "fsync", False), ("syncfs, named temporaries", "syncfs", True))
+
+
+def receiving(root: Path, files: int, size: int, groups: int) -> dict[str, dict[str, float]]:
+    """Median µs per file of each sink step over `groups` groups of `files` files, per
+    configuration (CONFIGS: label, durability, named temporaries). The configurations take
+    turns group by group, so that a machine slowing down over the run weighs on each alike."""
     data = os.urandom(size)
     digest = hashlib.sha256(data).hexdigest()
-    per_group: list[dict[str, float]] = []
+    per_group: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in CONFIGS}
     originals = {
         name: getattr(bs.Sink, name) for name in ("_create", "_write", "_finish", "_flush", "_verify", "_rename")
     }
+    syncfs, unnamed = bs.SYNCFS, bs.UNNAMED
     try:
         for g in range(groups):
-            steps: dict[str, float] = {}
-            for name, fn in originals.items():
-                setattr(bs.Sink, name, _timed(steps, name, fn))
-            folder = root / f"{sync}-g{g}"
-            folder.mkdir()
-            stream = io.BytesIO()
-            for i in range(files):
-                head = {
-                    "op": "put",
-                    "id": i,
-                    "tmp": f"{folder}/.f{i}.part",
-                    "path": f"{folder}/f{i}",
-                    "size": size,
-                    "mode": 0o644,
-                    "mtime": 1.7e9,
-                    "algo": "sha256",
-                    "digest": digest,
-                }
-                stream.write(json.dumps(head).encode() + b"\n" + data)
-            stream.write(b'{"op": "commit", "id": -1}\n')
-            stream.seek(0)
-            t0 = time.perf_counter()
-            bs.Sink(stream, io.BytesIO()).serve()
-            whole = time.perf_counter() - t0
-            named = {
-                "create (O_EXCL open)": steps["_create"],
-                "write": steps["_write"],
-                "mode + mtime": steps["_finish"],
-                f"flush ({sync})": steps["_flush"],
-                "read-back + digest": steps["_verify"],
-                "rename": steps["_rename"],
-            }
-            named["directory fsync, parsing, rest"] = whole - sum(named.values())
-            named["total"] = whole
-            per_group.append({k: 1e6 * v / files for k, v in named.items()})
-            discard(folder, root / "trash")
+            for label, sync, named in CONFIGS:
+                bs.SYNCFS = syncfs if sync == "syncfs" else None
+                bs.UNNAMED = 0 if named else unnamed
+                per_group[label].append(_group(root / f"{sync}-{int(named)}-g{g}", files, data, digest, originals))
     finally:
+        bs.SYNCFS, bs.UNNAMED = syncfs, unnamed
         for name, fn in originals.items():
             setattr(bs.Sink, name, fn)
-    return {k: round(statistics.median(g[k] for g in per_group), 1) for k in per_group[0]}
+    return {
+        label: {k: round(statistics.median(g[k] for g in rows), 1) for k in rows[0]}
+        for label, rows in per_group.items()
+    }
+
+
+def _group(folder: Path, files: int, data: bytes, digest: str, originals: dict) -> dict[str, float]:
+    steps: dict[str, float] = {}
+    for name, fn in originals.items():
+        setattr(bs.Sink, name, _timed(steps, name, fn))
+    folder.mkdir()
+    stream = io.BytesIO()
+    for i in range(files):
+        head = {
+            "op": "put",
+            "id": i,
+            "tmp": f"{folder}/.f{i}.part",
+            "path": f"{folder}/f{i}",
+            "size": len(data),
+            "mode": 0o644,
+            "mtime": 1.7e9,
+            "algo": "sha256",
+            "digest": digest,
+        }
+        stream.write(json.dumps(head).encode() + b"\n" + data)
+    stream.write(b'{"op": "commit", "id": -1}\n')
+    stream.seek(0)
+    t0 = time.perf_counter()
+    bs.Sink(stream, io.BytesIO()).serve()
+    whole = time.perf_counter() - t0
+    cost = {
+        "create": steps["_create"],
+        "write": steps["_write"],
+        "mode + mtime": steps["_finish"],
+        "flush": steps["_flush"],
+        "read-back + digest": steps["_verify"],
+        "name (link or rename)": steps["_rename"],
+    }
+    cost["directory fsync, parsing, rest"] = whole - sum(cost.values())
+    cost["total"] = whole
+    discard(folder, folder.parent / "trash")
+    return {k: 1e6 * v / files for k, v in cost.items()}
 
 
 def sending(root: Path, files: int, size: int, groups: int) -> dict[str, float]:
@@ -150,9 +167,8 @@ def main() -> int:
             "file_bytes": args.size,
             "groups": args.groups,
             "sending_us_per_file": sending(root, args.files, args.size, args.groups),
-            "receiving_us_per_file": {
-                sync: receiving(root, args.files, args.size, args.groups, sync) for sync in ("syncfs", "fsync")
-            },
+            "unnamed_files": bool(bs.UNNAMED),  # O_TMPFILE available to this interpreter (Linux)
+            "receiving_us_per_file": receiving(root, args.files, args.size, args.groups),
         }
     finally:
         shutil.rmtree(root, ignore_errors=True)

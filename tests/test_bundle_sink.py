@@ -41,10 +41,20 @@ REPLY_TIMEOUT = 120.0  # a hang guard only: nothing here asserts on time
 class Sink:
     """A running sink and a small client: puts are framed and unanswered, everything else answered."""
 
-    def __init__(self, python: str = PYTHON3, env: dict[str, str] | None = None, fd_limit: int = 0) -> None:
+    def __init__(
+        self,
+        python: str = PYTHON3,
+        env: dict[str, str] | None = None,
+        fd_limit: int = 0,
+        umask: int | None = None,
+        wrap: list[str] | None = None,
+    ) -> None:
         argv = [python, "-I", "-c", BOOT]
         if fd_limit:
             argv = ["sh", "-c", 'ulimit -n %d && exec "$@"' % fd_limit, "sh", *argv]
+        if umask is not None:
+            argv = ["sh", "-c", 'umask %03o && exec "$@"' % umask, "sh", *argv]
+        argv = [*(wrap or []), *argv]
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -118,6 +128,17 @@ def sink():
         assert s.close() == 0
 
 
+NAMED = {"AIRFLOW_TRANSFER_BUNDLE_TMPFILE": "0"}  # every put under a named temporary, as without O_TMPFILE
+
+
+@pytest.fixture
+def named_sink():
+    s = Sink(env=NAMED)
+    yield s
+    if s.proc.poll() is None:
+        assert s.close() == 0
+
+
 def tmp_of(path: Path) -> Path:
     return path.with_name("." + path.name + ".atpart")
 
@@ -136,12 +157,15 @@ def test_hello_lists_algorithms_and_durability(sink: Sink) -> None:
     assert isinstance(hello["max_pending"], int) and hello["max_pending"] >= 8
 
 
+@pytest.mark.parametrize("naming", ["unnamed", "named"])
 @pytest.mark.parametrize("sync", ["syncfs", "fsync"])
-def test_group_of_200_small_files(tmp_path: Path, sync: str) -> None:
+def test_group_of_200_small_files(tmp_path: Path, sync: str, naming: str) -> None:
     rng = random.Random(200)
-    sink = Sink(env={"AIRFLOW_TRANSFER_BUNDLE_SYNC": sync})
+    env = {"AIRFLOW_TRANSFER_BUNDLE_SYNC": sync, **(NAMED if naming == "named" else {})}
+    sink = Sink(env=env, umask=0o022)
     assert sink.request(op="hello")["durability"] == sync
-    modes = [0o644, 0o600, 0o755, 0o640, 0o444, 0o700]
+    # 0o664 and 0o666: bits the umask takes away at creation, which fchmod must put back
+    modes = [0o644, 0o600, 0o755, 0o640, 0o444, 0o700, 0o664, 0o666]
     expect = {}
     for i in range(200):
         size = 0 if i % 37 == 0 else rng.randint(0, 64 * 1024)
@@ -225,7 +249,9 @@ def test_missing_directory_is_reported_and_the_stream_stays_framed(sink: Sink, t
     assert sink.request(op="hello")["ok"] is True
 
 
-def test_unsafe_paths_are_refused_and_nothing_is_written_outside(sink: Sink, tmp_path: Path) -> None:
+@pytest.mark.parametrize("naming", ["unnamed", "named"])
+def test_unsafe_paths_are_refused_and_nothing_is_written_outside(tmp_path: Path, naming: str) -> None:
+    sink = Sink(env=NAMED if naming == "named" else None)
     d = tmp_path / "dest"
     other = tmp_path / "other"
     d.mkdir()
@@ -252,13 +278,24 @@ def test_unsafe_paths_are_refused_and_nothing_is_written_outside(sink: Sink, tmp
     ids = [sink.put(tmp, path, b"attack " * 100) for tmp, path in cases]
     good = sink.put(tmp_of(d / "ok"), d / "ok", b"fine")
     files = sink.commit()["files"]
+    assert sink.close() == 0
     assert [f["id"] for f in files] == ids + [good]
-    assert [f.get("code") for f in files[:-1]] == ["EBADREQ"] * len(cases), files
     assert files[-1]["ok"] is True
     assert precious.read_bytes() == b"keep me" and sorted(p.name for p in other.iterdir()) == ["precious"]
-    assert sorted(p.name for p in d.iterdir()) == [".dangling.atpart", ".link.atpart", "ok"]
-    assert (d / ".link.atpart").is_symlink() and not (d / "link").exists()
+    assert (d / ".link.atpart").is_symlink() and (d / ".dangling.atpart").is_symlink()
     assert not Path("/x").exists() and not Path("/.x.atpart").exists()
+    if naming == "named":
+        assert [f.get("code") for f in files[:-1]] == ["EBADREQ"] * len(cases), files
+        assert sorted(p.name for p in d.iterdir()) == [".dangling.atpart", ".link.atpart", "ok"]
+        assert not (d / "link").exists()
+        return
+    # A file without a name never goes through its temporary name: a symbolic link there is
+    # neither followed nor refused, and the file lands under its own name.
+    landed = [i for i, (tmp, _) in enumerate(cases) if tmp in (f"{d}/.link.atpart", f"{d}/.dangling.atpart")]
+    assert [f.get("code") for i, f in enumerate(files[:-1]) if i not in landed] == ["EBADREQ"] * (len(cases) - 2)
+    assert [files[i]["ok"] for i in landed] == [True, True], files
+    assert sorted(p.name for p in d.iterdir()) == [".dangling.atpart", ".link.atpart", "dangling", "link", "ok"]
+    assert (d / "link").read_bytes() == (d / "dangling").read_bytes() == b"attack " * 100
 
 
 def test_a_stale_temporary_is_replaced_not_written_through(sink: Sink, tmp_path: Path) -> None:
@@ -291,7 +328,8 @@ def test_names_shared_between_pending_puts_are_refused(sink: Sink, tmp_path: Pat
     assert a.read_bytes() == b"a" and dotted.read_bytes() == b"dotted" and not (tmp_path / "b").exists()
 
 
-def test_a_tmp_replaced_after_verification_is_not_renamed(sink: Sink, tmp_path: Path) -> None:
+def test_a_tmp_replaced_after_verification_is_not_renamed(named_sink: Sink, tmp_path: Path) -> None:
+    sink = named_sink
     path = tmp_path / "f"
     sink.put(tmp_of(path), path, b"verified bytes")
     sink.request(op="hello")  # the put has been written once the sink answers what follows it
@@ -350,7 +388,53 @@ def test_unframed_put_is_fatal(sink: Sink, tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_eof_exits_zero_and_leaves_pending_temporaries(sink: Sink, tmp_path: Path) -> None:
+def test_a_file_without_a_name_cannot_be_replaced_before_it_is_placed(sink: Sink, tmp_path: Path) -> None:
+    """Its temporary name is not used: a file put there by someone else is left alone, and the
+    verified bytes land under the final name."""
+    path = tmp_path / "f"
+    sink.put(tmp_of(path), path, b"verified bytes")
+    sink.request(op="hello")  # the put has been written once the sink answers what follows it
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # written, and under no name yet
+    intruder = tmp_path / "intruder"
+    intruder.write_bytes(b"someone else's half-written file")
+    os.replace(intruder, tmp_of(path))
+    [entry] = sink.commit()["files"]
+    assert entry["ok"] is True
+    assert path.read_bytes() == b"verified bytes" and tmp_of(path).read_bytes() == b"someone else's half-written file"
+
+
+def test_a_file_without_a_name_replaces_an_existing_file_and_a_stale_temporary(sink: Sink, tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"old version")
+    elsewhere = tmp_path / "hardlinked"
+    elsewhere.write_bytes(b"another file's data")
+    os.link(elsewhere, tmp_of(path))  # a temporary left by something else, sharing an inode
+    sink.put(tmp_of(path), path, b"new version", mode=0o640)
+    [entry] = sink.commit()["files"]
+    assert entry["ok"] is True
+    assert path.read_bytes() == b"new version" and path.stat().st_mode & 0o7777 == 0o640
+    assert elsewhere.read_bytes() == b"another file's data" and leftovers(tmp_path) == []
+
+
+def test_without_proc_every_put_has_a_named_temporary(tmp_path: Path) -> None:
+    """Where a file without a name could not be named (no /proc here, in a mount namespace of
+    its own), the sink finds out once and uses named temporaries: nothing is lost."""
+    wrap = ["unshare", "-m", "--propagation", "private"] if os.geteuid() == 0 else ["unshare", "-r", "-m"]
+    wrap += ["sh", "-c", 'umount -l /proc && exec "$@"', "sh"]
+    sink = Sink(wrap=wrap)
+    paths = [tmp_path / ("f%d" % i) for i in range(3)]
+    for i, path in enumerate(paths):
+        sink.put(tmp_of(path), path, b"file %d" % i, mode=0o664)
+    sink.request(op="hello")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [tmp_of(p).name for p in paths]  # named
+    files = sink.commit()["files"]
+    assert [f["ok"] for f in files] == [True] * 3 and sink.close() == 0
+    assert [p.read_bytes() for p in paths] == [b"file 0", b"file 1", b"file 2"]
+    assert {p.stat().st_mode & 0o7777 for p in paths} == {0o664} and leftovers(tmp_path) == []
+
+
+def test_eof_exits_zero_and_leaves_pending_temporaries(named_sink: Sink, tmp_path: Path) -> None:
+    sink = named_sink
     pending, cut = tmp_path / "pending", tmp_path / "cut"
     sink.put(tmp_of(pending), pending, b"complete but uncommitted")
     head = {"op": "put", "id": 9, "tmp": str(tmp_of(cut)), "path": str(cut), "size": 100}
@@ -359,6 +443,13 @@ def test_eof_exits_zero_and_leaves_pending_temporaries(sink: Sink, tmp_path: Pat
     assert sink.close() == 0
     assert tmp_of(pending).read_bytes() == b"complete but uncommitted" and not pending.exists()
     assert not tmp_of(cut).exists() and not cut.exists()
+
+
+def test_eof_leaves_nothing_of_files_without_a_name(sink: Sink, tmp_path: Path) -> None:
+    pending = tmp_path / "pending"
+    sink.put(tmp_of(pending), pending, b"complete but uncommitted")
+    assert sink.close() == 0
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_empty_commit_and_no_fsync(sink: Sink, tmp_path: Path) -> None:
@@ -618,6 +709,7 @@ def test_the_next_group_is_written_while_a_commit_flushes_and_replies_keep_their
         return real_flush(self, puts)
 
     monkeypatch.setattr(bundle_sink.Sink, "_flush", waiting_flush)
+    monkeypatch.setattr(bundle_sink, "UNNAMED", 0)  # group B's temporary name shows that it was created
     r, w = os.pipe()
     out = io.BytesIO()
     sink = bundle_sink.Sink(os.fdopen(r, "rb"), out)

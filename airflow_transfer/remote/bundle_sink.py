@@ -22,11 +22,15 @@ request is a JSON object on one line; replies are JSON lines, ASCII, flushed.
       they are flushed when the requests read so far are answered.
   {"op": "put", "id": 2, "tmp": "/d/.f.atpart", "path": "/d/f", "size": N,
    "mode": 420, "mtime": 1700000000.5, "algo": "sha256", "digest": hex}
-      and then exactly N raw bytes; no reply. The bytes go to tmp, created
-      anew (0o600), then mode & 0o7777 and mtime (as atime and mtime) are set
-      there, so the commit's flush covers them too. mode and mtime may be
-      null; algo and digest are null together (no verification). An error
-      is kept for the commit; all N bytes are read whatever happens.
+      and then exactly N raw bytes; no reply. On Linux the bytes go to a file
+      without a name in path's directory (O_TMPFILE), made with mode's
+      permission bits (nobody else can open it); elsewhere, or where that
+      filesystem or a missing /proc prevents naming such a file, to tmp,
+      created anew (0o600). Then mode & 0o7777 (where it still differs) and
+      mtime (as atime and mtime) are set, so the commit's flush covers them
+      too. mode and mtime may be null; algo and digest are null together (no
+      verification). An error is kept for the commit; all N bytes are read
+      whatever happens.
   {"op": "commit", "id": 3, "fsync": true, "drop_cache": true} -> "durability"
       and "files": per put since the last commit, in order, {"id", "ok": true,
       "digest", "fsynced", "cache_dropped"} or {"id", "ok": false, "code",
@@ -34,18 +38,19 @@ request is a JSON object on one line; replies are JSON lines, ASCII, flushed.
 
 A commit makes the group durable (one syncfs per filesystem, else an fsync per
 file; "none" with fsync false), reads each file back, compares digests,
-renames each verified file to its final name and fsyncs each directory it
-renamed into. A file that does not match is removed; its final name is never
-touched. To read from disk, not memory, posix_fadvise(DONTNEED) drops the
+gives each verified file its final name (a hard link to the unnamed file, or
+a rename of tmp; over an existing file, the unnamed one is linked at tmp and
+renamed) and fsyncs each directory it named files in. A file that does not
+match is removed; its final name is never touched. To read from disk, not memory, posix_fadvise(DONTNEED) drops the
 flushed file's pages first (and again after, so verification evicts no useful
 cache), then WILLNEED starts every file's read at once so that a group's reads
 queue on the device together; cache_dropped is true only for a flushed file. Limits: DONTNEED is
 advice; caches below the kernel (RAID controller, drive, NFS/Lustre servers,
 hypervisor) are not touched; before Linux 5.8 syncfs does not report writeback
 errors (only the digest of the read-back would show them); syncfs also flushes
-other writers' data on that filesystem. A crash leaves temporary names only;
-EOF on stdin exits 0 and leaves pending temporaries for the client's journal
-to judge.
+other writers' data on that filesystem. A crash leaves temporary names only
+(files without a name vanish with the process); EOF on stdin exits 0 and
+leaves pending named temporaries for the client's journal to judge.
 
 Serving a stream, a commit runs in a thread of its own while the next group's
 puts are read and written: the flush and the read-back from disk of one group
@@ -67,8 +72,9 @@ different names, tmp's starting with "."; no directory is created; a symlink
 at tmp is refused; a stale file there is unlinked, never written through (it
 may be a hard link), as tmp is created with O_EXCL; a put naming another
 pending put's tmp (or a tmp naming a pending path) is refused; the rename
-first checks that tmp is still the inode verified. A get reads regular files
-only and never follows a symlink at its path. Nothing from a request is
+first checks that tmp is still the inode verified; a file without a name
+cannot be opened or replaced by anyone before it is placed. A get reads
+regular files only and never follows a symlink at its path. Nothing from a request is
 evaluated, imported or given to a shell. Memory stays bounded: data moves in
 pieces of at most 1 MiB.
 """
@@ -91,6 +97,14 @@ UNSUPPORTED = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP)  # fsync refused b
 # O_NOATIME: the read-back must not move the atime just set (allowed: the sink owns what it creates).
 CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOATIME", 0)
 HEX = "0123456789abcdefABCDEF"
+# Linux: a put's bytes go to a file with no name (O_TMPFILE) in its directory, and it is given its
+# final name only once verified (a hard link through /proc/self/fd). That is one directory entry
+# per file where a named temporary costs two (created, then renamed), and no other process can
+# open or replace the file before it is placed. AIRFLOW_TRANSFER_BUNDLE_TMPFILE=0 turns it off
+# (tests of the named path; a filesystem that misbehaves). Each filesystem is tried once first.
+UNNAMED = 0
+if hasattr(os, "O_TMPFILE") and os.environ.get("AIRFLOW_TRANSFER_BUNDLE_TMPFILE") != "0":
+    UNNAMED = os.O_TMPFILE | os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOATIME", 0)
 
 
 # hashlib's digests only: a copy verified with another algorithm (adler32, crc32c, xxh128, blake3)
@@ -130,8 +144,21 @@ def _max_pending():
     return max(8, (soft if 0 <= soft <= 1 << 16 else 1 << 16) - 32)
 
 
+def _load_umask():
+    # Read, not set: os.umask() would change it for a moment for every thread of the process.
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None  # unknown: every put's mode is set with fchmod
+
+
 SYNCFS = _load_syncfs()
 MAX_PENDING = _max_pending()
+UMASK = _load_umask()
 
 
 class RequestError(Exception):
@@ -178,12 +205,15 @@ def _drop_cache(fd):
 class Put:
     """One file of a group, from its header to its entry in the commit's reply."""
 
-    __slots__ = tuple("id tmp path folder mode mtime algo expected fd created error digest synced dropped stat".split())
+    __slots__ = tuple(
+        "id tmp path folder mode mtime algo expected fd created unnamed error digest synced dropped stat".split()
+    )
 
     def __init__(self, request_id):
         self.id, self.tmp, self.path, self.folder = request_id, "", "", ""
         self.mode = self.mtime = self.algo = self.expected = self.fd = self.error = self.digest = self.stat = None
         self.created = self.synced = self.dropped = False
+        self.unnamed = False  # its bytes are in a file without a name (UNNAMED) until it is placed
 
     def fail(self, code, message, **extra):
         if self.error is None:
@@ -215,6 +245,31 @@ class Put:
         return dict(id=self.id, ok=True, digest=self.digest, fsynced=self.synced, cache_dropped=self.dropped)
 
 
+def _link_unnamed(fd, path):
+    """Give the file open as fd (made with UNNAMED) the name path; FileExistsError if path exists."""
+    # src_dir_fd makes os.link call linkat(2), which follows the /proc link with the flag
+    # follow_symlinks sets (link(2) would not); the path is absolute, so the fd is not used.
+    os.link("/proc/self/fd/%d" % fd, path, src_dir_fd=fd, follow_symlinks=True)
+
+
+def _can_name_unnamed(folder):
+    """Whether a file without a name can be made in folder and then named: the filesystem must
+    support O_TMPFILE and /proc must be mounted. Tried with an empty file, named and unlinked."""
+    try:
+        fd = os.open(folder, UNNAMED, 0o600)
+    except OSError:
+        return False
+    probe = "%s/.airflow-transfer-probe-%d-%d" % (folder.rstrip("/"), os.getpid(), threading.get_ident())
+    try:
+        _link_unnamed(fd, probe)
+        os.unlink(probe)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def _split(name, value):
     """(folder, name) of an absolute path that normpath would leave as it is and that holds no
     NUL or "//" (normpath keeps a leading one). Tested by its parts, not through normpath: this
@@ -225,7 +280,9 @@ def _split(name, value):
         or "\0" in value
         or "//" in value
         or (value[-1:] == "/" and value != "/")
-        or ("/." in value and any(part in (".", "..") for part in value.split("/")))
+        or "/./" in value
+        or "/../" in value
+        or value.endswith(("/.", "/.."))
     ):
         raise RequestError("EBADREQ", "%s must be an absolute normalised path (got %r)" % (name, value))
     folder, _, base = value.rpartition("/")
@@ -246,6 +303,9 @@ class Sink:
         # with the names and fds of its group: a put may not touch either until it is done.
         self.committing, self.busy_names, self.busy_fds = None, set(), 0
         self.out_lock = threading.Lock()
+        # Whether a file without a name can be made and then named (UNNAMED), per directory and
+        # per filesystem (st_dev): tried once on each filesystem (_can_name_unnamed).
+        self.unnamed_dirs, self.unnamed_devs = {}, {}
 
     def _more(self, keep):
         if self.held:
@@ -324,6 +384,21 @@ class Sink:
         if len(self.pending) >= MAX_PENDING:
             raise RequestError("EMFILE", "more than %d puts pending; commit smaller groups" % MAX_PENDING)
         put.mode, put.mtime, put.algo, put.expected = mode, mtime, algo, digest and digest.lower()
+        if UNNAMED and self._unnamed_here(folder):
+            # Nobody can open a file without a name: it may have its final permissions from the
+            # start (special bits excepted), and then needs no fchmod.
+            perms = mode & 0o777 if mode is not None and not mode & 0o7000 else 0o600
+            try:
+                put.fd = os.open(folder, UNNAMED, perms)
+            except OSError:
+                pass  # the named temporary below says what is wrong with this directory
+            else:
+                put.unnamed = True
+                if mode is not None and UMASK is not None and perms & ~UMASK == mode & 0o7777:
+                    put.mode = None
+                self.tmps.add(put.tmp)
+                self.paths.add(put.path)
+                return
         try:
             put.fd = os.open(put.tmp, CREATE, 0o600)
         except FileExistsError:
@@ -334,6 +409,19 @@ class Sink:
         put.created = True
         self.tmps.add(put.tmp)
         self.paths.add(put.path)
+
+    def _unnamed_here(self, folder):
+        ok = self.unnamed_dirs.get(folder)
+        if ok is None:
+            try:
+                device = os.stat(folder).st_dev
+            except OSError:
+                return False  # not cached: the named temporary reports the error, and it may be fixed
+            ok = self.unnamed_devs.get(device)
+            if ok is None:
+                ok = self.unnamed_devs[device] = _can_name_unnamed(folder)
+            self.unnamed_dirs[folder] = ok
+        return ok
 
     def _write(self, put, piece):
         while piece:
@@ -462,6 +550,15 @@ class Sink:
             put.fail("EMISMATCH", message, digest=put.digest, expected=put.expected)
 
     def _rename(self, put):
+        if put.unnamed:
+            try:
+                _link_unnamed(put.fd, put.path)
+            except FileExistsError:
+                self._name_at_tmp(put)  # something holds the final name: replaced below, as a named one
+            else:
+                fd, put.fd = put.fd, None
+                os.close(fd)
+                return
         mine = put.stat or os.fstat(put.fd)
         put.created = False  # from here on the name may not be ours: an error leaves it alone
         there = os.lstat(put.tmp)
@@ -475,6 +572,17 @@ class Sink:
         except OSError:
             put.created = True  # still the file checked above, verified but impossible to place: removed
             raise
+
+    def _name_at_tmp(self, put):
+        """Give an unnamed put its temporary name, so that a rename can replace the final one."""
+        try:
+            _link_unnamed(put.fd, put.tmp)
+        except FileExistsError:
+            if stat.S_ISLNK(os.lstat(put.tmp).st_mode):
+                raise RequestError("EBADREQ", "tmp is a symbolic link (not followed): %s" % put.tmp) from None
+            os.unlink(put.tmp)  # a stale temporary: replaced, never written through
+            _link_unnamed(put.fd, put.tmp)
+        put.unnamed, put.created = False, True
 
     def _take_group(self, request):
         want_fsync, want_drop = request.get("fsync", True), request.get("drop_cache", True)
