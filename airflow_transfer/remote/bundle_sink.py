@@ -41,11 +41,12 @@ file; "none" with fsync false), reads each file back, compares digests,
 gives each verified file its final name (a hard link to the unnamed file, or
 a rename of tmp; over an existing file, the unnamed one is linked at tmp and
 renamed) and fsyncs each directory it named files in. A file that does not
-match is removed; its final name is never touched. To read from disk, not memory, posix_fadvise(DONTNEED) drops the
-flushed file's pages first (and again after, so verification evicts no useful
-cache), then WILLNEED starts every file's read at once so that a group's reads
-queue on the device together; cache_dropped is true only for a flushed file. Limits: DONTNEED is
-advice; caches below the kernel (RAID controller, drive, NFS/Lustre servers,
+match is removed; its final name is never touched. To read from disk, not
+memory, posix_fadvise(DONTNEED) drops the flushed file's pages first (and again
+after, so verification evicts no useful cache), then WILLNEED starts every
+file's read at once so that a group's reads queue on the device together;
+cache_dropped is true only for a flushed file. Limits: DONTNEED is advice;
+caches below the kernel (RAID controller, drive, NFS/Lustre servers,
 hypervisor) are not touched; before Linux 5.8 syncfs does not report writeback
 errors (only the digest of the read-back would show them); syncfs also flushes
 other writers' data on that filesystem. A crash leaves temporary names only
@@ -74,8 +75,8 @@ may be a hard link), as tmp is created with O_EXCL; a put naming another
 pending put's tmp (or a tmp naming a pending path) is refused; the rename
 first checks that tmp is still the inode verified; a file without a name
 cannot be opened or replaced by anyone before it is placed. A get reads
-regular files only and never follows a symlink at its path. Nothing from a request is
-evaluated, imported or given to a shell. Memory stays bounded: data moves in
+regular files only and never follows a symlink at its path. Nothing from a
+request is evaluated, imported or given to a shell. Memory stays bounded: data moves in
 pieces of at most 1 MiB.
 """
 
