@@ -103,7 +103,13 @@ def test_blackhole_drops_everything_then_recovers(link: EmulatedLink) -> None:
     assert link.stats()["fwd"]["drop_blackhole"] >= before + 3
     time.sleep(1.0)
     lo, med, hi = ping_ms(link, count=3)
-    assert abs(med - 10) <= 2.0
+    if abs(med - 10) > 2.0:
+        # As in test_ping_rtt_matches_target: three pings on 2 shared cores can all wake late
+        # (a median of 14.7 ms in one CI run); a longer measurement tells that from a link
+        # that kept a backlog or a delay from the blackhole.
+        lo, med, hi = ping_ms(link, count=30)
+    assert abs(med - 10) <= 2.0, f"median RTT {med} ms after the blackhole, for 10 ms (min {lo}, max {hi})"
+    assert lo >= 9.5, f"a ping beat the link's delay after the blackhole: min {lo} ms"
 
 
 @pytest.fixture(scope="module")
