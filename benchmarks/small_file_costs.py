@@ -17,8 +17,8 @@ naming (a hard link of the unnamed file, or a rename), the directory fsync.
 
 Reports the median over groups of each step's time divided by the group's
 files, for syncfs and fsync durability with files made without a name (where
-the filesystem allows), and for syncfs with named temporaries. Writes benchmarks/results/small-file-costs.json.
-Groups are moved aside, not deleted, and the run starts after a settle: creates measured
+the filesystem allows), and for syncfs with named temporaries. Writes
+benchmarks/results/small-file-costs.json. Groups are moved aside, not deleted, and the run starts after a settle: creates measured
 right after deletions on an ext4 without a journal are several times slower
 (benchmarks/fs_settle.py).
 """
@@ -167,7 +167,8 @@ def main() -> int:
             "file_bytes": args.size,
             "groups": args.groups,
             "sending_us_per_file": sending(root, args.files, args.size, args.groups),
-            "unnamed_files": bool(bs.UNNAMED),  # O_TMPFILE available to this interpreter (Linux)
+            # whether files without a name could be made and named on the disk measured
+            "unnamed_files": bool(bs.UNNAMED) and bs._can_name_unnamed(str(root)),
             "receiving_us_per_file": receiving(root, args.files, args.size, args.groups),
         }
     finally:

@@ -120,23 +120,24 @@ class Sink:
         return code
 
 
-@pytest.fixture
-def sink():
-    s = Sink()
+NAMED = {"AIRFLOW_TRANSFER_BUNDLE_TMPFILE": "0"}  # every put under a named temporary, as without O_TMPFILE
+
+
+def _serving(env: dict[str, str] | None = None):
+    s = Sink(env=env)
     yield s
     if s.proc.poll() is None:
         assert s.close() == 0
 
 
-NAMED = {"AIRFLOW_TRANSFER_BUNDLE_TMPFILE": "0"}  # every put under a named temporary, as without O_TMPFILE
+@pytest.fixture
+def sink():
+    yield from _serving()
 
 
 @pytest.fixture
 def named_sink():
-    s = Sink(env=NAMED)
-    yield s
-    if s.proc.poll() is None:
-        assert s.close() == 0
+    yield from _serving(NAMED)
 
 
 def tmp_of(path: Path) -> Path:
@@ -298,7 +299,8 @@ def test_unsafe_paths_are_refused_and_nothing_is_written_outside(tmp_path: Path,
     assert (d / "link").read_bytes() == (d / "dangling").read_bytes() == b"attack " * 100
 
 
-def test_a_stale_temporary_is_replaced_not_written_through(sink: Sink, tmp_path: Path) -> None:
+def test_a_stale_temporary_is_replaced_not_written_through(named_sink: Sink, tmp_path: Path) -> None:
+    sink = named_sink  # files without a name meet a stale temporary only over an existing file (below)
     path = tmp_path / "f"
     elsewhere = tmp_path / "hardlinked"
     elsewhere.write_bytes(b"another file's data")
@@ -341,13 +343,16 @@ def test_a_tmp_replaced_after_verification_is_not_renamed(named_sink: Sink, tmp_
     assert not path.exists() and tmp_of(path).read_bytes() == b"someone else's half-written file"
 
 
-def test_a_verified_file_that_cannot_be_placed_is_removed(sink: Sink, tmp_path: Path) -> None:
+@pytest.mark.parametrize("naming", ["unnamed", "named"])
+def test_a_verified_file_that_cannot_be_placed_is_removed(tmp_path: Path, naming: str) -> None:
+    sink = Sink(env=NAMED if naming == "named" else None)
     path = tmp_path / "taken"
     (path / "child").mkdir(parents=True)  # a non-empty directory holds the final name
     sink.put(tmp_of(path), path, b"data")
     [entry] = sink.commit()["files"]
     assert entry["ok"] is False and entry["code"] in ("EISDIR", "ENOTEMPTY", "EEXIST")
     assert leftovers(tmp_path) == [] and (path / "child").is_dir()
+    assert sink.close() == 0
 
 
 def test_bad_requests_are_answered_and_the_sink_keeps_serving(sink: Sink, tmp_path: Path) -> None:

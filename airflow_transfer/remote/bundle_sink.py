@@ -253,6 +253,31 @@ def _link_unnamed(fd, path):
     os.link("/proc/self/fd/%d" % fd, path, src_dir_fd=fd, follow_symlinks=True)
 
 
+def _open_unnamed(put, folder):
+    """Open put's file without a name in folder; False where that fails (the named temporary
+    then says what is wrong with the directory)."""
+    # Nobody can open a file without a name: it may have its final permissions from the start
+    # (special bits excepted), and then needs no fchmod.
+    mode = put.mode
+    perms = mode & 0o777 if mode is not None and not mode & 0o7000 else 0o600
+    try:
+        put.fd = os.open(folder, UNNAMED, perms)
+    except OSError:
+        return False
+    put.unnamed = True
+    if mode is not None and UMASK is not None and perms & ~UMASK == mode & 0o7777:
+        put.mode = None
+    return True
+
+
+def _clear_stale(tmp):
+    """Make way at tmp for a file of ours: a symlink there is refused, anything else unlinked
+    (a stale temporary: replaced, never written through; it may be a hard link)."""
+    if stat.S_ISLNK(os.lstat(tmp).st_mode):
+        raise RequestError("EBADREQ", "tmp is a symbolic link (not followed): %s" % tmp) from None
+    os.unlink(tmp)
+
+
 def _can_name_unnamed(folder):
     """Whether a file without a name can be made in folder and then named: the filesystem must
     support O_TMPFILE and /proc must be mounted. Tried with an empty file, named and unlinked."""
@@ -385,29 +410,13 @@ class Sink:
         if len(self.pending) >= MAX_PENDING:
             raise RequestError("EMFILE", "more than %d puts pending; commit smaller groups" % MAX_PENDING)
         put.mode, put.mtime, put.algo, put.expected = mode, mtime, algo, digest and digest.lower()
-        if UNNAMED and self._unnamed_here(folder):
-            # Nobody can open a file without a name: it may have its final permissions from the
-            # start (special bits excepted), and then needs no fchmod.
-            perms = mode & 0o777 if mode is not None and not mode & 0o7000 else 0o600
+        if not (UNNAMED and self._unnamed_here(folder) and _open_unnamed(put, folder)):
             try:
-                put.fd = os.open(folder, UNNAMED, perms)
-            except OSError:
-                pass  # the named temporary below says what is wrong with this directory
-            else:
-                put.unnamed = True
-                if mode is not None and UMASK is not None and perms & ~UMASK == mode & 0o7777:
-                    put.mode = None
-                self.tmps.add(put.tmp)
-                self.paths.add(put.path)
-                return
-        try:
-            put.fd = os.open(put.tmp, CREATE, 0o600)
-        except FileExistsError:
-            if stat.S_ISLNK(os.lstat(put.tmp).st_mode):
-                raise RequestError("EBADREQ", "tmp is a symbolic link (not followed): %s" % put.tmp) from None
-            os.unlink(put.tmp)  # a stale temporary: replaced, never written through
-            put.fd = os.open(put.tmp, CREATE, 0o600)
-        put.created = True
+                put.fd = os.open(put.tmp, CREATE, 0o600)
+            except FileExistsError:
+                _clear_stale(put.tmp)
+                put.fd = os.open(put.tmp, CREATE, 0o600)
+            put.created = True
         self.tmps.add(put.tmp)
         self.paths.add(put.path)
 
@@ -579,9 +588,7 @@ class Sink:
         try:
             _link_unnamed(put.fd, put.tmp)
         except FileExistsError:
-            if stat.S_ISLNK(os.lstat(put.tmp).st_mode):
-                raise RequestError("EBADREQ", "tmp is a symbolic link (not followed): %s" % put.tmp) from None
-            os.unlink(put.tmp)  # a stale temporary: replaced, never written through
+            _clear_stale(put.tmp)
             _link_unnamed(put.fd, put.tmp)
         put.unnamed, put.created = False, True
 
