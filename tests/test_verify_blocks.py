@@ -434,12 +434,12 @@ def test_block_mode_verifies_when_the_helpers_connection_fails_at_first(files, s
     failed: list[str] = []
 
     class FlakyForTheHelper(SFTPPool):
-        def acquire(self):
+        def acquire(self, prefer=None):
             name = threading.current_thread().name
             if name.startswith("verify-blocks") and not failed:
                 failed.append(name)
                 raise ConnectionError("connection reset by peer (injected)")
-            return super().acquire()
+            return super().acquire(prefer)
 
     dst = Endpoint("sftp", str(remote_dir / "flaky-helper"), sshd.target())
     summary = run_copy(

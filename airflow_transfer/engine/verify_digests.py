@@ -54,7 +54,7 @@ class ConnectionPool(Protocol):
     @property
     def target(self) -> SSHTarget: ...
 
-    def acquire(self) -> Conn: ...
+    def acquire(self, prefer: Callable[[Conn], bool] | None = None) -> Conn: ...
 
     def release(self, conn: Conn) -> None: ...
 
@@ -86,6 +86,10 @@ def _local_digest(algorithm: str, path: str, offset: int, length: int) -> str:
         os.close(fd)
 
 
+def _bare(conn: Conn) -> bool:
+    return not conn.companions
+
+
 class DestinationDigests:
     """Computes destination digests by the best method the destination allows."""
 
@@ -105,7 +109,9 @@ class DestinationDigests:
         if self.pool is None:
             return
         pool = self.pool
-        self._conn = pool.acquire()
+        # A connection nothing rides on yet: the upload sinks started ahead are left to the
+        # bundle workers, which would otherwise start a sink of their own on the one left over.
+        self._conn = pool.acquire(prefer=_bare)
         transport = self._conn.transport
 
         channels = []

@@ -121,11 +121,20 @@ class SFTPPool:
 
     def acquire(self, prefer: Callable[[Conn], bool] | None = None) -> Conn:
         """An idle connection (the one released last), else one being warmed, else a new one.
-        With `prefer`, an idle connection it accepts comes before the others."""
+        With `prefer`, an idle connection it accepts comes before the others, and while none of
+        the idle ones is accepted, one being warmed is waited for (it may be): what `warm`
+        started on a connection (an upload's sink) is known only once it is open."""
         with self._cond:
             while True:
                 if prefer is not None:
                     self._idle.sort(key=prefer)  # stable: the accepted ones last, each kind in its order
+                    if self._idle and not prefer(self._idle[-1]) and self._warming > self._waiting:
+                        self._waiting += 1
+                        try:
+                            self._cond.wait()
+                        finally:
+                            self._waiting -= 1
+                        continue
                 while self._idle:
                     conn = self._idle.pop()
                     if conn.alive and conn.wire.outstanding == 0:
