@@ -191,12 +191,11 @@ def open_transport(target: SSHTarget, window: int = DEFAULT_WINDOW):
     authenticate. Returns a paramiko.Transport; closing it closes what it runs over."""
     # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
     from .paramiko_lib import paramiko
+    from .rekey import Transport
 
     sock = _open_carrier(target, window)
     try:
-        transport = paramiko.Transport(
-            sock, default_window_size=window, disabled_algorithms=target.disabled_algorithms or None
-        )
+        transport = Transport(sock, default_window_size=window, disabled_algorithms=target.disabled_algorithms or None)
     except BaseException:
         sock.close()
         raise
