@@ -22,8 +22,8 @@ def _settle(pool: SFTPPool, seconds: float = 30.0) -> None:
 class _Recording(SFTPPool):
     """A pool that keeps every connection it opened, to check each one's fate."""
 
-    def _open(self):
-        conn = super()._open()
+    def _open(self, ahead: bool = False):
+        conn = super()._open(ahead)
         self.__dict__.setdefault("seen", []).append(conn)
         return conn
 
@@ -199,3 +199,38 @@ def test_companions_started_ahead_are_waited_for_taken_once_and_closed_with_the_
     late = _Companion("late")
     pool.stash("helper", late)  # arrives after the pool closed
     assert late.closed and pool.take("helper") is None
+
+
+def test_what_a_warm_connection_starts_begins_before_its_sftp_session_and_closes_with_it(sshd):
+    """on_transport gets the transport once the login is done, before the SFTP channel is asked
+    for (channel ids are handed out in order of opening), and what it returns lives and dies
+    with the connection."""
+
+    class Probe:
+        def __init__(self, chan) -> None:
+            self.chan, self.closed = chan, False
+
+        def close(self) -> None:
+            self.closed = True
+            self.chan.close()
+
+    probes: list[Probe] = []
+
+    def start(transport) -> dict:
+        probes.append(Probe(transport.open_session(timeout=30)))
+        return {"probe": probes[-1]}
+
+    pool = SFTPPool(sshd.target())
+    pool.on_transport = start
+    try:
+        assert pool.warm(1) == 1
+        conn = pool.acquire()
+        assert len(probes) == 1 and conn.companions == {"probe": probes[0]}
+        assert probes[0].chan.get_id() < conn.wire.chan.get_id()
+        own = pool.acquire()  # not warmed: opened by acquire, nothing is started on it
+        assert own is not conn and own.companions == {} and len(probes) == 1
+        pool.release(own)
+        pool.release(conn)
+    finally:
+        pool.close()
+    assert len(probes) == 1 and probes[0].closed

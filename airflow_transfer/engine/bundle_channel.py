@@ -364,7 +364,7 @@ class SinkStarting:
 
 def prestart_upload_sinks(pool: Any, count: int) -> int:
     """Start an upload's sink on each of the next `count` connections the pool opens ahead,
-    as soon as its handshake is done; how many it will start.
+    as soon as its login is done (while its SFTP session opens); how many it will start.
 
     Why: the exec channel, python3's start and the hello cost a chunk's worker about 0.25 s
     at 50 ms RTT before its first group, after the imports and the listing. Started with the
@@ -376,17 +376,15 @@ def prestart_upload_sinks(pool: Any, count: int) -> int:
     left = count
     lock = threading.Lock()
 
-    def start(conn: Any) -> None:
+    def start(transport: Any) -> dict[str, Any]:
         nonlocal left
-        if conn.client != "paramiko" or SINK_NAME in conn.companions:
-            return
         with lock:
             if left <= 0:
-                return
+                return {}
             left -= 1
-        conn.companions[SINK_NAME] = SinkStarting(conn.transport)
+        return {SINK_NAME: SinkStarting(transport)}
 
-    pool.on_warm = start
+    pool.on_transport = start
     return count
 
 

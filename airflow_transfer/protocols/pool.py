@@ -111,10 +111,12 @@ class SFTPPool:
     # how many of each are still being started: expect / stash / take.
     _spares: dict[str, list[Any]] = field(default_factory=dict)
     _expected: dict[str, int] = field(default_factory=dict)
-    # Called with each connection `warm` opened, in its thread, before the connection is offered
-    # (an upload's sink is started on it there: bundle_channel.prestart_upload_sinks). It must
-    # not block: whatever it starts runs on in a thread of its own.
-    on_warm: Callable[[Conn], None] | None = None
+    # Called with the paramiko Transport of each connection `warm` opens, in its thread, as soon
+    # as the login is done and before the SFTP session is opened on it; what it returns becomes
+    # the connection's companions (an upload's sink is started there: bundle_channel.
+    # prestart_upload_sinks, so the helper starts while SFTP does). It must not block: whatever
+    # it starts runs on in a thread of its own, and has close().
+    on_transport: Callable[[Any], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         self._cond = threading.Condition(self._lock)
@@ -197,9 +199,7 @@ class SFTPPool:
     def _warm_one(self) -> None:
         conn = None
         try:
-            conn = self._open()
-            if self.on_warm is not None:
-                self.on_warm(conn)
+            conn = self._open(ahead=True)
         except Exception as exc:  # noqa: BLE001 - acquire reports it, with the same cause
             log.debug("opening an SFTP connection ahead to %s failed: %s", self.target.display, exc)
         with self._cond:
@@ -229,7 +229,7 @@ class SFTPPool:
         """What carried this pool's connections: "openssh", "paramiko", both joined by "+", or None."""
         return "+".join(sorted(self.clients)) or None
 
-    def _open(self) -> Conn:
+    def _open(self, ahead: bool = False) -> Conn:
         client = self.target.client
         if client not in SSH_CLIENTS:
             raise UsageError(
@@ -251,22 +251,24 @@ class SFTPPool:
         # paramiko gives the precise error (host key, auth, refused) when both fail, and
         # OpenSSH stays in use then: the cause was the host or the network, not the client.
         transport = open_transport(self.target, self.window)
+        early = self.on_transport(transport) if ahead and self.on_transport is not None else {}
         try:
             wire = open_sftp(transport, self.window, self.target.idle_timeout)
+            if failed is not None and client == "openssh":
+                raise failed
         except BaseException:
+            for companion in early.values():
+                companion.close()
             transport.close()
             raise
         if failed is not None:
-            if client == "openssh":
-                transport.close()
-                raise failed
             self._openssh = False
             log.warning(
                 "OpenSSH's client could not open SFTP to %s (%s); using paramiko for this transfer",
                 self.target.display,
                 failed,
             )
-        return Conn(transport, wire, self.target)
+        return Conn(transport, wire, self.target, companions=early)
 
     def _open_openssh(self) -> Conn:
         proc = openssh.OpenSSHProcess(self.target)
