@@ -65,3 +65,44 @@ def test_network_profile_through_the_ssh_tunnel_survives_re_exchanges(sshd):
             rates[direction] = probe["mbit"]
         assert remote.transport.rekeys > 0
         assert min(rates.values()) > 0, rates
+
+
+def test_a_tunnel_that_dies_during_the_probe_is_named_as_the_cause(test_base):
+    """The other way the probe's answer goes missing: the SSH connection itself goes away (here
+    its sshd is stopped once the sink runs). The profile says so instead of blaming the sink."""
+    import subprocess
+    import threading
+    import time
+
+    import pytest
+
+    from airflow_transfer.errors import TransferError
+    from airflow_transfer.profiling.library import profile_link
+    from airflow_transfer.store import Store
+    from tests.support.sshd import SSHServer
+
+    server = SSHServer(test_base / "sshd-tunnel-dies").start()
+    far = ProfileHost(key_of_target(server.target()), server.target())
+
+    def stop_once_the_sink_runs() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ps = subprocess.run(["pgrep", "-f", "--", "--serve 0 --bind 127.0.0.1"], capture_output=True)
+            if ps.returncode == 0:
+                time.sleep(1.0)  # the client's RTT probe, then its streams: the probe lasts 4 s
+                break
+            time.sleep(0.05)
+        server.stop()
+
+    stopper = threading.Thread(target=stop_once_the_sink_runs)
+    try:
+        with Store.open(f"sqlite:///{test_base / 'tunnel-dies.db'}") as store:
+            with HostRunner(ProfileHost(LOCALHOST)) as local, HostRunner(far) as remote:
+                stopper.start()
+                with pytest.raises(TransferError) as caught:
+                    profile_link(store, local, remote, via="ssh")
+    finally:
+        stopper.join()
+        server.stop()
+    assert "measured no bandwidth" in str(caught.value)
+    assert f"the SSH connection to {far.key} carrying the probe closed during it" in caught.value.todo

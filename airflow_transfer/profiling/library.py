@@ -124,12 +124,15 @@ def profile_link(
     profile_id = store.add_profile(source.host.key, kind, payload, peer=dest.host.key)
     facts = path_facts(payload, measured["direction"])
     if facts.bandwidth_mbit is None:  # stored above for the record, but no BDP can come of it
-        hint = (
-            "the sink's port may be firewalled: try --via ssh (DAG param via=ssh), which goes through "
-            "the SSH connection"
-            if measured["via"] == "direct"
-            else "check that the hosts reach each other"
-        )
+        if payload.get("tunnel_lost"):
+            hint = f"{payload['tunnel_lost']}; run the profile again"
+        elif measured["via"] == "direct":
+            hint = (
+                "the sink's port may be firewalled: try --via ssh (DAG param via=ssh), which goes through "
+                "the SSH connection"
+            )
+        else:
+            hint = "check that the hosts reach each other"
         raise TransferError(
             f"the network profile of {source.host.key} -> {dest.host.key} measured no bandwidth: "
             f"{_why_unmeasured(payload, measured['direction'])}",

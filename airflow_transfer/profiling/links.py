@@ -99,10 +99,14 @@ def measure_path(
         args = _client_args(light, direction, streams, seconds)
         args += ["--rtt-host", target.host, "--rtt-port", str(target.port), "--trace-host", target.host]
         if via == "ssh":
-            with Forwarder(sink.transport, sink_port) as local_port:
+            tunnel = sink.transport
+            with Forwarder(tunnel, sink_port) as local_port:
                 payload = client.run(
                     "network", ["--host", "127.0.0.1", "--port", str(local_port), *args], timeout=timeout
                 )
+            if not tunnel.is_active():
+                # the probe then reads as an empty answer from the sink: say what happened instead
+                payload["tunnel_lost"] = f"the SSH connection to {sink.host.key} carrying the probe closed during it"
         else:
             payload = client.run(
                 "network", ["--host", target.host, "--port", str(sink_port), "--token", token, *args], timeout=timeout
@@ -151,8 +155,11 @@ class Forwarder:
             except Exception:  # noqa: BLE001 - the client then sees a closed connection and reports it
                 conn.close()
                 continue
-            for a, b in ((conn, chan), (chan, conn)):
-                threading.Thread(target=_pipe, args=(a, b), daemon=True, name="profile-pipe").start()
+            threading.Thread(target=_pipe, args=(conn, chan), daemon=True, name="profile-pipe").start()
+            threading.Thread(target=_pipe, args=(chan, conn), daemon=True, name="profile-pipe").start()
+            # The pipes hold the only references: a socket closes when both are done with it,
+            # and a client's data it never read then resets its sender instead of blocking it.
+            del conn, chan
 
 
 def _pipe(src, dst) -> None:
@@ -162,13 +169,26 @@ def _pipe(src, dst) -> None:
             if not data:
                 break
             dst.sendall(data)
-    except Exception:  # noqa: BLE001 - either side closing ends the pipe
+    except Exception:  # noqa: BLE001 - one side failed (the SSH connection died, the client left)
+        # Both ends hear of it: a client still sending would otherwise block on a socket nobody
+        # reads until its own timeout (42 s for a 4 s probe).
+        for end in (src, dst):
+            _hang_up(end)
+        return
+    try:
+        if hasattr(dst, "shutdown_write"):
+            dst.shutdown_write()
+        else:
+            dst.shutdown(socket.SHUT_WR)
+    except Exception:  # noqa: BLE001 - the peer may be gone already; the measurement is over
         pass
-    finally:
-        try:
-            if hasattr(dst, "shutdown_write"):
-                dst.shutdown_write()
-            else:
-                dst.shutdown(socket.SHUT_WR)
-        except Exception:  # noqa: BLE001 - the peer may be gone already; the measurement is over
-            pass
+
+
+def _hang_up(end) -> None:
+    try:
+        if hasattr(end, "shutdown_write"):  # a paramiko channel
+            end.close()
+        else:
+            end.shutdown(socket.SHUT_RDWR)
+    except Exception:  # noqa: BLE001 - already closed
+        pass

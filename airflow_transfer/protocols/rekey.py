@@ -26,7 +26,12 @@ import threading
 from .paramiko_lib import paramiko
 
 
-class Transport(paramiko.Transport):
+# The paramiko internals this relies on (present from 2.x to 5.x). Without them the override
+# could hold a message it never sends: paramiko's own Transport is used instead.
+PATCHABLE = all(hasattr(paramiko.Transport, name) for name in ("_send_user_message", "_parse_newkeys", "_send_message"))
+
+
+class _Transport(paramiko.Transport):
     """paramiko.Transport with the reader's own messages deferred during a key re-exchange."""
 
     def __init__(self, *args, **kwargs) -> None:
@@ -56,3 +61,6 @@ class Transport(paramiko.Transport):
                 if not self.active:
                     return
                 self._send_message(data)
+
+
+Transport = _Transport if PATCHABLE else paramiko.Transport
