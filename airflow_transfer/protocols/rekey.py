@@ -25,9 +25,10 @@ import threading
 
 from .paramiko_lib import paramiko
 
-
-# The paramiko internals this relies on (present from 2.x to 5.x). Without them the override
-# could hold a message it never sends: paramiko's own Transport is used instead.
+# The paramiko internals this relies on, as in the versions pyproject.toml allows (3.4 to 5.x,
+# which dispatch NEWKEYS through the instance, so the override below is the one called).
+# Without them the override could hold a message it never sends: paramiko's own Transport is
+# used instead.
 PATCHABLE = all(hasattr(paramiko.Transport, name) for name in ("_send_user_message", "_parse_newkeys", "_send_message"))
 
 
