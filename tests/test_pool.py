@@ -234,3 +234,20 @@ def test_what_a_warm_connection_starts_begins_before_its_sftp_session_and_closes
     finally:
         pool.close()
     assert len(probes) == 1 and probes[0].closed
+
+
+def test_a_new_sftp_session_does_not_wait_for_the_servers_limits(sshd):
+    """The limits request (OpenSSH's extension) is sent with the handshake and its answer taken
+    when it comes: the connection is offered first, and the sizes wait for it when read."""
+    from airflow_transfer.protocols.ssh import open_sftp, open_transport
+
+    transport = open_transport(sshd.target())
+    try:
+        wire = open_sftp(transport)
+        assert "limits@openssh.com" in wire.extensions
+        assert wire._limits_due and wire.outstanding == 0  # asked, not waited for, not in anyone's way
+        assert 32 * 1024 <= wire.max_write <= 1 << 20 and 32 * 1024 <= wire.max_read <= 1 << 20
+        assert not wire._limits_due and wire.outstanding == 0
+        assert wire.realpath(".").startswith("/")  # and the wire goes on answering
+    finally:
+        transport.close()
