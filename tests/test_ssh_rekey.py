@@ -1,4 +1,5 @@
-"""Key re-exchanges that paramiko starts itself, with channels the server closes meanwhile.
+"""Key re-exchanges that paramiko starts itself, with channels the server closes meanwhile;
+and the network profile's SSH tunnel, through those and when it dies.
 
 paramiko re-keys every 2**29 bytes; here the transport's own threshold is lowered to a
 few hundred KiB (paramiko's knob, on a real sshd) so that re-exchanges run nearly all
@@ -9,10 +10,20 @@ the connection dies 30 s later (paramiko issue #822).
 
 from __future__ import annotations
 
+import subprocess
+import threading
+import time
+
+import pytest
+
+from airflow_transfer.errors import TransferError
 from airflow_transfer.profiling.hosts import LOCALHOST, ProfileHost, key_of_target
+from airflow_transfer.profiling.library import profile_link
 from airflow_transfer.profiling.links import measure_path
 from airflow_transfer.profiling.remote import HostRunner
 from airflow_transfer.protocols.ssh import open_transport
+from airflow_transfer.store import Store
+from tests.support.sshd import SSHServer
 
 OFTEN = 256 * 1024  # bytes between the re-exchanges paramiko starts
 
@@ -70,17 +81,6 @@ def test_network_profile_through_the_ssh_tunnel_survives_re_exchanges(sshd):
 def test_a_tunnel_that_dies_during_the_probe_is_named_as_the_cause(test_base):
     """The other way the probe's answer goes missing: the SSH connection itself goes away (here
     its sshd is stopped once the sink runs). The profile says so instead of blaming the sink."""
-    import subprocess
-    import threading
-    import time
-
-    import pytest
-
-    from airflow_transfer.errors import TransferError
-    from airflow_transfer.profiling.library import profile_link
-    from airflow_transfer.store import Store
-    from tests.support.sshd import SSHServer
-
     server = SSHServer(test_base / "sshd-tunnel-dies").start()
     far = ProfileHost(key_of_target(server.target()), server.target())
 
