@@ -47,6 +47,18 @@ def settled_rtt(link: EmulatedLink, rtt_ms: float, count: int = 10) -> tuple[flo
     return lo, med, hi
 
 
+def assert_link_delay(link: EmulatedLink, rtt_ms: float, count: int = 10, when: str = "") -> None:
+    """The emulator adds the link's delay, no less and no more: the fastest ping shows it
+    (scheduling on a loaded machine only ever adds to a ping; a CI run's parallel phase put the
+    median of 30 at 105 ms on a 100 ms link, fastest 100.0), and most pings are not held back
+    (a queue or a timer kept from before would hold every one of them)."""
+    lo, med, hi = settled_rtt(link, rtt_ms, count=count)
+    report = f"RTT{when} min {lo} / median {med} / max {hi} ms for a {rtt_ms} ms link"
+    assert lo >= rtt_ms - 0.5, f"a ping beat the link's delay: {report}"
+    assert lo <= rtt_ms + 2.0, f"even the fastest ping was held back: {report}"
+    assert med <= rtt_ms * 1.2 + 3.0, f"most pings were held back: {report}"
+
+
 @pytest.fixture(scope="module")
 def link() -> Iterator[EmulatedLink]:
     require_wan()
@@ -57,9 +69,7 @@ def link() -> Iterator[EmulatedLink]:
 @pytest.mark.parametrize("rtt_ms", [50, 100])
 def test_ping_rtt_matches_target(link: EmulatedLink, rtt_ms: int) -> None:
     link.set(rtt_ms=rtt_ms, rate_mbit=500)
-    lo, med, hi = settled_rtt(link, rtt_ms)
-    assert abs(med - rtt_ms) <= 2.0, f"median RTT {med} ms for target {rtt_ms} ms (min {lo}, max {hi})"
-    assert lo >= rtt_ms - 0.5, f"a ping beat the link's delay: min {lo} ms for {rtt_ms} ms"
+    assert_link_delay(link, rtt_ms)
 
 
 @pytest.mark.parametrize("rtt_ms", [50, 100])
@@ -108,9 +118,7 @@ def test_blackhole_drops_everything_then_recovers(link: EmulatedLink) -> None:
     assert lost.returncode != 0 and " 0 received" in lost.stdout, lost.stdout
     assert link.stats()["fwd"]["drop_blackhole"] >= before + 3
     time.sleep(1.0)
-    lo, med, hi = settled_rtt(link, 10, count=3)  # no backlog or delay kept from the blackhole
-    assert abs(med - 10) <= 2.0, f"median RTT {med} ms after the blackhole, for 10 ms (min {lo}, max {hi})"
-    assert lo >= 9.5, f"a ping beat the link's delay after the blackhole: min {lo} ms"
+    assert_link_delay(link, 10, count=3, when=" after the blackhole")  # no backlog or delay kept from it
 
 
 @pytest.fixture(scope="module")
