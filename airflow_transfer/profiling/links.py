@@ -172,23 +172,20 @@ def _pipe(src, dst) -> None:
     except Exception:  # noqa: BLE001 - one side failed (the SSH connection died, the client left)
         # Both ends hear of it: a client still sending would otherwise block on a socket nobody
         # reads until its own timeout (42 s for a 4 s probe).
-        for end in (src, dst):
-            _hang_up(end)
+        _end(src, whole=True)
+        _end(dst, whole=True)
         return
-    try:
-        if hasattr(dst, "shutdown_write"):
-            dst.shutdown_write()
-        else:
-            dst.shutdown(socket.SHUT_WR)
-    except Exception:  # noqa: BLE001 - the peer may be gone already; the measurement is over
-        pass
+    _end(dst, whole=False)  # the other direction may still be answering
 
 
-def _hang_up(end) -> None:
+def _end(end, whole: bool) -> None:
+    """Close `end` (a socket or a paramiko channel) for writing, or `whole`ly."""
     try:
-        if hasattr(end, "shutdown_write"):  # a paramiko channel
+        if not hasattr(end, "shutdown_write"):  # a socket
+            end.shutdown(socket.SHUT_RDWR if whole else socket.SHUT_WR)
+        elif whole:
             end.close()
         else:
-            end.shutdown(socket.SHUT_RDWR)
-    except Exception:  # noqa: BLE001 - already closed
+            end.shutdown_write()
+    except Exception:  # noqa: BLE001 - the peer may be gone already; the measurement is over
         pass

@@ -45,6 +45,17 @@ class Carrier(Protocol):
     def close(self) -> None: ...
 
 
+def close_companions(companions: dict[str, Any]) -> None:
+    """Close and forget each of a connection's companions; one that fails to close is dropped
+    (its channel dies with the connection anyway)."""
+    for companion in companions.values():
+        try:
+            companion.close()
+        except Exception:  # noqa: BLE001 - see above
+            pass
+    companions.clear()
+
+
 @dataclass
 class Conn:
     carrier: Carrier
@@ -76,12 +87,7 @@ class Conn:
         return not self.wire.closed and self.carrier.is_active()
 
     def close(self) -> None:
-        for companion in self.companions.values():
-            try:
-                companion.close()
-            except Exception:  # noqa: BLE001 - its channel dies with the connection anyway
-                pass
-        self.companions.clear()
+        close_companions(self.companions)
         self.wire.close()
         for part in (self.carrier, self._control):
             try:
@@ -130,12 +136,7 @@ class SFTPPool:
             while True:
                 if prefer is not None:
                     self._idle.sort(key=prefer)  # stable: the accepted ones last, each kind in its order
-                    if self._idle and not prefer(self._idle[-1]) and self._warming > self._waiting:
-                        self._waiting += 1
-                        try:
-                            self._cond.wait()
-                        finally:
-                            self._waiting -= 1
+                    if self._idle and not prefer(self._idle[-1]) and self._wait_for_warm():
                         continue
                 while self._idle:
                     conn = self._idle.pop()
@@ -144,17 +145,24 @@ class SFTPPool:
                     self.lost += not conn.alive
                     conn.close()
                 # A connection `warm` is opening is taken when it arrives rather than opened twice.
-                if self._warming <= self._waiting:
+                if not self._wait_for_warm():
                     break
-                self._waiting += 1
-                try:
-                    self._cond.wait()
-                finally:
-                    self._waiting -= 1
         conn = self._open()
         with self._lock:
             self._adopt(conn)
         return conn
+
+    def _wait_for_warm(self) -> bool:
+        """Wait (lock held) for a connection `warm` is opening, unless each is already awaited by
+        another acquirer; whether it waited."""
+        if self._warming <= self._waiting:
+            return False
+        self._waiting += 1
+        try:
+            self._cond.wait()
+        finally:
+            self._waiting -= 1
+        return True
 
     def warm(self, n: int) -> int:
         """Start opening up to `n` connections in the background; returns how many were started.
@@ -257,8 +265,7 @@ class SFTPPool:
             if failed is not None and client == "openssh":
                 raise failed
         except BaseException:
-            for companion in early.values():
-                companion.close()
+            close_companions(early)
             transport.close()
             raise
         if failed is not None:
