@@ -19,6 +19,7 @@ from .cli_endpoint import add_json_option, endpoint, error_object, failure_json,
 from .cli_start import collector_paused, program_started
 from .engine.accounting import format_line, format_rate, plural
 from .engine.bundle_channel import BUNDLE_ALGORITHMS, prestart_upload_sinks, start_download_helpers
+from .engine.listing_ahead import list_ahead
 from .engine.params import TransferParams, check_params
 from .engine.retry import RetryPolicy
 from .errors import TransferError, UsageError, describe_oserror
@@ -294,6 +295,9 @@ def _early_pool(args, src, dst):
         # connection's handshake completes, it is ready when the chunk begins (bundle_channel.py).
         prestart_upload_sinks(pool, warm_count(args.algorithm, streams, False))
     pool.warm(warm_count(args.algorithm, streams, args.verify != "none"))
+    if dst.scheme == "file" and not args.manifest:
+        # The server walks the source while this process loads the copy path (listing_ahead.py).
+        list_ahead(pool, src.path)
     if dst.scheme == "file" and bundles:
         # A download of small files lands through helpers that take a login to start: started
         # now, one per data connection, they are ready when the first chunk begins (bundle_channel.py).

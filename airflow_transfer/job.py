@@ -233,7 +233,7 @@ def _run(req: CopyRequest, t0: float, stats: Stats, store, session) -> dict:
 
 
 def _copy(req: CopyRequest, t0: float, stats: Stats, store, record, session, key: str) -> dict:
-    journal = None
+    journal = listing = None
     resume: dict[str, list] | None = None
     session.before_verify = req.before_verify
     if req.link is not None and getattr(req.link, "measured", False):
@@ -244,9 +244,9 @@ def _copy(req: CopyRequest, t0: float, stats: Stats, store, record, session, key
         resume = _resume_map(store, record.id, manifest) if record.resumed else {}
         if resume and req.verify is not None and session.verify_mode == "block":
             session.resume_blocks = _resume_blocks(store, record.id, resume)
-        store.record_listing(record.id, manifest.table)
+        listing = store.record_listing_behind(record.id, manifest.table)
         # the lease is kept by _run's heartbeat for the whole copy, not only while the journal is open
-        journal = store.journal_writer(record.id, max_delay_ms=200, heartbeat=False)
+        journal = store.journal_writer(record.id, max_delay_ms=200, heartbeat=False, after=listing)
         session.journal = journal
         session.on_switch = lambda rec, tid=record.id: store.record_protocol_switch(tid, rec)
     try:
@@ -306,8 +306,14 @@ def _copy(req: CopyRequest, t0: float, stats: Stats, store, record, session, key
                     resume=resume,
                 )
     finally:
-        if journal is not None:
-            journal.close()
+        try:
+            if journal is not None:
+                journal.close()
+        finally:
+            if listing is not None:
+                listing.join()  # no row is written after the copy has ended, on any path
+    if listing is not None:
+        listing.wait()  # a copy that reported nothing never waited for its listing's rows
     verify_summary = session.verify_summary()
     seconds = time.monotonic() - t0
     tuning = start.summary()

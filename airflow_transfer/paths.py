@@ -12,7 +12,9 @@ from .errors import UnsafePathError
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Anything check_relative refuses, in one search: a control character, a leading '/', or an
 # empty, '.' or '..' component (the empty name included). Names it does not match are safe.
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f]|^/|(?:^|/)\.{0,2}(?:/|$)")
+# Also run over a whole manifest column by Arrow's own regex engine (RE2, same meaning here).
+UNSAFE_NAME = r"[\x00-\x1f\x7f]|^/|(?:^|/)\.{0,2}(?:/|$)"
+_UNSAFE = re.compile(UNSAFE_NAME)
 
 
 def check_relative(name: str, where: str = "") -> str:

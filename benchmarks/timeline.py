@@ -2,8 +2,10 @@
 
     python -m benchmarks.timeline --profile wan50 --dataset tiny --reps 6
     python -m benchmarks.timeline --profile lan --dataset tiny --reps 6 --base /tmp/old-checkout --rsync
+    python -m benchmarks.timeline --profile wan50 --dataset tiny --direction down --reps 6
 
-Each run uploads the dataset with `airflow-transfer copy --algorithm auto` against a new,
+Each run uploads the dataset (or with `--direction down` downloads it from the server side
+into a fresh local directory) with `airflow-transfer copy --algorithm auto` against a new,
 empty tuning store (first contact, as a user's first copy over a link meets it) into a fresh
 directory of the benchmark's test bed (benchmarks/contenders/testbed.py), with progress lines
 every 0.05 s read as they come. From them:
@@ -67,12 +69,12 @@ def _timeline(lines: list[tuple[float, str]]) -> dict[str, float | None]:
     }
 
 
-def _copy(bed: Testbed, argv_head: list[str], src: Path, remote: Path, store: Path) -> dict:
+def _copy(bed: Testbed, argv_head: list[str], src: str, dst: str, store: Path) -> dict:
     argv = [
         *argv_head,
         "copy",
-        str(src),
-        sftp_url(bed, remote),
+        src,
+        dst,
         "--algorithm",
         "auto",
         "--json",
@@ -112,10 +114,10 @@ def _copy(bed: Testbed, argv_head: list[str], src: Path, remote: Path, store: Pa
     }
 
 
-def _rsync(bed: Testbed, src: Path, remote: Path) -> dict:
+def _rsync(bed: Testbed, src: str, dst: str) -> dict:
     ssh = shlex.join(["ssh", "-p", str(bed.port), *bed.ssh_options()])
     t0 = time.monotonic()
-    bed.link.run("src", ["rsync", "-a", "-e", ssh, f"{src}/", f"{bed.user}@{bed.host}:{remote}/"], timeout=600)
+    bed.link.run("src", ["rsync", "-a", "-e", ssh, f"{src}/", f"{dst}/"], timeout=600)
     return {"total_s": round(time.monotonic() - t0, 3)}
 
 
@@ -132,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         "default: this one",
     )
     ap.add_argument("--rsync", action="store_true", help="add rsync -a -e ssh")
+    ap.add_argument("--direction", choices=("up", "down"), default="up", help="upload (default) or download")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     args = ap.parse_args(argv)
     dataset = ensure(args.dataset)
@@ -145,13 +148,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for rep in range(args.reps):
             for name, head in contenders.items():
-                remote = bed.fresh_remote_dir("upload")
+                if args.direction == "up":
+                    landing = bed.fresh_remote_dir("upload")
+                    src, dst = str(dataset.path), sftp_url(bed, landing)
+                    rsync_src, rsync_dst = src, f"{bed.user}@{bed.host}:{landing}"
+                else:  # the dataset cache is readable by the sshd's user (testbed.py)
+                    landing = bed.fresh_local_dir("download")
+                    src, dst = sftp_url(bed, dataset.path), str(landing)
+                    rsync_src, rsync_dst = f"{bed.user}@{bed.host}:{dataset.path}", dst
                 os.sync()  # the last run's dirty pages are written back before this one
                 store = bed.work / f"store-{uuid.uuid4().hex}.db"  # empty: first contact every time
-                run = (
-                    _rsync(bed, dataset.path, remote) if head is None else _copy(bed, head, dataset.path, remote, store)
-                )
-                landed = sum(len(files) for _, _, files in os.walk(remote))
+                run = _rsync(bed, rsync_src, rsync_dst) if head is None else _copy(bed, head, src, dst, store)
+                landed = sum(len(files) for _, _, files in os.walk(landing))
                 if landed != dataset.files:
                     raise SystemExit(f"{name} left {landed} of {dataset.files} files")
                 runs.append({"contender": name, "rep": rep, **run})
@@ -174,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
         ).stdout.strip(),
         "profile": args.profile,
+        "direction": args.direction,
         "dataset": {"name": args.dataset, "files": dataset.files, "bytes": dataset.bytes},
         "reps": args.reps,
         "python": sys.executable,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_transfer.engine import bundle, transfer
+from airflow_transfer.engine import bundle, bundle_sizes, transfer
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols.endpoint import Endpoint
@@ -216,7 +216,7 @@ def test_every_channel_gets_its_share_of_the_groups(sshd, local_dir, remote_dir)
     (chunk,) = s["chunks"]
     groups = int(chunk["transport"].split(" in ")[1].split()[0])
     # cc 2: each group at most half of what was waiting (150, 75, 38, ...), never under 16 files
-    assert 4 <= groups <= 300 // bundle.TAIL_GROUP_FILES + 8, chunk["transport"]
+    assert 4 <= groups <= 300 // bundle_sizes.TAIL_GROUP_FILES + 8, chunk["transport"]
 
 
 def test_a_group_whose_commit_reply_was_lost_is_found_in_place_not_sent_again(sshd, local_dir, remote_dir, monkeypatch):
@@ -310,10 +310,10 @@ def test_a_bundled_file_that_grew_since_its_listing_is_sent_again_whole(sshd, lo
 
 
 def test_a_group_holds_what_its_connection_window_carries_in_half_a_second():
-    assert bundle.group_bytes(None) == bundle.GROUP_BYTES  # unknown (an OpenSSH carrier): the usual bound
-    assert bundle.group_bytes(1e12) == bundle.GROUP_BYTES
-    assert bundle.group_bytes(10.0) == bundle.GROUP_MIN_BYTES
-    assert bundle.group_bytes(8e6) == int(8e6 * bundle.GROUP_SECONDS)
+    assert bundle_sizes.group_bytes(None) == bundle_sizes.GROUP_BYTES  # unknown (an OpenSSH carrier): the usual bound
+    assert bundle_sizes.group_bytes(1e12) == bundle_sizes.GROUP_BYTES
+    assert bundle_sizes.group_bytes(10.0) == bundle_sizes.GROUP_MIN_BYTES
+    assert bundle_sizes.group_bytes(8e6) == int(8e6 * bundle_sizes.GROUP_SECONDS)
 
 
 def test_a_connection_with_a_small_window_sends_small_groups(sshd, local_dir, remote_dir, monkeypatch):

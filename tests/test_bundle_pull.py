@@ -10,14 +10,14 @@ import sys
 import threading
 from pathlib import Path
 
-from airflow_transfer.engine import bundle
+from airflow_transfer.engine import bundle, bundle_sizes
 from airflow_transfer.engine.bundle_channel import prestart_upload_sinks, start_download_helpers
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols.endpoint import Endpoint
 from airflow_transfer.protocols.pool import SFTPPool
 from tests.support.cli import kill_cli_when, ssh_args
-from tests.support.data import temp_files, tree_digest
+from tests.support.data import temp_files, tree_digest, write_random
 from tests.support.sshd import chown_to_user, restricted_sshd
 from tests.test_bundle import _tree
 
@@ -323,3 +323,32 @@ def test_a_lander_killed_mid_copy_loses_nothing(sshd, local_dir, remote_dir, mon
     assert len(killed) == 1
     assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
     assert s["files_retried"] >= 1
+
+
+def test_a_download_channel_starts_with_small_groups_and_grows_them_with_its_rate(
+    sshd, local_dir, remote_dir, monkeypatch
+):
+    """The server's congestion window is out of sight: each channel's first two groups (asked
+    before any came in) hold GROUP_MIN_BYTES, later ones what the channel carried in half a
+    second, so a new or slowed channel holds little of what is left (wan50 `tiny`: a third
+    channel added late, in slow start, carried its 10 MiB for 1.9 s after the others were done)."""
+    src = remote_dir / "growing"
+    for i in range(96):
+        write_random(src / f"f{i:03d}.bin", 256 * 1024, seed=700 + i)
+    chown_to_user(src, sshd.user)
+    asked: dict[str, list[int]] = {}
+    real = bundle.BundleMover.take_group
+
+    def recorded(self, limit, max_bytes=bundle_sizes.GROUP_BYTES):
+        asked.setdefault(threading.current_thread().name, []).append(max_bytes)
+        return real(self, limit, max_bytes)
+
+    monkeypatch.setattr(bundle.BundleMover, "take_group", recorded)
+    dst = local_dir / "growing"
+    s = _pull(sshd, src, dst, use_store=False)
+    assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+    assert asked and all(
+        bounds[:2] == [bundle_sizes.GROUP_MIN_BYTES] * min(2, len(bounds)) for bounds in asked.values()
+    )
+    # loopback carries far more than 2 MiB/s: a channel that read a group takes larger ones
+    assert any(max(bounds[2:], default=0) > bundle_sizes.GROUP_MIN_BYTES for bounds in asked.values()), asked

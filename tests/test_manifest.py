@@ -6,11 +6,14 @@ import io
 import json
 import os
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from airflow_transfer.engine.listing_ahead import list_ahead
 from airflow_transfer.errors import UnsafePathError
-from airflow_transfer.manifest import Manifest, _consume, list_local, list_remote
+from airflow_transfer.manifest import Manifest, _consume, _parsed, list_local, list_remote
+from airflow_transfer.manifest_schema import SCHEMA
 from airflow_transfer.paths import check_relative
 from airflow_transfer.protocols.pool import SFTPPool
 from airflow_transfer.remote import lister
@@ -57,15 +60,42 @@ def test_remote_exec_listing_matches_local(tree, sshd):
     assert remote.empty_dirs == local.empty_dirs == fallback.empty_dirs
 
 
+def test_a_listing_started_ahead_is_the_one_the_copy_takes(tree, sshd):
+    pool = SFTPPool(sshd.target())
+    runs: list[str] = []
+    run = pool.exec_command
+
+    def counted(command: str, **kwargs):
+        runs.append(command)
+        return run(command, **kwargs)
+
+    pool.exec_command = counted
+    try:
+        list_ahead(pool, str(tree)).join(60)
+        assert len(runs) == 1  # run in the background before anyone asked
+        ahead = list_remote(pool, str(tree), "remote")
+        assert len(runs) == 1  # taken, not run again
+        again = list_remote(pool, str(tree), "remote")
+        assert len(runs) == 2  # one listing ahead serves one listing
+        list_ahead(pool, str(tree / "d1")).join(60)
+        other = list_remote(pool, str(tree), "remote")
+        assert len(runs) == 4  # started for another root: not taken for this one
+    finally:
+        pool.close()
+    assert _rows(ahead) == _rows(again) == _rows(other) == _rows(list_local(str(tree)))
+
+
 def test_listing_falls_back_to_sftp_when_exec_is_forced_away(tree, test_base):
     server = restricted_sshd(test_base / "sshd-noexec", "no-exec")
     try:
         pool = SFTPPool(server.target())
         try:
             m = list_remote(pool, str(tree), "noexec")
+            list_ahead(pool, str(tree))  # what the forced command answered is no listing either
+            ahead = list_remote(pool, str(tree), "noexec")
         finally:
             pool.close()
-        assert _rows(m) == _rows(list_local(str(tree)))
+        assert _rows(m) == _rows(ahead) == _rows(list_local(str(tree)))
     finally:
         server.stop()
 
@@ -109,6 +139,36 @@ def test_the_one_search_path_check_refuses_exactly_what_the_rule_refuses():
         except UnsafePathError:
             refused = True
         assert refused == _refused(name), repr(name)
+
+
+def test_a_manifest_refuses_exactly_what_the_rule_refuses():
+    # Manifest.validate checks the whole path column with Arrow's regex engine: over the same
+    # names as above, one manifest each, it must refuse exactly the names the rule refuses.
+    names = [""]
+    for _ in range(5):
+        names += [n + c for n in names if len(n) == len(names[-1]) for c in "./\na"]
+    names = sorted(set(names))
+    for name in names:
+        manifest = Manifest(pa.table({"path": ["ok/name", name], "size": [1, 1], "mtime": [0.0, 0.0]}, schema=SCHEMA))
+        try:
+            manifest.validate("here")
+            refused = False
+        except UnsafePathError as exc:
+            refused = True
+            assert repr(name) in str(exc) if name else "empty file name" in str(exc)  # check_relative's message
+        assert refused == _refused(name), repr(name)
+
+
+def test_lister_output_is_parsed_whole_and_line_by_line_alike(tree):
+    buf = io.StringIO()
+    lister.run(str(tree), buf)
+    out = buf.getvalue().encode()
+    expected = [json.loads(line) for line in buf.getvalue().splitlines()]
+    assert _parsed(out) == expected
+    # A blank line (never written by the lister) makes the one-document parse fail: the
+    # records are still read, line by line.
+    lines = out.splitlines(keepends=True)
+    assert _parsed(b"".join(lines[:3]) + b"\n" + b"".join(lines[3:])) == expected
 
 
 def test_the_local_listing_is_the_lister_stream_without_the_json(tree):

@@ -21,6 +21,7 @@ from airflow_transfer.store import (
     decode,
     missing_ranges,
 )
+from airflow_transfer.store.writer import ListingWrite
 from tests.support.postgres import postgres_server, store_url  # noqa: F401  (fixtures)
 
 
@@ -407,3 +408,47 @@ def test_over_long_paths_are_refused_clearly_on_postgresql_and_kept_on_sqlite(st
     else:
         store.record_listing(record.id, listing)
         assert long_path in _states(store, record.id)
+
+
+# --- a listing written behind the copy's start ------------------------------------
+
+
+def test_a_listing_written_behind_is_waited_for_by_the_first_write(store: Store) -> None:
+    record = store.begin_transfer("k", "sftp://h/a", "file:///b")
+    release = threading.Event()
+    names = {f"d/f{i:05d}": 7 for i in range(3000)}
+    # The listing's rows are held back until `release`: reports made meanwhile are kept, and a
+    # transfer thread is never made to write them (it would wait for the listing).
+    write = ListingWrite(lambda: (release.wait(30), store.record_listing(record.id, _listing(names))))
+    writer = store.journal_writer(record.id, max_events=100, max_delay_ms=60_000, after=write)
+    writer.mark_done_many([(name, 7, None, 1) for name in list(names)[:300]])  # three batches' worth
+    assert writer.flushes == 0 and writer.pending == 300
+    assert not write.done()
+    release.set()
+    writer.mark_done_many([(name, 7, None, 1) for name in list(names)[300:]])  # over the backlog: waits
+    assert writer.flushes >= 1 and write.done()
+    writer.close()
+    write.wait()
+    states = _states(store, record.id)
+    assert len(states) == 3000 and all(row["state"] == "done" for row in states.values())
+
+
+def test_a_listing_that_fails_behind_fails_the_first_write(store: Store) -> None:
+    record = store.begin_transfer("k", "sftp://h/a", "file:///b")
+    store.record_listing(record.id, _listing({"a": 1}))
+    behind = store.record_listing_behind(777, _listing({"b": 2}))  # no such transfer
+    writer = store.journal_writer(record.id, background=False, after=behind)
+    writer.mark_done("a", 1)
+    with pytest.raises(StoreError, match="no transfer with id 777"):
+        writer.flush()
+    assert writer.pending == 1  # kept for a later write, as after any failed write
+    with pytest.raises(StoreError, match="no transfer with id 777"):
+        behind.wait()
+    assert _states(store, record.id)["a"]["state"] == "pending"
+
+
+def test_a_listing_written_behind_is_checked_before_it_is_handed_to_the_thread(store: Store) -> None:
+    record = store.begin_transfer("k", "sftp://h/a", "file:///b")
+    bad = pa.table({"path": ["x", "x"], "size": [1, 1], "mtime": [0.0, 0.0]}, schema=SCHEMA)
+    with pytest.raises(ValueError, match="duplicate paths"):
+        store.record_listing_behind(record.id, bad)

@@ -35,6 +35,7 @@ from . import resume
 from .bundle_carriers import BundleUnavailable
 from .bundle_channel import LANDER_NAME, SINK_NAME, SinkChannel, SinkStarting, take_spare, wants_openssh
 from .bundle_pull import Group, pull_groups
+from .bundle_sizes import GROUP_BYTES, TAIL_GROUP_FILES, group_bytes
 from .failures import ChecksumMismatch
 from .sftp_jobs import FileTask, SourceChanged, count_progress_many, mtime_changed
 from .sftp_mover import SFTPMover
@@ -46,25 +47,6 @@ if TYPE_CHECKING:
     from .transfer import TransferSession
 
 BUNDLE_MAX_FILE = 1 << 20  # files up to 1 MiB travel in bundles; larger ones stream over SFTP
-GROUP_BYTES = 16 << 20  # bytes per commit: bounds the memory a group holds on both ends
-# Fewest files a group takes towards the end of a chunk, when groups shrink to each worker's share
-# of what is left so that every channel finishes at about the same time.
-TAIL_GROUP_FILES = 16
-# A group holds no more than its connection's congestion window carries in this long (and never
-# less than GROUP_MIN_BYTES): a connection whose window is small (still in slow start, or cut by
-# an early loss) takes small groups and leaves the rest to the others. On wan50 `tiny` one such
-# connection (its window held at 76 segments after a loss) carried the last 13 MiB alone for
-# 1.1-1.4 s while two connections with 40 times its window sat idle.
-GROUP_SECONDS = 0.5
-GROUP_MIN_BYTES = 1 << 20
-
-
-def group_bytes(send_rate: float | None) -> int:
-    """The most bytes one group may hold on a connection whose window carries `send_rate`
-    bytes per second (None: unknown, as over an OpenSSH process)."""
-    if send_rate is None:
-        return GROUP_BYTES
-    return int(min(GROUP_BYTES, max(GROUP_MIN_BYTES, send_rate * GROUP_SECONDS)))
 
 
 def _has_sink(conn: Any) -> bool:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from . import resume
 from .bundle_carriers import SEND_PIECE
+from .bundle_sizes import GROUP_MIN_BYTES, group_bytes
 from .sftp_jobs import FileTask, SourceChanged, count_progress, mtime_changed
 
 if TYPE_CHECKING:
@@ -50,9 +51,14 @@ def pull_groups(mover: BundleMover, sink: SinkChannel, lander: SinkChannel) -> N
     limit = min(sink.max_files, lander.max_files)
     asked: list[Pull] = []  # gets sent, replies not yet all read (at most two groups)
     landing: list[Group] = []  # handed to the lander, commit not yet answered
+    rate: float | None = None  # bytes per second this channel's last group came in at
     try:
         while not r.schedule.surplus():
-            indices = mover.take_group(limit)
+            # The sender's congestion window is on the server, out of sight: the rate the last
+            # group came in at stands in for it (an upload reads its own window, bundle.py). A
+            # channel starts with small groups and takes larger ones as it speeds up, so one
+            # that is slow (new, in slow start, or cut by a loss) holds little of what is left.
+            indices = mover.take_group(limit, GROUP_MIN_BYTES if rate is None else group_bytes(rate))
             if not indices:
                 break
             tasks = [r.tasks[i] for i in indices]
@@ -61,7 +67,7 @@ def pull_groups(mover: BundleMover, sink: SinkChannel, lander: SinkChannel) -> N
                 resume.restart(t, mover.s.journal)  # fetched whole: earlier ranges no longer count
             asked.append(Pull(indices, tasks, sink.ask(tasks, r.alg)))
             if len(asked) > 1:
-                _forward(mover, sink, lander, asked[0], landing)
+                rate = _forward(mover, sink, lander, asked[0], landing) or rate
                 asked.pop(0)
                 _settle(mover, lander, landing, keep=1)
         while asked:
@@ -102,10 +108,14 @@ def _settle(mover: BundleMover, lander: SinkChannel, landing: list[Group], keep:
         mover.settle(group, results)
 
 
-def _forward(mover: BundleMover, sink: SinkChannel, lander: SinkChannel, pull: Pull, landing: list[Group]) -> None:
+def _forward(
+    mover: BundleMover, sink: SinkChannel, lander: SinkChannel, pull: Pull, landing: list[Group]
+) -> float | None:
     """Read a group's files from the source's helper and hand each on to the lander; then its
-    commit. A file that failed at the source, or changed since it was listed, fails alone."""
+    commit. A file that failed at the source, or changed since it was listed, fails alone.
+    Returns the rate its bytes came in at (bytes per second), None when too few came to tell."""
     r = mover.r
+    t0, got = time.monotonic(), 0
     group = Group()
     group.t0 = pull.t0
     batch: list[tuple[FileTask, bytes, str | None]] = []
@@ -122,6 +132,7 @@ def _forward(mover: BundleMover, sink: SinkChannel, lander: SinkChannel, pull: P
             pull.answered.add(i)
             r.failed(i, SourceChanged(f"source changed since it was listed: {t.src}"), 0.0, t.src)
             continue
+        got += len(data)
         t.moved_total += len(data)
         count_progress(t, mover.s.stats, len(data))  # progress as bytes arrive, not at the group's commit
         digest = head.get("digest") if r.alg else None
@@ -132,10 +143,13 @@ def _forward(mover: BundleMover, sink: SinkChannel, lander: SinkChannel, pull: P
             lander.put(batch, r.alg, local=True)
             batch, held = [], 0
     sink.answered()
+    seconds = time.monotonic() - t0
+    rate = got / seconds if got >= GROUP_MIN_BYTES // 2 and seconds > 0 else None
     if not group.items:
-        return
+        return rate
     if batch:
         lander.put(batch, r.alg, local=True)
     group.commit_id = lander.commit()
     landing.append(group)
     pull.answered.update(i for i, _, _, _ in group.items)
+    return rate

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .closing import Closing
@@ -31,6 +32,35 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_DELAY_MS = 500
 DEFAULT_MAX_EVENTS = 2_000
+LISTING_BACKLOG = 4  # batches held back while the listing is written, before a reporter waits for it
+
+
+class ListingWrite:
+    """A listing being written by a thread of its own (Store.record_listing_behind)."""
+
+    def __init__(self, write: Callable[[], None]) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(write,), name="journal-listing", daemon=True)
+        self._thread.start()
+
+    def _run(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except BaseException as exc:  # noqa: BLE001 - raised again by wait(), in the copy's thread
+            self._error = exc
+
+    def wait(self) -> None:
+        """Until every row is written; raises what the write raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def join(self) -> None:
+        """Until the write has ended, whatever became of it (a copy ending on another error)."""
+        self._thread.join()
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
 
 
 class JournalWriter(Closing):
@@ -45,6 +75,7 @@ class JournalWriter(Closing):
         max_events: int = DEFAULT_MAX_EVENTS,
         background: bool = True,
         heartbeat_s: float | None = None,
+        after: ListingWrite | None = None,
     ) -> None:
         if max_delay_ms < 0 or max_events < 1:
             raise ValueError("max_delay_ms must be >= 0 and max_events >= 1")
@@ -59,6 +90,7 @@ class JournalWriter(Closing):
         self._flush_lock = threading.Lock()  # one flush at a time, so batches commit in order
         self._closed = threading.Event()
         self._error: BaseException | None = None
+        self._after = after  # what the first write waits for (the listing's rows, say)
         self._thread: threading.Thread | None = None
         if background and max_delay_ms > 0:
             self._thread = threading.Thread(target=self._tick, name=f"journal-writer-{transfer_id}", daemon=True)
@@ -147,12 +179,23 @@ class JournalWriter(Closing):
             self._events.extend(events)
             if self._oldest is None:
                 self._oldest = now
-            due = len(self._events) >= self.max_events or now - self._oldest >= self.max_delay_s
+            pending = len(self._events)
+            due = pending >= self.max_events or now - self._oldest >= self.max_delay_s
+        if due and self._after is not None and not self._after.done():
+            # The listing is still being written: the background thread writes these once it
+            # is, so that a transfer thread does not wait for it, unless they pile up.
+            due = self._thread is None or pending >= LISTING_BACKLOG * self.max_events
         if due:
             self._flush()
 
     def _flush(self) -> None:
         with self._flush_lock:
+            if self._after is not None:
+                with self._lock:
+                    if not self._events:
+                        return
+                self._after.wait()  # its error is this flush's: the events stay buffered
+                self._after = None
             with self._lock:
                 events, self._events = self._events, []
                 self._oldest = None
