@@ -293,7 +293,9 @@ def _early_pool(args, src, dst):
     if src.scheme == "file" and bundles:
         # An upload's small files go through a sink on each data connection: started as each
         # connection's handshake completes, it is ready when the chunk begins (bundle_channel.py).
-        prestart_upload_sinks(pool, warm_count(args.algorithm, streams, False))
+        # The checksum helper's connection gets one too: a plan of one channel more than the
+        # warm data connections (first contact on a WAN) then finds a sink ready on it.
+        prestart_upload_sinks(pool, warm_count(args.algorithm, streams, args.verify != "none"))
     pool.warm(warm_count(args.algorithm, streams, args.verify != "none"))
     if dst.scheme == "file" and not args.manifest:
         # The server walks the source while this process loads the copy path (listing_ahead.py).

@@ -10,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+from airflow_transfer.cli import main as cli_main
 from airflow_transfer.engine import bundle, bundle_sizes
 from airflow_transfer.engine.bundle_channel import prestart_upload_sinks, start_download_helpers
 from airflow_transfer.engine.params import TransferParams
@@ -112,7 +113,7 @@ def test_upload_sinks_started_with_their_connections_are_the_ones_the_chunk_uses
 def test_verified_upload_workers_take_the_connections_whose_sinks_started_ahead(
     sshd, local_dir, remote_dir, monkeypatch
 ):
-    """As the CLI warms a verified upload: cc + 1 connections, a sink started on the first cc.
+    """cc + 1 connections warmed for a verified upload, a sink started on the first cc only.
     The workers take those two and start none of their own (they used to take the connection
     released last, often the one without a sink, and start a third sink while one sat idle),
     and each sink is closed exactly once."""
@@ -352,3 +353,20 @@ def test_a_download_channel_starts_with_small_groups_and_grows_them_with_its_rat
     )
     # loopback carries far more than 2 MiB/s: a channel that read a group takes larger ones
     assert any(max(bounds[2:], default=0) > bundle_sizes.GROUP_MIN_BYTES for bounds in asked.values()), asked
+
+
+def test_the_command_line_starts_a_sink_on_every_connection_it_warms_for_an_upload(
+    sshd, local_dir, remote_dir, tmp_path, monkeypatch
+):
+    """A verified upload warms one connection more than its data connections (the checksum
+    helper's); a sink starts on each, so a plan that runs one channel more than the two warmed
+    for data (first contact on wan50 `tiny` starts at three) finds its third sink ready instead
+    of starting it in its worker, 0.22 s into the chunk at 50 ms RTT."""
+    src = _tree(local_dir / "up-cli-three", 240, seed=37)
+    started, closed = _record_sinks(monkeypatch)
+    dst = remote_dir / "up-cli-three"
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    code = cli_main(["copy", str(src), sshd.url(str(dst)), "-c", "3", "--store", store, *ssh_args(sshd)])
+    assert code == 0 and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+    assert started == ["bundle-warm"] * 3, started  # none started by a worker
+    assert sorted(closed) == ["paramiko"] * 3, closed
