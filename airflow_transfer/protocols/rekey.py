@@ -32,7 +32,7 @@ from .paramiko_lib import paramiko
 PATCHABLE = all(hasattr(paramiko.Transport, name) for name in ("_send_user_message", "_parse_newkeys", "_send_message"))
 
 
-class _Transport(paramiko.Transport):
+class RekeySafeTransport(paramiko.Transport):
     """paramiko.Transport with the reader's own messages deferred during a key re-exchange."""
 
     def __init__(self, *args, **kwargs) -> None:
@@ -64,4 +64,4 @@ class _Transport(paramiko.Transport):
                 self._send_message(data)
 
 
-Transport = _Transport if PATCHABLE else paramiko.Transport
+Transport = RekeySafeTransport if PATCHABLE else paramiko.Transport

@@ -191,7 +191,7 @@ def open_transport(target: SSHTarget, window: int = DEFAULT_WINDOW):
     authenticate. Returns a paramiko.Transport; closing it closes what it runs over."""
     # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
     from .paramiko_lib import paramiko
-    from .rekey import Transport
+    from .transport import Transport
 
     sock = _open_carrier(target, window)
     try:

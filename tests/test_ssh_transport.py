@@ -1,0 +1,48 @@
+"""The first channel of a connection is not held back by a delayed acknowledgement
+(protocols/transport.py), against a real sshd.
+
+After the login OpenSSH's server sends a global request that wants no reply; the client's
+kernel would delay its acknowledgement, and the server's Nagle algorithm then holds the
+answer to the first CHANNEL_OPEN until that acknowledgement comes.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from airflow_transfer.protocols.pool import SFTPPool
+from airflow_transfer.protocols.ssh import open_transport
+from airflow_transfer.protocols.transport import ack_now
+
+
+def test_the_servers_request_after_login_is_acknowledged_at_once(sshd):
+    transport = open_transport(sshd.target(look_for_keys=False))
+    try:
+        chan = transport.open_session(timeout=30)
+        chan.exec_command("echo ok")
+        assert chan.makefile().read().strip() == b"ok"
+        # the server's hostkeys-00@openssh.com request came, and its acknowledgement left at once
+        assert transport.acks_pushed >= 1
+    finally:
+        transport.close()
+
+
+def test_every_connection_of_a_pool_runs_on_that_transport(sshd):
+    pool = SFTPPool(sshd.target(look_for_keys=False))
+    try:
+        conn = pool.acquire()
+        assert conn.transport.acks_pushed >= 1
+        assert conn.wire.stat(".") is not None  # the SFTP session opened behind it works
+        pool.release(conn)
+    finally:
+        pool.close()
+
+
+def test_only_a_tcp_socket_is_asked_for_an_acknowledgement():
+    a, b = socket.socketpair()
+    try:
+        assert ack_now(a) is False  # a proxy command's pipe, say: nothing to ask
+    finally:
+        a.close()
+        b.close()
+    assert ack_now(object()) is False  # a jump host's channel
