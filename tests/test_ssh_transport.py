@@ -1,5 +1,5 @@
-"""The first channel of a connection is not held back by a delayed acknowledgement
-(protocols/transport.py), against a real sshd.
+"""protocols/transport.py against a real sshd: the first channel of a connection is not held
+back by a delayed acknowledgement; a server that refuses the SFTP subsystem gets a clear error.
 
 After the login OpenSSH's server sends a global request that wants no reply; the client's
 kernel would delay its acknowledgement, and the server's Nagle algorithm then holds the
@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
+from airflow_transfer.errors import TransferError
 from airflow_transfer.protocols.pool import SFTPPool
-from airflow_transfer.protocols.ssh import open_transport
+from airflow_transfer.protocols.ssh import open_sftp, open_transport
 from airflow_transfer.protocols.transport import ack_now
+from tests.support.sshd import restricted_sshd
 
 
 def test_the_servers_request_after_login_is_acknowledged_at_once(sshd):
@@ -46,3 +50,21 @@ def test_only_a_tcp_socket_is_asked_for_an_acknowledgement():
         a.close()
         b.close()
     assert ack_now(object()) is False  # a jump host's channel
+
+
+def test_a_refused_sftp_subsystem_is_a_clear_error_not_a_protocol_one(test_base):
+    server = restricted_sshd(test_base / "sshd-nosftp", "no-sftp")
+    try:
+        transport = open_transport(server.target(look_for_keys=False))
+        try:
+            with pytest.raises(TransferError, match="refused the SFTP subsystem") as err:
+                open_sftp(transport, idle_timeout=30)
+            assert "Subsystem sftp" in err.value.todo
+            assert transport.is_active()  # the connection stays usable for exec
+            chan = transport.open_session(timeout=30)
+            chan.exec_command("echo still")
+            assert chan.makefile().read().strip() == b"still"
+        finally:
+            transport.close()
+    finally:
+        server.stop()

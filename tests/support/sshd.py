@@ -398,11 +398,23 @@ def bin_without_python(base: Path) -> Path:
     return out
 
 
+class _NoSFTPServer(SSHServer):
+    """An sshd with no SFTP subsystem at all: the request for it is refused."""
+
+    def _write_files(self) -> None:
+        super()._write_files()
+        lines = self.config_file.read_text().splitlines()
+        self.config_file.write_text("\n".join(line for line in lines if not line.startswith("Subsystem sftp")) + "\n")
+
+
 def restricted_sshd(base: Path, case: str) -> SSHServer:
-    """A started sshd whose sessions find no python ("no-python": coreutils fall-backs) or
-    may run nothing but SFTP ("no-exec": read-back and SFTP listing fall-backs)."""
-    if case not in ("no-python", "no-exec"):
+    """A started sshd whose sessions find no python ("no-python": coreutils fall-backs), may
+    run nothing but SFTP ("no-exec": read-back and SFTP listing fall-backs) or have no SFTP
+    subsystem ("no-sftp": the request for it is refused)."""
+    if case not in ("no-python", "no-exec", "no-sftp"):
         raise ValueError(f"unknown restriction {case!r}")
+    if case == "no-sftp":
+        return _NoSFTPServer(base).start()
     server = SSHServer(base)
     server._write_files()
     if case == "no-python":
