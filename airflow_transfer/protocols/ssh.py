@@ -189,11 +189,15 @@ def _verify_host_key(target: SSHTarget, key) -> None:
 def open_transport(target: SSHTarget, window: int = DEFAULT_WINDOW):
     """Connect (directly, through jump hosts or over a proxy command), verify the host key,
     authenticate. Returns a paramiko.Transport; closing it closes what it runs over."""
-    # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
-    from .paramiko_lib import paramiko
-    from .transport import Transport
-
+    # Connected first: the TCP handshake and the server's banner travel while paramiko loads.
     sock = _open_carrier(target, window)
+    try:
+        # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
+        from .paramiko_lib import paramiko
+        from .transport import Transport
+    except BaseException:
+        sock.close()
+        raise
     try:
         transport = Transport(sock, default_window_size=window, disabled_algorithms=target.disabled_algorithms or None)
     except BaseException:
