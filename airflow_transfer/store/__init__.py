@@ -38,7 +38,10 @@ Per-file journal (resume)
 ``store.record_listing(transfer_id, manifest_table) -> int``
     path/size/mtime as *pending*, in batched bulk inserts; idempotent (a file
     keeps its progress unless its size or mtime changed).
-``store.journal_writer(transfer_id, *, max_delay_ms=500, max_events=2000) -> JournalWriter``
+``store.record_listing_behind(transfer_id, manifest_table) -> ListingWrite``
+    The same rows, checked now and written by a thread of its own; pass the
+    result as ``journal_writer(..., after=...)``, whose first write waits for it.
+``store.journal_writer(transfer_id, *, max_delay_ms=500, max_events=2000, after=None) -> JournalWriter``
     What the engine uses, from any thread: ``w.mark_range(path, offset, length)``,
     ``w.mark_done(path, size, mtime=None, checksum=None, attempts=None)``,
     ``w.mark_failed(path, error, attempts=None)``, ``w.flush()``, ``w.close()``

@@ -181,7 +181,8 @@ class JournalWriter(Closing):
                 self._oldest = now
             pending = len(self._events)
             due = pending >= self.max_events or now - self._oldest >= self.max_delay_s
-        if due and self._after is not None and not self._after.done():
+        after = self._after  # one read: a flush may clear it meanwhile
+        if due and after is not None and not after.done():
             # The listing is still being written: the background thread writes these once it
             # is, so that a transfer thread does not wait for it, unless they pile up.
             due = self._thread is None or pending >= LISTING_BACKLOG * self.max_events
