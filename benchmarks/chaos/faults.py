@@ -26,7 +26,9 @@ JSON (stdout, `--json`), the error lines (stderr), or the progress lines
   file failed with "checksum mismatch".
 - permission: a destination subdirectory with files still to come made
   read-only (0555, the login user cannot write), restored before the re-run.
-  Reported: the error says "permission denied".
+  Injected only if one of its files is still without its final name once the
+  directory is read-only (the last ones may be named between the scan and the
+  chmod). Reported: the error says "permission denied".
 - rate_cut: the link's rate cut to 2-6 % for 3-5 s, then restored. Not an
   error either: reported when the progress lines show the slowdown: during the
   cut, some stretch of >= 1 s in which the copy's acknowledged bytes grew no

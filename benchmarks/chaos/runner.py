@@ -383,6 +383,11 @@ class Chaos:
                         os.chmod(target, 0o555)
                         detail["dir"] = sub
                         restore = lambda t=target: os.chmod(t, 0o755)
+                        # Files of `sub` may have been named between the scan and the chmod (a
+                        # group's commit): the fault bites only if one is still without its name.
+                        detail["files_pending"] = any(
+                            os.path.dirname(rel) == sub and not (dst / rel).exists() for rel in self.source
+                        )
                 elif kind == "rate_cut":
                     detail["seconds"] = round(rng.uniform(*self.cfg.cut_s), 2)
                     detail["cut_mbit"] = round(self.cfg.rate_mbit * rng.uniform(0.02, 0.06), 1)
