@@ -370,3 +370,27 @@ def test_the_command_line_starts_a_sink_on_every_connection_it_warms_for_an_uplo
     assert code == 0 and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
     assert started == ["bundle-warm"] * 3, started  # none started by a worker
     assert sorted(closed) == ["paramiko"] * 3, closed
+
+
+def test_a_download_lander_starts_while_the_sources_helper_is_still_starting(sshd, local_dir, remote_dir, monkeypatch):
+    """The lander (0.05 s) does not wait for the source's helper (an `ssh` login, most of a
+    second at 50 ms RTT): each source helper here waits until a lander has started, which a
+    lander started after it would never do in time."""
+    src = _tree(remote_dir / "lander-beside", 60, seed=38)
+    lander_started = threading.Event()
+    waited: list[bool] = []
+    real_openssh, real_local = bundle.SinkChannel.over_openssh.__func__, bundle.SinkChannel.local.__func__
+
+    def over_openssh(cls, target):
+        waited.append(lander_started.wait(20))
+        return real_openssh(cls, target)
+
+    def local(cls):
+        lander_started.set()
+        return real_local(cls)
+
+    monkeypatch.setattr(bundle.SinkChannel, "over_openssh", classmethod(over_openssh))
+    monkeypatch.setattr(bundle.SinkChannel, "local", classmethod(local))
+    s = _pull_with_helpers_ahead(sshd, src, local_dir / "lander-beside", 2)
+    assert s["failed"] == [] and tree_digest(local_dir / "lander-beside") == tree_digest(src)
+    assert waited == [True, True], waited

@@ -305,14 +305,17 @@ def start_download_helpers(pool: Any, count: int) -> int:
         return 0
     for name in (SINK_NAME, LANDER_NAME):
         pool.expect(name, count)
+    # The lander starts beside the source's helper, not after it: the helper's login takes most
+    # of a second on a 50 ms path, the lander 0.05 s, and the chunk needs both.
+    starters = ((SINK_NAME, lambda: SinkChannel.over_openssh(pool.target)), (LANDER_NAME, SinkChannel.local))
     for _ in range(count):
-        threading.Thread(target=_start_pair, args=(pool,), name="bundle-warm", daemon=True).start()
+        for name, start in starters:
+            threading.Thread(target=_start_one, args=(pool, name, start), name="bundle-warm", daemon=True).start()
     return count
 
 
-def _start_pair(pool: Any) -> None:
-    pool.stash(SINK_NAME, _started(lambda: SinkChannel.over_openssh(pool.target)))
-    pool.stash(LANDER_NAME, _started(SinkChannel.local))
+def _start_one(pool: Any, name: str, start: Callable[[], SinkChannel]) -> None:
+    pool.stash(name, _started(start))
 
 
 def _started(start: Callable[[], SinkChannel]) -> SinkChannel | BundleUnavailable | None:
