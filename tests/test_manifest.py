@@ -117,6 +117,15 @@ def test_hostile_listing_names_are_rejected(name):
         _consume([["r", "dir"], ["f", name, 1, 0.0, 0o644]], "hostile")
 
 
+def _every_name(longest: int) -> list[str]:
+    """Every name of up to `longest` characters over those that matter to the rule: '.', '/',
+    a control character and an ordinary letter."""
+    names = [""]
+    for _ in range(longest):
+        names += [n + c for n in names if len(n) == len(names[-1]) for c in "./\na"]
+    return sorted(set(names))
+
+
 def _refused(name: str) -> bool:
     """check_relative's rule spelled out: one part at a time."""
     if not name or name.startswith("/") or any(ord(c) < 32 or c == "\x7f" for c in name):
@@ -127,10 +136,7 @@ def _refused(name: str) -> bool:
 def test_the_one_search_path_check_refuses_exactly_what_the_rule_refuses():
     # Every name of up to 6 characters over the characters that matter ('.', '/', a control
     # character, an ordinary letter): the quick search must let through no name the rule refuses.
-    names = [""]
-    for _ in range(6):
-        names += [n + c for n in names if len(n) == len(names[-1]) for c in "./\na"]
-    names = sorted(set(names))
+    names = _every_name(6)
     assert len(names) > 5000
     for name in names:
         try:
@@ -144,11 +150,7 @@ def test_the_one_search_path_check_refuses_exactly_what_the_rule_refuses():
 def test_a_manifest_refuses_exactly_what_the_rule_refuses():
     # Manifest.validate checks the whole path column with Arrow's regex engine: over the same
     # names as above, one manifest each, it must refuse exactly the names the rule refuses.
-    names = [""]
-    for _ in range(5):
-        names += [n + c for n in names if len(n) == len(names[-1]) for c in "./\na"]
-    names = sorted(set(names))
-    for name in names:
+    for name in _every_name(5):
         manifest = Manifest(pa.table({"path": ["ok/name", name], "size": [1, 1], "mtime": [0.0, 0.0]}, schema=SCHEMA))
         try:
             manifest.validate("here")

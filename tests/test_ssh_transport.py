@@ -94,14 +94,7 @@ print(json.dumps({"paramiko_loaded_at_connect": seen}))
 def test_the_tcp_connection_is_made_before_paramiko_loads(sshd):
     """The handshake and the server's banner travel while paramiko is imported (about 0.04 s
     on this VM, one round trip less on a 50 ms link); a fresh interpreter shows the order."""
-    fields = dict(
-        host=sshd.host,
-        port=sshd.port,
-        username=sshd.user,
-        key_filenames=[str(sshd.client_key)],
-        known_hosts=[str(sshd.known_hosts)],
-        look_for_keys=False,
-    )
+    fields = sshd.target_fields(look_for_keys=False)
     out = subprocess.run(
         [sys.executable, "-c", _CONNECT_FIRST, json.dumps(fields)], capture_output=True, text=True, timeout=60
     )

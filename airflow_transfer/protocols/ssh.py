@@ -195,10 +195,7 @@ def open_transport(target: SSHTarget, window: int = DEFAULT_WINDOW):
         # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
         from .paramiko_lib import paramiko
         from .transport import Transport
-    except BaseException:
-        sock.close()
-        raise
-    try:
+
         transport = Transport(sock, default_window_size=window, disabled_algorithms=target.disabled_algorithms or None)
     except BaseException:
         sock.close()

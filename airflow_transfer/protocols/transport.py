@@ -30,7 +30,7 @@ QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only; elsewhere nothin
 def ack_now(sock: Any) -> bool:
     """Send the pending acknowledgement of what `sock` received, now; False where that cannot
     be asked (not a TCP socket: a proxy command's pipe, a jump host's channel; not Linux)."""
-    if QUICKACK is None or not isinstance(sock, socket.socket) or sock.type != socket.SOCK_STREAM:
+    if QUICKACK is None or not isinstance(sock, socket.socket) or sock.family not in (socket.AF_INET, socket.AF_INET6):
         return False
     try:
         sock.setsockopt(socket.IPPROTO_TCP, QUICKACK, 1)

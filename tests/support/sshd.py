@@ -348,8 +348,8 @@ class SSHServer:
     def url(self, path: str) -> str:
         return f"sftp://{self.user}@{self.host}:{self.port}{path}"
 
-    def target(self, **overrides) -> SSHTarget:
-        """An SSHTarget for this server: its address, user, client key and known_hosts."""
+    def target_fields(self, **overrides) -> dict:
+        """The fields of target(), as plain values (for a target built in another process)."""
         base = dict(
             host=self.host,
             port=self.port,
@@ -357,7 +357,11 @@ class SSHServer:
             key_filenames=[str(self.client_key)],
             known_hosts=[str(self.known_hosts)],
         )
-        return SSHTarget(**{**base, **overrides})
+        return {**base, **overrides}
+
+    def target(self, **overrides) -> SSHTarget:
+        """An SSHTarget for this server: its address, user, client key and known_hosts."""
+        return SSHTarget(**self.target_fields(**overrides))
 
     def connect_kwargs(self) -> dict:
         return {
