@@ -11,13 +11,13 @@ import threading
 from pathlib import Path
 
 from airflow_transfer.cli import main as cli_main
-from airflow_transfer.engine import bundle, bundle_sizes
+from airflow_transfer.engine import bundle, bundle_channel, bundle_sizes
 from airflow_transfer.engine.bundle_channel import prestart_upload_sinks, start_download_helpers
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols.endpoint import Endpoint
 from airflow_transfer.protocols.pool import SFTPPool
-from tests.support.cli import kill_cli_when, ssh_args
+from tests.support.cli import kill_cli_when, run_cli, ssh_args
 from tests.support.data import temp_files, tree_digest, write_random
 from tests.support.sshd import chown_to_user, restricted_sshd
 from tests.test_bundle import _tree
@@ -86,8 +86,12 @@ def _record_sinks(monkeypatch, starter: str = "over_paramiko") -> tuple[list[str
         started.append(threading.current_thread().name)
         return real_open(cls, where)
 
+    seen: set[int] = set()
+
     def close(self):
-        closed.append(self.carrier)
+        if id(self) not in seen:  # closing twice is harmless (a pair closes its partner too)
+            seen.add(id(self))
+            closed.append(self.carrier)
         return real_close(self)
 
     monkeypatch.setattr(bundle.SinkChannel, starter, classmethod(opened))
@@ -175,16 +179,25 @@ def test_a_byte_flipped_on_the_way_down_is_caught_and_only_that_file_fetched_aga
     src = _tree(remote_dir / "flip", 80, seed=12)
     dst = local_dir / "flip"
     flipped: list[int] = []
-    real_receive = bundle.SinkChannel.receive
+    real_forward = bundle_channel.Pump.forward
 
-    def corrupting_receive(self, want):
-        head, data = real_receive(self, want)
-        if data and not flipped:
-            flipped.append(want)
-            data = data[:-1] + bytes([data[-1] ^ 0x01])  # after the source's digest: a flip in transit
-        return head, data
+    def corrupting_forward(self, data):
+        # The source's helper took its digest from the bytes it read: a flip in transit, between
+        # the helpers, in the last byte of the first file whose header and bytes this piece holds.
+        at = data.find(b'{"op":"put"') if not flipped else -1
+        while at >= 0 and not flipped:
+            end = data.find(b"\n", at)
+            if end < 0:
+                break
+            head = json.loads(data[at:end])
+            last = end + head["size"]
+            if head["size"] and last < len(data):
+                data = data[:last] + bytes([data[last] ^ 0x01]) + data[last + 1 :]
+                flipped.append(head["id"])
+            at = data.find(b'{"op":"put"', end)
+        real_forward(self, data)
 
-    monkeypatch.setattr(bundle.SinkChannel, "receive", corrupting_receive)
+    monkeypatch.setattr(bundle_channel.Pump, "forward", corrupting_forward)
     s = _pull(sshd, src, dst, use_store=False)
     assert len(flipped) == 1 and s["failed"] == []
     v = s["verify"]
@@ -394,3 +407,23 @@ def test_a_download_lander_starts_while_the_sources_helper_is_still_starting(ssh
     s = _pull_with_helpers_ahead(sshd, src, local_dir / "lander-beside", 2)
     assert s["failed"] == [] and tree_digest(local_dir / "lander-beside") == tree_digest(src)
     assert waited == [True, True], waited
+
+
+def test_a_source_changed_or_gone_since_its_listing_is_fetched_again_or_reported(sshd, local_dir, remote_dir):
+    """The source's helper checks each file against its listing (size and mtime) as it reads
+    it: a changed file is fetched again whole, a vanished one fails alone, and the rest land."""
+    src = _tree(remote_dir / "changed", 40, seed=41)
+    dst = local_dir / "changed"
+    manifest = local_dir / "changed.parquet"
+    assert run_cli("list", sshd.url(str(src)), "--out", str(manifest), *ssh_args(sshd)).code == 0
+    files = sorted(p for p in src.rglob("*") if p.is_file())
+    grown, touched, gone = files[3], files[17], files[29]
+    write_random(grown, grown.stat().st_size + 100, seed=901)
+    os.utime(touched, (1_600_000_000, 1_600_000_000))
+    gone.unlink()
+    res = run_cli("copy", sshd.url(str(src)), str(dst), "--manifest", str(manifest), "--json", *ssh_args(sshd))
+    s = res.summary
+    assert [Path(f["path"]).name for f in s["failed"]] == [gone.name], s["failed"]
+    assert "no such file" in s["failed"][0]["error"].lower()
+    assert s["files_retried"] >= 2 and "bundle:" in json.dumps(s["chunks"])
+    assert tree_digest(dst) == tree_digest(src) and temp_files(dst) == []

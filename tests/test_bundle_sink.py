@@ -150,8 +150,8 @@ def leftovers(root: Path) -> list[Path]:
 
 def test_hello_lists_algorithms_and_durability(sink: Sink) -> None:
     hello = sink.request(op="hello")
-    assert hello["ok"] is True and hello["helper"] == "airflow-transfer-bundle" and hello["version"] == 2
-    assert hello["ops"] == ["commit", "get", "hello", "put"]
+    assert hello["ok"] is True and hello["helper"] == "airflow-transfer-bundle" and hello["version"] == 3
+    assert hello["ops"] == ["commit", "echo", "emit", "fail", "get", "hello", "put", "relay", "send"]
     assert set(hello["algorithms"]) == {"sha256", "sha1", "md5", "blake2b"}
     expected = "syncfs" if sys.platform.startswith("linux") else "fsync"
     assert hello["durability"] == expected
@@ -783,3 +783,83 @@ def test_the_sinks_path_rule_is_normpaths_over_every_short_path():
             assert got == reference(value), repr(value)
             checked += 1
     assert checked == sum(4**n for n in range(8))
+
+
+def _fed(requests: list[dict], python: str = PYTHON3) -> list[dict]:
+    """A download's two helpers, for real: one serving `requests` as the source's does (its
+    output captured whole), then that output served by a second as the lander's input; the
+    lander's replies."""
+    source = SINK_FILE.read_bytes()
+    lines = "".join(json.dumps(r) + "\n" for r in requests).encode()
+    fed = subprocess.run(
+        [python, "-I", "-c", BOOT], input=b"%d\n" % len(source) + source + lines, capture_output=True, timeout=60
+    )
+    assert fed.returncode == 0, fed.stderr
+    out = io.BytesIO()
+    assert bundle_sink.Sink(io.BufferedReader(io.BytesIO(fed.stdout)), out).serve() == 0
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_a_source_helper_feeds_the_lander_files_and_failures_in_one_commit(tmp_path: Path) -> None:
+    _feeds_the_lander(tmp_path, PYTHON3)
+
+
+@pytest.mark.usefixtures("python38")
+def test_python38_feeds_the_lander(tmp_path: Path) -> None:
+    _feeds_the_lander(tmp_path, PYTHON38)
+
+
+def _feeds_the_lander(tmp_path: Path, python: str) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    payload = random.Random(3).randbytes(3000)
+    for name, data in (("a", payload), ("empty", b""), ("grown", b"x" * 10), ("touched", b"y" * 10)):
+        (src / name).write_bytes(data)
+        os.utime(src / name, (1_700_000_000.5, 1_700_000_000.5))
+    os.chmod(src / "a", 0o640)
+    (src / "link").symlink_to(src / "a")
+
+    def send(i: int, name: str, size: int, mtime: float = 1_700_000_000.5) -> dict:
+        return {
+            "op": "send", "id": i, "path": str(src / name), "size": size, "mtime": mtime, "mode": 0o640,
+            "algo": "sha256", "tmp": str(dst / f".{name}.part"), "dst": str(dst / name),
+        }  # fmt: skip
+
+    replies = _fed(
+        python=python,
+        requests=[
+            {"op": "relay", "id": 1},
+            send(2, "a", 3000),
+            send(3, "empty", 0),
+            send(4, "missing", 5),
+            send(5, "grown", 4),  # listed smaller than it is now
+            send(6, "touched", 10, mtime=1_600_000_000.5),  # listed with another mtime
+            send(7, "link", 3000),  # a symlink is not followed
+            {"op": "emit", "id": 8, "line": {"op": "commit", "id": 9, "fsync": True, "drop_cache": True}},
+            {"op": "get", "id": 10, "path": "not absolute"},  # the source's own error, echoed
+        ],
+    )
+    assert replies[0] == {"id": 1, "ok": True}  # the source's reply, echoed by the lander
+    commit = replies[1]
+    assert commit["id"] == 9 and commit["ok"] is True and commit["bytes"] == 3000 and commit["seconds"] >= 0
+    files = {f["id"]: f for f in commit["files"]}
+    assert files[2]["ok"] and files[2]["digest"] == hashlib.sha256(payload).hexdigest() and files[3]["ok"]
+    codes = {i: (files[i].get("code"), files[i].get("source")) for i in (4, 5, 6, 7)}
+    assert codes == {4: ("ENOENT", True), 5: ("ECHANGED", True), 6: ("ECHANGED", True), 7: ("ELOOP", True)}
+    assert replies[2]["id"] == 10 and replies[2]["code"] == "EBADREQ" and len(replies) == 3
+    assert (dst / "a").read_bytes() == payload and (dst / "empty").read_bytes() == b""
+    st = (dst / "a").stat()
+    assert st.st_mode & 0o7777 == 0o640 and st.st_mtime == 1_700_000_000.5
+    assert sorted(p.name for p in dst.iterdir()) == ["a", "empty"]  # nothing else, no temporary left
+
+
+def test_a_fail_request_is_reported_at_its_place_in_the_commit(sink: Sink, tmp_path: Path) -> None:
+    sink.put(tmp_of(tmp_path / "one"), tmp_path / "one", b"1")
+    sink.send_raw(
+        json.dumps({"op": "fail", "id": 99, "code": "ENOENT", "error": "gone at the source"}).encode() + b"\n"
+    )
+    sink.put(tmp_of(tmp_path / "two"), tmp_path / "two", b"2")
+    files = sink.commit()["files"]
+    assert [f["ok"] for f in files] == [True, False, True]
+    assert files[1]["code"] == "ENOENT" and files[1]["source"] is True and files[1]["error"] == "gone at the source"

@@ -97,11 +97,14 @@ class BundleMover(SFTPMover):
 
     def release(self, conn: Any, broken: bool) -> None:
         # A helper stays with its connection for the next chunk (python3's start and the hello
-        # once per connection, not per chunk) unless a reply is still owed on it.
-        for name in (SINK_NAME, LANDER_NAME):
-            helper = conn.companions.get(name)
-            if helper is not None and (broken or helper.in_flight):
-                conn.companions.pop(name).close()
+        # once per connection, not per chunk) unless a reply is still owed on it; a download's
+        # pair (the source's helper and its lander) goes together.
+        helpers = [conn.companions.get(name) for name in (SINK_NAME, LANDER_NAME)]
+        if any(h is not None and (broken or h.in_flight) for h in helpers):
+            for name in (SINK_NAME, LANDER_NAME):
+                helper = conn.companions.pop(name, None)
+                if helper is not None:
+                    helper.close()
         super().release(conn, broken)
 
     def describe(self) -> str:
@@ -311,8 +314,8 @@ class BundleMover(SFTPMover):
         with self.state.lock:
             self.state.groups += 1
             self.state.files += len(group.items)
-        # counted already as sent or received; capped
-        count_progress_many([(t, len(data)) for _, t, data, _ in group.items], self.s.stats)
+        # counted already as sent (uploads); capped
+        count_progress_many([(t, t.size) for _, t, _, _ in group.items], self.s.stats)
         landed: list[int] = []  # verified and renamed: finished together, after the loop
         try:
             for (i, t, _, digest), res in zip(group.items, results, strict=True):
@@ -329,13 +332,16 @@ class BundleMover(SFTPMover):
         """A file of a group the sink did not land: mismatched (sent again) or failed."""
         r = self.r
         code = str(res.get("code") or "")
+        why: BaseException
         if code == "EMISMATCH":
             t.mismatches += 1
             self.state.count(mismatched=True)
-            got = str(res.get("digest") or "")
-            why: BaseException = ChecksumMismatch(
-                f"checksum mismatch ({r.alg}): source {str(digest)[:16]}, destination {got[:16]}"
-            )
+            got, want = str(res.get("digest") or ""), str(digest or res.get("expected") or "")
+            why = ChecksumMismatch(f"checksum mismatch ({r.alg}): source {want[:16]}, destination {got[:16]}")
+        elif res.get("source") and code == "ECHANGED":  # a download's source, as its helper found it
+            why = SourceChanged(f"source changed since it was listed: {t.src}")
+        elif res.get("source") and code == "ENOENT":
+            why = FileNotFoundError(errno.ENOENT, str(res.get("error") or code), t.src)
         else:
             why = OSError(getattr(errno, code, errno.EIO), str(res.get("error") or code), t.dst)
         r.failed(i, why, seconds, t.dst if self.upload else t.src)

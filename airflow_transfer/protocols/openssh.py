@@ -273,6 +273,9 @@ class PipeChannel:
         os.set_blocking(self._r, False)
         self._early = bytearray()
         self._timeout = timeout
+        # Another thread reads this channel (a bundle helper's output copied to the lander's
+        # input): a write that waits for room must then not read replies that are not its own.
+        self.reader_elsewhere = False
 
     @property
     def process(self) -> PipedProcess:
@@ -310,7 +313,7 @@ class PipeChannel:
                 pass
             except (BrokenPipeError, ValueError, OSError) as exc:
                 raise self._gone(exc) from exc
-            readers = [self._r] if len(self._early) < _EARLY_LIMIT else []
+            readers = [self._r] if len(self._early) < _EARLY_LIMIT and not self.reader_elsewhere else []
             r, w, _ = select.select(readers, [self._w], [], self._timeout)
             if not r and not w:
                 raise TimeoutError(f"no room in the ssh client's pipe for {self._timeout}s")
@@ -320,6 +323,13 @@ class PipeChannel:
                     raise self._gone()
                 if got:
                     self._early += got
+
+    def shutdown_write(self) -> None:
+        """End of input for the process (it answers what it has read, then exits); reading goes on."""
+        try:
+            self._proc.stdin.close()
+        except OSError:
+            pass
 
     def exit_status_ready(self) -> bool:
         return self._proc.exit_status() is not None

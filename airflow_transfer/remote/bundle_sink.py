@@ -31,10 +31,26 @@ request is a JSON object on one line; replies are JSON lines, ASCII, flushed.
       too. mode and mtime may be null; algo and digest are null together (no
       verification). An error is kept for the commit; all N bytes are read
       whatever happens.
+  {"op": "send", "id": 2, "path": "/d/f", "size": N, "mtime": 1700000000.5,
+   "mode": 420, "algo": "sha256", "tmp": "/l/.f.atpart", "dst": "/l/f"} -> a put
+      request for another sink (tmp, dst as its path, the file's bytes and their
+      digest), written to this helper's output: a download's source speaks to
+      the helper landing the files, not to the client. A file that cannot be read,
+      or whose size or mtime is not what was listed (ECHANGED), becomes {"op":
+      "fail", "id", "code", "error", "source": true} instead. Reads as get does.
+  {"op": "emit", "id": 3, "line": {...}} -> the object written as a line, as it
+      is (the landing helper's commit, which must follow the puts in its stream).
+  {"op": "relay", "id": 4} -> from here on every reply of this helper goes out
+      as {"op": "echo", "reply": {...}}, which the helper reading this output
+      answers with the reply as it is: the client hears both through one.
+  {"op": "fail", ...} (as send writes it) -> no reply; the group's commit
+      reports that file with the code given, and "source": true.
   {"op": "commit", "id": 3, "fsync": true, "drop_cache": true} -> "durability"
       and "files": per put since the last commit, in order, {"id", "ok": true,
       "digest", "fsynced", "cache_dropped"} or {"id", "ok": false, "code",
-      "error"}, plus "digest" and "expected" for EMISMATCH.
+      "error"}, plus "digest" and "expected" for EMISMATCH; and "bytes" and
+      "seconds": what the group's puts carried, from its first request to the
+      commit (how fast the group came in).
 
 A commit makes the group durable (one syncfs per filesystem, else an fsync per
 file; "none" with fsync false), reads each file back, compares digests,
@@ -89,9 +105,10 @@ import os
 import stat
 import sys
 import threading
+import time
 
 HELPER = "airflow-transfer-bundle"
-VERSION = 2
+VERSION = 3
 PIECE = 1 << 20
 GET_MAX = 64 << 20  # a get holds its file in memory to send the digest ahead of the bytes
 UNSUPPORTED = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP)  # fsync refused by the filesystem, not failed
@@ -157,6 +174,14 @@ def _load_umask():
     return None  # unknown: every put's mode is set with fchmod
 
 
+def _mtime_changed(now, listed):
+    """At the listing's precision: sub-second where it had it, whole seconds (an SFTP listing)."""
+    if listed != int(listed):
+        return abs(now - listed) > 1e-6
+    return int(now) != int(listed)
+
+
+OPS = ("commit", "echo", "emit", "fail", "get", "hello", "put", "relay", "send")
 SYNCFS = _load_syncfs()
 MAX_PENDING = _max_pending()
 UMASK = _load_umask()
@@ -332,6 +357,8 @@ class Sink:
         # Whether a file without a name can be made and then named (UNNAMED), per directory and
         # per filesystem (st_dev): tried once on each filesystem (_can_name_unnamed).
         self.unnamed_dirs, self.unnamed_devs = {}, {}
+        self.relay = False  # replies go out as echo requests, to the helper reading this output
+        self.group_t0, self.group_bytes = None, 0  # when the open group's first request came; its bytes
 
     def _more(self, keep):
         if self.held:
@@ -373,7 +400,7 @@ class Sink:
             ok=True,
             helper=HELPER,
             version=VERSION,
-            ops=["commit", "get", "hello", "put"],
+            ops=sorted(OPS),
             python=python,
             algorithms=sorted(ALGORITHMS),
             durability=durability,
@@ -462,6 +489,8 @@ class Sink:
         if type(size) is not int or size < 0:
             self.exit_code = 2
             raise RequestError("EBADREQ", "put size must be a whole number >= 0 (got %r); stream unframed" % (size,))
+        self._opened()
+        self.group_bytes += size
         put = self.begin(request)
         while size:
             piece = self.take(size)
@@ -473,8 +502,8 @@ class Sink:
             self.feed(put, piece)
         self.end(put)
 
-    def get(self, request):
-        """Send one file whole, its digest ahead of its bytes; errors are answered by handle()."""
+    def _read_file(self, request):
+        """(bytes, stat, digest) of the regular file a get or send names, read whole."""
         _split("path", request.get("path"))
         path, algo = request["path"], request.get("algo")
         if algo is not None and algo not in ALGORITHMS:
@@ -498,20 +527,75 @@ class Sink:
         data = b"".join(pieces)
         if len(data) != st.st_size:
             raise RequestError("ECHANGED", "%s changed size while it was read" % path)
+        return data, st, ALGORITHMS[algo](data).hexdigest() if algo is not None else None
+
+    def get(self, request):
+        """Send one file whole, its digest ahead of its bytes; errors are answered by handle()."""
+        data, st, digest = self._read_file(request)
         head = dict(
             id=request.get("id"),
             ok=True,
             size=len(data),
             mode=stat.S_IMODE(st.st_mode),
             mtime=st.st_mtime,
-            digest=ALGORITHMS[algo](data).hexdigest() if algo is not None else None,
+            digest=digest,
         )
-        self.out.write(json.dumps(head, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n")
-        self.out.write(data)
-        self.held += len(data) + 1
+        self._emit(json.dumps(head, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n", data)
+
+    def _emit(self, line, data=b""):
+        """Write a line (and bytes) out; flushed a piece at a time, and when the requests run out."""
+        self.out.write(line)
+        if data:
+            self.out.write(data)
+        self.held += len(line) + len(data)
         if self.held >= PIECE:
             self.out.flush()
             self.held = 0
+
+    def send_file(self, request):
+        """A file as a put for the helper reading this output (see the module's text); a file
+        that cannot be sent becomes a fail request, so that its group's commit reports it."""
+        request_id = request.get("id")
+        try:
+            size, mtime = request.get("size"), request.get("mtime")
+            if type(size) is not int or type(mtime) not in (int, float):
+                raise RequestError("EBADREQ", "send needs the listed size and mtime: %r" % (request,))
+            data, st, digest = self._read_file(request)
+            if len(data) != size or _mtime_changed(st.st_mtime, mtime):
+                raise RequestError("ECHANGED", "source changed since it was listed: %s" % request["path"])
+            head = dict(
+                op="put",
+                id=request_id,
+                tmp=request.get("tmp"),
+                path=request.get("dst"),
+                size=len(data),
+                mode=request.get("mode"),
+                mtime=mtime,
+                algo=request.get("algo"),
+                digest=digest,
+            )
+        except Exception as exc:  # noqa: BLE001 - one file's failure travels to the commit
+            code, message = _error(exc)
+            head, data = dict(op="fail", id=request_id, code=code, error=message, source=True), b""
+        self._emit(json.dumps(head, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n", data)
+
+    def emit(self, request):
+        line = request.get("line")
+        if not isinstance(line, dict):
+            raise RequestError("EBADREQ", "emit needs an object as its line: %r" % (request,))
+        self._emit(json.dumps(line, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n")
+
+    def failed(self, request):
+        """A file the sending helper could not send: its entry in the group's commit."""
+        self._opened()
+        put = Put(request.get("id"))
+        code, message = request.get("code"), request.get("error")
+        put.error = dict(code=code if isinstance(code, str) else "EIO", error=str(message), source=True)
+        self.pending.append(put)
+
+    def _opened(self):
+        if self.group_t0 is None:
+            self.group_t0 = time.monotonic()
 
     def _flush(self, puts):
         """Make every live put durable: one syncfs per filesystem, an fsync per file where that fails."""
@@ -597,7 +681,10 @@ class Sink:
         if type(want_fsync) is not bool or type(want_drop) is not bool:
             raise RequestError("EBADREQ", "fsync and drop_cache must be true or false: %r" % (request,))
         puts, self.pending, self.tmps, self.paths = self.pending, [], set(), set()
-        return puts, want_fsync, want_drop
+        t0, self.group_t0 = self.group_t0, None
+        received = dict(bytes=self.group_bytes, seconds=round(time.monotonic() - t0, 6) if t0 is not None else 0.0)
+        self.group_bytes = 0
+        return puts, want_fsync, want_drop, received
 
     def commit(self, request):
         """A group's commit, done before returning (in-process use)."""
@@ -606,18 +693,18 @@ class Sink:
     def commit_behind(self, request):
         """Start a group's commit in a thread; its reply is sent when it is done (serving a stream)."""
         self.wait_commit()
-        puts, want_fsync, want_drop = self._take_group(request)
+        puts, want_fsync, want_drop, received = self._take_group(request)
         for put in puts:
             self.busy_names.update((put.tmp, put.path))
         self.busy_fds = sum(1 for put in puts if put.fd is not None)
         self.committing = threading.Thread(
-            target=self._commit_and_reply, args=(request.get("id"), puts, want_fsync, want_drop)
+            target=self._commit_and_reply, args=(request.get("id"), puts, want_fsync, want_drop, received)
         )
         self.committing.start()
 
-    def _commit_and_reply(self, request_id, puts, want_fsync, want_drop):
+    def _commit_and_reply(self, request_id, puts, want_fsync, want_drop, received):
         try:
-            reply = self._commit(puts, want_fsync, want_drop)
+            reply = self._commit(puts, want_fsync, want_drop, received)
         except Exception as exc:  # noqa: BLE001 - answered like any failed request
             reply = dict(zip(("code", "error"), _error(exc)), ok=False)
         reply["id"] = request_id
@@ -632,7 +719,7 @@ class Sink:
             self.committing.join()
             self.committing, self.busy_names, self.busy_fds = None, set(), 0
 
-    def _commit(self, puts, want_fsync, want_drop):
+    def _commit(self, puts, want_fsync, want_drop, received=None):
         try:
             durability = self._flush([p for p in puts if p.fd is not None]) if want_fsync else "none"
             if want_drop:
@@ -664,7 +751,7 @@ class Sink:
             for put in puts:
                 if put.fd is not None:
                     os.close(put.fd)
-        return {"ok": True, "durability": durability, "files": [put.reply() for put in puts]}
+        return dict(received or {}, ok=True, durability=durability, files=[put.reply() for put in puts])
 
     def handle(self, line):
         request_id = op = None
@@ -673,14 +760,26 @@ class Sink:
             request_id, op = request.get("id"), request.get("op")
             if op == "put":
                 return self.put(request)  # answered at the commit
+            if op == "send":
+                return self.send_file(request)  # a put (or a fail) for the next helper
+            if op == "fail":
+                return self.failed(request)  # answered at the commit
+            if op == "echo" and isinstance(request.get("reply"), dict):
+                return request["reply"]  # a reply of the helper writing this stream, as it is
             if op == "get":
                 self.wait_commit()  # replies keep request order
                 return self.get(request)  # answered with its bytes, or by the error below
-            if op not in ("hello", "commit"):
-                raise RequestError("EBADREQ", "unknown op %r; known: commit, get, hello, put" % (op,))
-            if op == "commit" and self.read is not None:
+            if op == "emit":
+                return self.emit(request)
+            if op == "relay":
+                self.relay = True
+                reply = {"ok": True}
+            elif op == "commit" and self.read is not None:
                 return self.commit_behind(request)  # answered when it is done
-            reply = self.hello(request) if op == "hello" else self.commit(request)
+            elif op in ("hello", "commit"):
+                reply = self.hello(request) if op == "hello" else self.commit(request)
+            else:
+                raise RequestError("EBADREQ", "unknown op %r; known: %s" % (op, ", ".join(OPS)))
         except Exception as exc:  # noqa: BLE001 - keep serving: one bad request must not end the session
             reply = dict(zip(("code", "error"), _error(exc)), ok=False)
             if op == "put" and not isinstance(exc, RequestError):
@@ -691,6 +790,8 @@ class Sink:
         return reply
 
     def send(self, reply):
+        if self.relay:
+            reply = {"op": "echo", "reply": reply}
         data = json.dumps(reply, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
         with self.out_lock:
             self.out.write(data)
