@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_transfer.engine import bundle, bundle_sizes, transfer
+from airflow_transfer.engine import bundle, bundle_channel, bundle_sizes, transfer
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols.endpoint import Endpoint
@@ -67,25 +68,37 @@ def test_small_files_travel_in_bundles_verified_and_big_ones_over_sftp(sshd, loc
     assert (a.stat().st_mode & 0o777) == (b.stat().st_mode & 0o777)
 
 
+def flip_in_transit(monkeypatch, wanted) -> list[str]:
+    """Flip one byte of the first file whose put header `wanted(header)` picks, in the stream
+    between the two helpers (after the reading one took its digest: a flip in transit). Its
+    header and bytes must come in one piece of the stream; the paths flipped, as it happens."""
+    flipped: list[str] = []
+    real_forward = bundle_channel.Pump.forward
+
+    def corrupting_forward(self, data):
+        at = data.find(b'{"op":"put"') if not flipped else -1
+        while at >= 0 and not flipped:
+            end = data.find(b"\n", at)
+            if end < 0:
+                break
+            head = json.loads(data[at:end])
+            last = end + head["size"]
+            if head["size"] and last < len(data) and wanted(head):
+                data = data[:last] + bytes([data[last] ^ 0xFF]) + data[last + 1 :]
+                flipped.append(head["path"])
+            at = data.find(b'{"op":"put"', end)
+        real_forward(self, data)
+
+    monkeypatch.setattr(bundle_channel.Pump, "forward", corrupting_forward)
+    return flipped
+
+
 def test_a_byte_flipped_on_the_way_is_caught_and_only_that_file_sent_again(sshd, local_dir, remote_dir, monkeypatch):
     src = _tree(local_dir / "flip", 60, seed=2)
     dst = remote_dir / "flip"
-    flipped: list[str] = []
-
-    real_send = bundle.SinkChannel.send
-
-    def corrupting_send(self, items, algorithm, *rest):
-        out = []
-        for t, data, digest in items:
-            if t.rel.endswith("s0013.bin") and not flipped and data:
-                flipped.append(t.rel)
-                data = bytes([data[0] ^ 0xFF]) + data[1:]  # after the source digest: a flip in transit
-            out.append((t, data, digest))
-        return real_send(self, out, algorithm, *rest)
-
-    monkeypatch.setattr(bundle.SinkChannel, "send", corrupting_send)
+    flipped = flip_in_transit(monkeypatch, lambda head: head["path"].endswith("s0013.bin"))
     s = _copy(sshd, src, dst, use_store=False)
-    assert flipped == ["d6/s0013.bin"]
+    assert flipped == [str(dst / "d6" / "s0013.bin")]
     assert s["failed"] == []
     v = s["verify"]
     assert v["mismatched"] == 1 and v["repaired"] == 1 and v["verified"] == 60
@@ -102,13 +115,13 @@ def test_a_fault_in_our_own_code_fails_the_chunk_instead_of_reconnecting_forever
     dst = remote_dir / "bug"
     calls = []
 
-    def broken_send(self, *args):
+    def broken_relay(self, *args):
         calls.append(1)
-        raise TypeError("send() takes 3 positional arguments")
+        raise TypeError("relay() takes 4 positional arguments")
 
-    monkeypatch.setattr(bundle.SinkChannel, "send", broken_send)
+    monkeypatch.setattr(bundle.SinkChannel, "relay", broken_relay)
     s = _copy(sshd, src, dst, use_store=False)
-    assert s["failed"] and all("send() takes 3 positional arguments" in f["error"] for f in s["failed"]), s["failed"]
+    assert s["failed"] and all("relay() takes 4 positional arguments" in f["error"] for f in s["failed"]), s["failed"]
     assert len(calls) <= 2  # one per worker (cc 2), not one per reconnect
     assert temp_files(dst) == []
 
@@ -181,8 +194,10 @@ def test_a_sink_serves_every_chunk_of_its_connection(sshd, local_dir, remote_dir
     started = []
     real_init = bundle.SinkChannel.__init__
 
+    feeders = []
+
     def counting_init(self, chan, carrier="paramiko"):
-        started.append(chan)
+        (feeders if carrier == "local" else started).append(chan)  # the helper on this host feeding it
         real_init(self, chan, carrier)
 
     monkeypatch.setattr(bundle.SinkChannel, "__init__", counting_init)
@@ -203,6 +218,7 @@ def test_a_sink_serves_every_chunk_of_its_connection(sshd, local_dir, remote_dir
     assert len(s["chunks"]) >= 4 and all("bundle:" in c["transport"] for c in s["chunks"]), s["chunks"]
     opened = max(c["cc"] for c in s["chunks"])
     assert 1 <= len(started) <= opened + 1 < len(s["chunks"]), (len(started), opened, len(s["chunks"]))
+    assert len(feeders) == len(started)  # one each, kept with the connection as its sink is
 
 
 def test_every_channel_gets_its_share_of_the_groups(sshd, local_dir, remote_dir):
@@ -233,7 +249,7 @@ def test_a_group_whose_commit_reply_was_lost_is_found_in_place_not_sent_again(ss
         if landed:
             return settle(mover, group, results)
         assert results and all(r.get("ok") for r in results), results
-        for _, t, _, _ in group.items:
+        for _, t in group.items:
             landed[t.rel] = os.stat(t.dst).st_ino
         raise ConnectionError("connection lost before the commit's reply was read (test)")
 
@@ -360,12 +376,16 @@ def test_the_group_bound_reads_the_window_of_the_socket_the_sink_rides(sshd, loc
         ("/d/.x.atpart", "/d/x", 7, "sha256", "aa"),  # a whole-second mtime
     ],
 )
-def test_a_put_line_is_the_json_the_encoder_writes(tmp, path, mtime, algo, digest):
-    # Put headers are formatted directly (once per file); the sink parses them with json.loads,
-    # so they must be exactly what encoding the request object gives.
-    from airflow_transfer.engine.bundle_channel import _json, put_line
+def test_a_send_line_is_the_json_the_encoder_writes(tmp, path, mtime, algo, digest):
+    # Send requests are formatted directly (once per file); the helper parses them with
+    # json.loads, so they must be exactly what encoding the request object gives.
+    from types import SimpleNamespace
 
-    line = put_line(5, tmp, path, 3, 0o644, mtime, _json(algo), digest)
-    request = {"op": "put", "id": 5, "tmp": tmp, "path": path, "size": 3, "mode": 0o644}
-    request.update(mtime=float(mtime), algo=algo, digest=digest)
+    from airflow_transfer.engine.bundle_channel import _json, send_line
+
+    task = SimpleNamespace(size=3, mtime=mtime, mode=0o100644)
+    dst = path + (digest or "")  # another name in the same directory
+    line = send_line(5, path, task, _json(algo), tmp, dst)  # type: ignore[arg-type]
+    request = {"op": "send", "id": 5, "path": path, "size": 3, "mtime": float(mtime), "mode": 0o644}
+    request.update(algo=algo, tmp=tmp, dst=dst)
     assert line == _json(request).encode("ascii") + b"\n"

@@ -1,4 +1,4 @@
-"""Small files downloaded in bundles (engine/bundle_pull.py), against a real sshd."""
+"""Small files downloaded in bundles (engine/bundle_groups.py), against a real sshd."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 from airflow_transfer.cli import main as cli_main
-from airflow_transfer.engine import bundle, bundle_channel, bundle_sizes
+from airflow_transfer.engine import bundle, bundle_sizes
 from airflow_transfer.engine.bundle_channel import prestart_upload_sinks, start_download_helpers
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.job import CopyRequest, run_copy
@@ -20,7 +20,7 @@ from airflow_transfer.protocols.pool import SFTPPool
 from tests.support.cli import kill_cli_when, run_cli, ssh_args
 from tests.support.data import temp_files, tree_digest, write_random
 from tests.support.sshd import chown_to_user, restricted_sshd
-from tests.test_bundle import _tree
+from tests.test_bundle import _tree, flip_in_transit
 
 
 def _pull(sshd, src: Path, dst: Path, **kw):
@@ -111,7 +111,7 @@ def test_upload_sinks_started_with_their_connections_are_the_ones_the_chunk_uses
     assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
     assert any("bundle: " in c["transport"] and "over paramiko" in c["transport"] for c in s["chunks"]), s["chunks"]
     assert started == ["bundle-warm", "bundle-warm"], started
-    assert closed == ["paramiko", "paramiko"], closed
+    assert sorted(closed) == ["local", "local", "paramiko", "paramiko"], closed  # each sink with its feeder
 
 
 def test_verified_upload_workers_take_the_connections_whose_sinks_started_ahead(
@@ -128,7 +128,7 @@ def test_verified_upload_workers_take_the_connections_whose_sinks_started_ahead(
     assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
     assert s["verify"]["verified"] == 300 and s["verify"]["bundled_files"] == 300, s["verify"]
     assert started == ["bundle-warm", "bundle-warm"], started
-    assert sorted(closed) == ["paramiko", "paramiko"], closed  # every sink closed once: none leaks
+    assert sorted(closed) == ["local", "local", "paramiko", "paramiko"], closed  # each sink and feeder once
 
 
 def test_an_upload_sink_that_cannot_start_ahead_leaves_its_reason_for_the_summary(test_base, local_dir):
@@ -178,26 +178,7 @@ def test_a_byte_flipped_on_the_way_down_is_caught_and_only_that_file_fetched_aga
 ):
     src = _tree(remote_dir / "flip", 80, seed=12)
     dst = local_dir / "flip"
-    flipped: list[int] = []
-    real_forward = bundle_channel.Pump.forward
-
-    def corrupting_forward(self, data):
-        # The source's helper took its digest from the bytes it read: a flip in transit, between
-        # the helpers, in the last byte of the first file whose header and bytes this piece holds.
-        at = data.find(b'{"op":"put"') if not flipped else -1
-        while at >= 0 and not flipped:
-            end = data.find(b"\n", at)
-            if end < 0:
-                break
-            head = json.loads(data[at:end])
-            last = end + head["size"]
-            if head["size"] and last < len(data):
-                data = data[:last] + bytes([data[last] ^ 0x01]) + data[last + 1 :]
-                flipped.append(head["id"])
-            at = data.find(b'{"op":"put"', end)
-        real_forward(self, data)
-
-    monkeypatch.setattr(bundle_channel.Pump, "forward", corrupting_forward)
+    flipped = flip_in_transit(monkeypatch, lambda head: True)
     s = _pull(sshd, src, dst, use_store=False)
     assert len(flipped) == 1 and s["failed"] == []
     v = s["verify"]
@@ -382,7 +363,7 @@ def test_the_command_line_starts_a_sink_on_every_connection_it_warms_for_an_uplo
     code = cli_main(["copy", str(src), sshd.url(str(dst)), "-c", "3", "--store", store, *ssh_args(sshd)])
     assert code == 0 and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
     assert started == ["bundle-warm"] * 3, started  # none started by a worker
-    assert sorted(closed) == ["paramiko"] * 3, closed
+    assert sorted(closed) == ["local"] * 3 + ["paramiko"] * 3, closed  # each sink with its feeder
 
 
 def test_a_download_lander_starts_while_the_sources_helper_is_still_starting(sshd, local_dir, remote_dir, monkeypatch):

@@ -224,7 +224,7 @@ def test_a_group_landed_but_unheard_is_found_in_place_not_sent_again(test_base, 
         if unheard:
             return settle(mover, group, results)
         assert results and all(r.get("ok") for r in results), results
-        unheard.extend(t.rel for _, t, _, _ in group.items)
+        unheard.extend(t.rel for _, t in group.items)
         server.stop()
         raise ConnectionError("connection lost before the commit's reply was read (test)")
 

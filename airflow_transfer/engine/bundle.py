@@ -6,7 +6,8 @@ FSETSTAT, a CLOSE, a digest request, a rename and their replies, each a few
 Python steps on both ends. Where the destination runs commands over SSH and
 has python3, the bundle sink (remote/bundle_sink.py, standard library only) is
 started once per connection and a group of small files travels as one framed
-stream: a header and the bytes of each file, then one commit. The sink writes
+stream: a header and the bytes of each file, then one commit, written by the same
+helper on the source's side (bundle_groups.py). The sink writes
 every file under its temporary name, makes the group durable (one syncfs where
 the kernel has it), reads each file back from disk, compares its digest with
 the source's, and only then renames it into place; one reply reports every
@@ -23,30 +24,34 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..integrity.algorithms import digest_bytes
 from ..protocols import openssh
 from ..protocols.rtt import tcp_send_rate
-from . import resume
 from .bundle_carriers import BundleUnavailable
-from .bundle_channel import LANDER_NAME, SINK_NAME, SinkChannel, SinkStarting, take_spare, wants_openssh
-from .bundle_pull import Group, pull_groups
-from .bundle_sizes import GROUP_BYTES, TAIL_GROUP_FILES, group_bytes
+from .bundle_channel import (
+    FEEDER_NAME,
+    LANDER_NAME,
+    SINK_NAME,
+    SinkChannel,
+    SinkStarting,
+    take_spare,
+    wants_openssh,
+)
+from .bundle_groups import Group, move_groups
+from .bundle_sizes import GROUP_BYTES, GROUP_MIN_BYTES, TAIL_GROUP_FILES, group_bytes
 from .failures import ChecksumMismatch
-from .sftp_jobs import FileTask, SourceChanged, count_progress_many, mtime_changed
+from .sftp_jobs import FileTask, SourceChanged, count_progress_many
 from .sftp_mover import SFTPMover
-
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 
 if TYPE_CHECKING:
     from .runner import Runner
     from .transfer import TransferSession
 
 BUNDLE_MAX_FILE = 1 << 20  # files up to 1 MiB travel in bundles; larger ones stream over SFTP
+_HELPERS = (SINK_NAME, LANDER_NAME, FEEDER_NAME)
 
 
 def _has_sink(conn: Any) -> bool:
@@ -97,11 +102,11 @@ class BundleMover(SFTPMover):
 
     def release(self, conn: Any, broken: bool) -> None:
         # A helper stays with its connection for the next chunk (python3's start and the hello
-        # once per connection, not per chunk) unless a reply is still owed on it; a download's
-        # pair (the source's helper and its lander) goes together.
-        helpers = [conn.companions.get(name) for name in (SINK_NAME, LANDER_NAME)]
+        # once per connection, not per chunk) unless a reply is still owed on it; a pair goes
+        # together.
+        helpers = [conn.companions.get(name) for name in _HELPERS]
         if any(h is not None and (broken or h.in_flight) for h in helpers):
-            for name in (SINK_NAME, LANDER_NAME):
+            for name in _HELPERS:
                 helper = conn.companions.pop(name, None)
                 if helper is not None:
                     helper.close()
@@ -130,56 +135,36 @@ class BundleMover(SFTPMover):
         return super().takes_whole(t) and (bool(self.state.off) or not self.small(t))
 
     def drain(self, conn: Any, gone: list[bool]) -> None:
-        sink = self._sink(conn)
-        if sink is not None:
-            if self.upload:
-                self._bundles(sink)
-            else:
-                lander = self._lander(conn)
-                if lander is not None:
-                    pull_groups(self, sink, lander)
+        pair = self._pair(conn)
+        if pair is not None:
+            move_groups(self, *pair)
         # What is left for SFTP: files too big for a bundle, or every file where no sink runs. When
         # the next file in line is a small one, the SFTP drain returns and the runner's loop
         # brings this worker back here (or retires it).
         super().drain(conn, gone)
 
-    def _bundles(self, sink: SinkChannel) -> None:
-        """Groups one after another on this channel, the next sent while the sink commits the
-        one before (it reads them in order; its replies are small), so sending and the sink's
-        flush and read-back overlap."""
-        waiting: Group | None = None
-        # The socket the sink's stream rides: the paramiko Transport of its exec channel (over an
-        # OpenSSH carrier too, where that is a second connection); none for an `ssh` process.
-        sock = getattr(getattr(sink.chan, "transport", None), "sock", None)
-        try:
-            while not self.r.schedule.surplus():
-                group = self._prepare(sink.max_files, group_bytes(tcp_send_rate(sock)))
-                if group is None:
-                    break
-                group.commit_id = sink.send(
-                    [(t, data, digest) for _, t, data, digest in group.items], self.r.alg, self.s.stats
-                )
-                if waiting is not None:
-                    self.settle(waiting, sink.result(waiting.commit_id, len(waiting.items)))
-                waiting, group = group, None
-            if waiting is not None:
-                self.settle(waiting, sink.result(waiting.commit_id, len(waiting.items)))
-                waiting = None
-        except BaseException as exc:
-            # Nothing of the groups in flight is known to be in place. When the channel broke, every
-            # file goes again (whole: they are small), over a new connection; any other error is
-            # each file's outcome as it is, so no file stays counted as running.
-            broke = isinstance(exc, (OSError, EOFError, ValueError))
-            why = ConnectionError(f"connection lost during a bundle: {exc}") if broke else exc
-            for lost in (waiting, group):
-                if lost is None:
-                    continue
-                for i, t, _, _ in lost.items:
-                    t.unheard = bool(lost.commit_id)  # its commit went out: it may have landed
-                    self.r.failed(i, why, 0.0, t.dst)
-            if broke:
-                raise ConnectionError(f"bundle channel lost: {exc}") from exc
-            raise
+    def _pair(self, conn: Any) -> tuple[SinkChannel, SinkChannel] | None:
+        """(the helper reading the files, the one landing them) for this connection, or None
+        where bundles cannot run: the server's helper, and one on this host (bundle_groups.py)."""
+        sink = self._sink(conn)
+        if sink is None:
+            return None
+        mine = self._local(conn, FEEDER_NAME if self.upload else LANDER_NAME)
+        if mine is None:
+            return None
+        return (mine, sink) if self.upload else (sink, mine)
+
+    def group_bound(self, dest: SinkChannel, rate: float | None) -> int:
+        """The most bytes the next group may hold. An upload reads the congestion window of the
+        socket its sink's stream rides (the paramiko Transport of its exec channel; none for an
+        `ssh` process); a download's sender is the server, out of sight, so the rate its last
+        group came in at stands in for it. A download's channel starts with small groups and
+        takes larger ones as it speeds up, so one that is slow (new, in slow start, or cut by a
+        loss) holds little of what is left."""
+        if self.upload:
+            sock = getattr(getattr(dest.chan, "transport", None), "sock", None)
+            return group_bytes(tcp_send_rate(sock))
+        return GROUP_MIN_BYTES if rate is None else group_bytes(rate)
 
     def _sink(self, conn: Any) -> SinkChannel | None:
         if self.state.off:
@@ -226,17 +211,18 @@ class BundleMover(SFTPMover):
                 self.state.no_openssh = why  # once per copy: neither the target nor the server changes
         return SinkChannel.over_paramiko(conn.transport)
 
-    def _lander(self, conn: Any) -> SinkChannel | None:
-        """The helper on this host that lands downloaded groups, one per connection."""
-        lander = conn.companions.get(LANDER_NAME)
-        if lander is None:
+    def _local(self, conn: Any, name: str) -> SinkChannel | None:
+        """The helper on this host that lands downloaded groups (or reads uploaded ones), one
+        per connection."""
+        mine = conn.companions.get(name)
+        if mine is None:
             try:
-                lander = take_spare(self.pool, LANDER_NAME) or SinkChannel.local()
+                mine = take_spare(self.pool, name) or SinkChannel.local()
             except BundleUnavailable as exc:
                 self.state.off = f"the local bundle helper did not start: {exc}"
                 return None
-            conn.companions[LANDER_NAME] = lander
-        return lander
+            conn.companions[name] = mine
+        return mine
 
     def take_group(self, limit: int, max_bytes: int = GROUP_BYTES) -> list[int]:
         """The next group's files (see _take), without those found landed already."""
@@ -260,49 +246,6 @@ class BundleMover(SFTPMover):
         tasks = r.tasks
         return r.schedule.pop_group(limit, lambda k: self.small(tasks[k]), lambda k: tasks[k].size, max_bytes)
 
-    def _read(self, t: FileTask) -> bytes:
-        # os-level calls: open() as a file object costs twice the system calls (isatty, a second
-        # fstat, lseek), and each one hands the GIL to the other threads and waits to get it back.
-        fd = os.open(t.src, _READ_FLAGS)
-        try:
-            st = os.fstat(fd)
-            if st.st_size != t.size or mtime_changed(st.st_mtime, t.mtime):
-                raise SourceChanged(f"source changed since it was listed: {t.src}")
-            pieces, left = [], t.size + 1  # one byte more than listed shows a file that grew
-            while left > 0:
-                piece = os.read(fd, left)
-                if not piece:
-                    break
-                pieces.append(piece)
-                left -= len(piece)
-        finally:
-            os.close(fd)
-        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-        if len(data) != t.size:
-            raise SourceChanged(f"source changed while it was read: {t.src}")
-        return data
-
-    def _prepare(self, limit: int, max_bytes: int) -> Group | None:
-        """The next group, read and digested (a file that cannot be read fails alone and the
-        next ones are taken instead); None when no small file is left to send."""
-        r = self.r
-        group = Group()
-        while not group.items:
-            indices = self.take_group(limit, max_bytes)
-            if not indices:
-                return None
-            for i in indices:
-                t = r.tasks[i]
-                t.attempts += 1
-                resume.restart(t, self.s.journal)  # sent whole: ranges of an earlier attempt no longer count
-                try:
-                    data = self._read(t)
-                except OSError as exc:
-                    r.failed(i, exc, 0.0, t.src)
-                    continue
-                group.items.append((i, t, data, digest_bytes(r.alg, data) if r.alg else None))
-        return group
-
     def settle(self, group: Group, results: list[dict]) -> None:
         """Each file's outcome from a sink's reply to its group's commit (the remote sink's for
         uploads, the local one's for downloads)."""
@@ -314,21 +257,20 @@ class BundleMover(SFTPMover):
         with self.state.lock:
             self.state.groups += 1
             self.state.files += len(group.items)
-        # counted already as sent (uploads); capped
-        count_progress_many([(t, t.size) for _, t, _, _ in group.items], self.s.stats)
+        count_progress_many([(t, t.size) for _, t in group.items], self.s.stats)  # capped: a retry is not progress
         landed: list[int] = []  # verified and renamed: finished together, after the loop
         try:
-            for (i, t, _, digest), res in zip(group.items, results, strict=True):
+            for (i, t), res in zip(group.items, results, strict=True):
                 if res.get("ok"):
                     landed.append(i)
                     continue
-                self._refused(i, t, digest, res, seconds)
+                self._refused(i, t, res, seconds)
         finally:
             repaired = sum(1 for i in landed if r.tasks[i].mismatches)
             self.state.count_many(verified=len(landed) if r.alg is not None else 0, repaired=repaired)
             r.finish_ok(landed, seconds)
 
-    def _refused(self, i: int, t: FileTask, digest: str | None, res: dict, seconds: float) -> None:
+    def _refused(self, i: int, t: FileTask, res: dict, seconds: float) -> None:
         """A file of a group the sink did not land: mismatched (sent again) or failed."""
         r = self.r
         code = str(res.get("code") or "")
@@ -336,12 +278,13 @@ class BundleMover(SFTPMover):
         if code == "EMISMATCH":
             t.mismatches += 1
             self.state.count(mismatched=True)
-            got, want = str(res.get("digest") or ""), str(digest or res.get("expected") or "")
+            got, want = str(res.get("digest") or ""), str(res.get("expected") or "")
             why = ChecksumMismatch(f"checksum mismatch ({r.alg}): source {want[:16]}, destination {got[:16]}")
-        elif res.get("source") and code == "ECHANGED":  # a download's source, as its helper found it
+        elif res.get("source") and code == "ECHANGED":  # the source, as the helper reading it found it
             why = SourceChanged(f"source changed since it was listed: {t.src}")
         elif res.get("source") and code == "ENOENT":
             why = FileNotFoundError(errno.ENOENT, str(res.get("error") or code), t.src)
         else:
-            why = OSError(getattr(errno, code, errno.EIO), str(res.get("error") or code), t.dst)
-        r.failed(i, why, seconds, t.dst if self.upload else t.src)
+            where = t.src if res.get("source") else t.dst
+            why = OSError(getattr(errno, code, errno.EIO), str(res.get("error") or code), where)
+        r.failed(i, why, seconds, t.dst if self.upload and not res.get("source") else t.src)

@@ -8,6 +8,7 @@ their libraries: a download's helpers can then be started while those still load
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
@@ -20,8 +21,8 @@ from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
 from ..protocols import openssh
-from .bundle_carriers import SEND_PIECE, BundleUnavailable, forget, local_exec, openssh_exec, paramiko_exec
-from .sftp_jobs import count_progress
+from .bundle_carriers import BundleUnavailable, forget, local_exec, openssh_exec, paramiko_exec
+from .sftp_jobs import count_progress_many
 
 if TYPE_CHECKING:
     from .sftp_jobs import FileTask
@@ -41,6 +42,7 @@ COMMIT_TIMEOUT = 300.0  # a group's fsync and read-back on a slow disk
 BOOTSTRAP = "import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))"
 SINK_NAME = "airflow-transfer-bundle"
 LANDER_NAME = "airflow-transfer-bundle-lander"  # the same helper on this host, landing downloads
+FEEDER_NAME = "airflow-transfer-bundle-feeder"  # the same helper on this host, reading uploads
 
 
 SINK_PYTHON = "python3"  # the interpreter the bundle helper runs under, found on the server's PATH
@@ -94,15 +96,6 @@ class ChannelReader:
         return data
 
 
-def _count_sent(pending: list[tuple[FileTask, int]], stats: Any) -> None:
-    """Bytes handed to the channel are moved, whatever becomes of their group (a channel that
-    dies before the commit leaves them in temporary files a later protocol may resume from)."""
-    for t, n in pending:
-        t.moved_total += n
-        count_progress(t, stats, n)
-    pending.clear()
-
-
 class SinkChannel:
     """One running bundle sink on one SSH connection."""
 
@@ -112,11 +105,11 @@ class SinkChannel:
         self.out = ChannelReader(self.chan.recv)
         self.next_id = 1
         self.in_flight = 0  # groups begun and not yet answered: the channel is reusable at 0 only
-        self.open = False  # puts sent since the last commit
         # A download's source helper and the lander it feeds (pair()): closed together.
         self.partner: SinkChannel | None = None
         self.pump: Pump | None = None
         self.received: tuple[Any, Any] = (None, None)  # the last commit's bytes and seconds (the lander's)
+        self.owed: list[int] = []  # replies to read before the next commit's (the relay's)
         try:
             self.chan.sendall(sink_preamble())
             hello = self._request({"op": "hello"})
@@ -176,95 +169,48 @@ class SinkChannel:
             raise ValueError(f"the bundle sink answered request {reply.get('id')} instead of {want}")
         return reply
 
-    def send(self, items: list[tuple[FileTask, bytes, str | None]], algorithm: str | None, stats: Any = None) -> int:
-        """Send a group and its commit without waiting for the reply; the commit's request id.
-        Each file's bytes count as progress once handed to the channel, so progress (and the
-        rate the tuning watches) moves as the group goes out, not in one step at its commit."""
-        self.put(items, algorithm, stats)
-        return self.commit()
+    def pair(self, dest: SinkChannel) -> None:
+        """Make this helper (the one reading the files) feed `dest` (the one landing them): from
+        here on what this one writes goes to dest's input through a Pump, and its replies come
+        back among dest's. A download pairs the source's helper with the lander on this host;
+        an upload, a helper on this host (the feeder) with the server's sink.
 
-    def put(
-        self,
-        items: list[tuple[FileTask, bytes, str | None]],
-        algorithm: str | None,
-        stats: Any = None,
-        local: bool = False,
-    ) -> None:
-        """Send files of the open group (to the tasks' dst, or with `local` to the local helper
-        landing downloads, at their absolute local paths); commit() ends the group."""
-        frames: list[bytes] = []
-        held = 0
-        pending: list[tuple[FileTask, int]] = []
-        if not self.open:
-            self.open = True
-            self.in_flight += 1
-        algo = _json(algorithm)
-        for t, data, digest in items:
-            tmp, dst = (os.path.abspath(t.tmp), os.path.abspath(t.dst)) if local else (t.tmp, t.dst)
-            frames.append(put_line(self._id(), tmp, dst, len(data), t.mode & 0o7777, t.mtime, algo, digest))
-            frames.append(data)
-            if not local:  # a download's bytes counted as they arrived
-                pending.append((t, len(data)))
-            held += len(data)
-            if held >= SEND_PIECE:  # many small files per packet, without a second copy of the group
-                self._send(frames)
-                _count_sent(pending, stats)
-                held = 0
-        if frames:
-            self._send(frames)
-        _count_sent(pending, stats)
-
-    def commit(self) -> int:
-        """End the open group: its commit's request id (the reply is read by result())."""
-        if not self.open:
-            self.in_flight += 1
-        self.open = False
-        commit_id = self._id()
-        commit = {"op": "commit", "id": commit_id, "fsync": True, "drop_cache": True}
-        self.chan.sendall(_json(commit).encode("ascii") + b"\n")
-        return commit_id
-
-    def _send(self, frames: list[bytes]) -> None:
-        # A view: paramiko's sendall re-slices what is left after every packet, which for a
-        # bytes object copies it (quadratic in the size sent).
-        self.chan.sendall(memoryview(b"".join(frames)))
-        frames.clear()
-
-    def pair(self, lander: SinkChannel) -> None:
-        """Make this (a download's source helper) feed `lander`: from here on what it writes goes
-        to the lander's input through a Pump, and its replies come back among the lander's.
-
-        Why: the files' bytes then go from the source's stream to the lander without being
-        parsed, framed again and copied by this process, which on a stream of small files
-        spent a quarter of a download's CPU doing so."""
-        if self.partner is lander:
+        Why: the files' bytes then go from helper to helper without being read, framed and
+        copied by this process, whose per-file Python steps and interpreter lock were the
+        bound on streams of small files."""
+        if self.partner is dest:
             return
-        if self.partner is not None or lander.partner is not None:
+        if self.partner is not None or dest.partner is not None:
             raise ValueError("a bundle helper is already paired with another")
-        for chan in (self.chan, lander.chan):
+        for chan in (self.chan, dest.chan):
             if isinstance(chan, openssh.PipeChannel):
-                chan.reader_elsewhere = True  # the pump reads the source; this process reads the lander
-        self.partner, lander.partner = lander, self
-        self.pump = Pump(self, lander)
+                chan.reader_elsewhere = True  # the pump reads this one's output; this process, dest's
+        self.partner, dest.partner = dest, self
+        self.pump = Pump(self, dest)
         relay_id = self._id()
         self.chan.sendall(_json({"op": "relay", "id": relay_id}).encode("ascii") + b"\n")
-        reply = lander._reply(relay_id)
-        if not reply.get("ok"):
-            raise ValueError(f"the bundle helper refused to feed the lander: {str(reply)[:200]}")
+        dest.owed.append(relay_id)  # read with the first commit's reply: no round trip of its own
 
-    def relay(self, tasks: list[FileTask], algorithm: str | None) -> int:
-        """Ask the source's helper to send a group of files to the paired lander, and the lander
-        to commit it; the commit's request id (its reply is read with the lander's result())."""
-        lander = self.partner
-        if lander is None:
-            raise ValueError("relay needs a lander paired with this helper")
+    def relay(self, tasks: list[FileTask], algorithm: str | None, upload: bool, stats: Any = None) -> int:
+        """Ask this helper to send a group of files to its partner, and the partner to commit it;
+        the commit's request id (its reply is read with the partner's result())."""
+        dest = self.partner
+        if dest is None:
+            raise ValueError("relay needs a helper paired with this one")
         algo = _json(algorithm)
-        lines = [send_line(self._id(), t, algo, os.path.abspath(t.tmp), os.path.abspath(t.dst)) for t in tasks]
+        if upload:  # read here, placed on the server as named
+            lines = [send_line(self._id(), os.path.abspath(t.src), t, algo, t.tmp, t.dst) for t in tasks]
+        else:
+            lines = [
+                send_line(self._id(), t.src, t, algo, os.path.abspath(t.tmp), os.path.abspath(t.dst)) for t in tasks
+            ]
         commit_id = self._id()
         commit = {"op": "commit", "id": commit_id, "fsync": True, "drop_cache": True}
         lines.append(_json({"op": "emit", "id": self._id(), "line": commit}).encode("ascii") + b"\n")
         self.in_flight += 1
-        lander.in_flight += 1
+        dest.in_flight += 1
+        if self.pump is not None:
+            self.pump.expect(tasks, stats)
         self.chan.sendall(memoryview(b"".join(lines)))
         return commit_id
 
@@ -273,7 +219,11 @@ class SinkChannel:
         self.in_flight -= 1
 
     def result(self, commit_id: int, count: int) -> list[dict]:
-        """The reply to a commit sent with `send`: one entry per file of its group, in order."""
+        """The reply to a commit asked for with relay(): one entry per file of its group, in order."""
+        while self.owed:
+            owed = self._reply(self.owed.pop(0))
+            if not owed.get("ok"):
+                raise ValueError(f"the bundle helper refused to feed its partner: {str(owed)[:200]}")
         reply = self._reply(commit_id)
         self.answered()
         self.received = (reply.get("bytes"), reply.get("seconds"))
@@ -297,15 +247,22 @@ class SinkChannel:
 
 
 class Pump:
-    """Copies a download's source helper's output into the lander's input, in a thread of its
-    own, without reading it: a few system calls per megabyte, whatever the files' sizes."""
+    """Copies the output of the helper reading the files into the input of the one landing
+    them, in a thread of its own, without parsing it: a few system calls per megabyte, whatever
+    the files' sizes. It counts each file as progress once about that many bytes went through
+    (so that progress, and the rate the tuning watches, move as a group travels)."""
 
     READ_SIZE = 1 << 20
+    FRAME_BYTES = 128  # less than a put's header: a file counts a little early, never late
 
     def __init__(self, source: SinkChannel, lander: SinkChannel) -> None:
         self.source, self.lander = source, lander
         self.stopped = False
         self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._waiting: collections.deque[FileTask] = collections.deque()  # asked for, not yet counted
+        self._stats: Any = None
+        self._through = 0  # bytes forwarded beyond those of the files counted
         self.thread = threading.Thread(target=self._run, name="bundle-pump", daemon=True)
         self.thread.start()
 
@@ -331,31 +288,37 @@ class Pump:
             if end is not None:
                 end()
 
+    def expect(self, tasks: list[FileTask], stats: Any) -> None:
+        """The files of a group just asked for, in the order their bytes will come."""
+        with self._lock:
+            self._waiting.extend(tasks)
+            self._stats = stats
+
     def forward(self, data: bytes) -> None:
-        self.lander.chan.sendall(data)
+        # A view: paramiko's sendall re-slices what is left after every packet, which for a
+        # bytes object copies it (quadratic in the size sent).
+        self.lander.chan.sendall(memoryview(data))
+        through: list[tuple[FileTask, int]] = []
+        with self._lock:
+            self._through += len(data)
+            while self._waiting and self._waiting[0].size + self.FRAME_BYTES <= self._through:
+                t = self._waiting.popleft()
+                self._through -= t.size + self.FRAME_BYTES
+                through.append((t, t.size))
+            stats = self._stats
+        if through:
+            count_progress_many(through, stats)
 
 
-def put_line(
-    request_id: int, tmp: str, path: str, size: int, mode: int, mtime: float, algo: str, digest: str | None
-) -> bytes:
-    """A put's header line (`algo` already JSON), as _json would write the request: formatted
-    directly, since it is written once per file (a third of the time of building and encoding
-    the dict). The strings go through json's own escaping."""
-    mtime_text = float.__repr__(float(mtime)) if math.isfinite(mtime) else _json(mtime)
-    digest_text = _quote(digest) if digest is not None else "null"
-    return (
-        f'{{"op":"put","id":{request_id:d},"tmp":{_quote(tmp)},"path":{_quote(path)},"size":{size:d},'
-        f'"mode":{mode:d},"mtime":{mtime_text},"algo":{algo},"digest":{digest_text}}}\n'
-    ).encode("ascii")
-
-
-def send_line(request_id: int, t: FileTask, algo: str, tmp: str, dst: str) -> bytes:
-    """A send request for the source's helper (see put_line): the file's listed size, mtime and
-    mode, and where the lander is to put it."""
+def send_line(request_id: int, src: str, t: FileTask, algo: str, tmp: str, dst: str) -> bytes:
+    """A send request for the helper reading the file at `src`, as _json would write it: the
+    file's listed size, mtime and mode, and where its partner is to put it. Formatted directly,
+    since it is written once per file (a third of the time of building and encoding the dict);
+    the strings go through json's own escaping."""
     mtime = float(t.mtime)
-    mtime_text = float.__repr__(mtime) if math.isfinite(mtime) else "0.0"
+    mtime_text = float.__repr__(mtime) if math.isfinite(mtime) else _json(mtime)
     return (
-        f'{{"op":"send","id":{request_id:d},"path":{_quote(t.src)},"size":{t.size:d},"mtime":{mtime_text},'
+        f'{{"op":"send","id":{request_id:d},"path":{_quote(src)},"size":{t.size:d},"mtime":{mtime_text},'
         f'"mode":{t.mode & 0o7777:d},"algo":{algo},"tmp":{_quote(tmp)},"dst":{_quote(dst)}}}\n'
     ).encode("ascii")
 
@@ -443,7 +406,8 @@ class SinkStarting:
 
 def prestart_upload_sinks(pool: Any, count: int) -> int:
     """Start an upload's sink on each of the next `count` connections the pool opens ahead,
-    as soon as its login is done (while its SFTP session opens); how many it will start.
+    as soon as its login is done (while its SFTP session opens), and as many feeders (the
+    helper on this host that reads the files for a sink); how many sinks it will start.
 
     Why: the exec channel, python3's start and the hello cost a chunk's worker about 0.25 s
     at 50 ms RTT before its first group, after the imports and the listing. Started with the
@@ -452,6 +416,12 @@ def prestart_upload_sinks(pool: Any, count: int) -> int:
     second login for it."""
     if count <= 0 or wants_openssh(upload=True):
         return 0
+    # The feeders (a local interpreter each, 0.05 s) start at once, beside the logins.
+    pool.expect(FEEDER_NAME, count)
+    for _ in range(count):
+        threading.Thread(
+            target=_start_one, args=(pool, FEEDER_NAME, SinkChannel.local), name="bundle-warm", daemon=True
+        ).start()
     left = count
     lock = threading.Lock()
 

@@ -16,6 +16,7 @@ also written as `chaos-progress <monotonic time> <bytes done>` lines.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 import threading
@@ -54,25 +55,36 @@ def _flipper(victim: str, at: float, limit: int | None):
 
 
 def _bundle_flipper(victim: str, at: float) -> None:
-    """Flip one byte of the victim's data the first time it goes out in a bundle."""
-    from airflow_transfer.engine import bundle
+    """Flip one byte of the victim's data the first time it goes by in a bundle: in the stream
+    between the helper that read it (and took its digest) and the sink, where the copy's pump
+    moves it. Its header and bytes must come in one piece of that stream (a file of a bundle
+    is at most 1 MiB, a piece up to 1 MiB): otherwise the run counts as not injected."""
+    from airflow_transfer.engine import bundle_channel
 
-    real_send = bundle.SinkChannel.send
+    real_forward = bundle_channel.Pump.forward
     done = threading.Event()
+    marker = b'{"op":"put"'
 
-    def send(self, items, algorithm, *rest):
-        out = []
-        for t, data, digest in items:
-            if t.tmp == victim and data and not done.is_set():
+    def forward(self, data):
+        at_head = data.find(marker) if not done.is_set() else -1
+        while at_head >= 0:
+            end = data.find(b"\n", at_head)
+            if end < 0:
+                break
+            head = json.loads(data[at_head:end])
+            size = head.get("size") or 0
+            if head.get("tmp") == victim and size and end + size < len(data):
                 done.set()
-                offset = min(len(data) - 1, int(at * len(data)))
-                data = data[:offset] + bytes([data[offset] ^ 0xFF]) + data[offset + 1 :]
-                sys.stderr.write(f"chaos: flipped the byte at {offset} of {t.tmp} (in a bundle)\n")
+                offset = min(size - 1, int(at * size))
+                k = end + 1 + offset
+                data = data[:k] + bytes([data[k] ^ 0xFF]) + data[k + 1 :]
+                sys.stderr.write(f"chaos: flipped the byte at {offset} of {victim} (in a bundle)\n")
                 sys.stderr.flush()
-            out.append((t, data, digest))
-        return real_send(self, out, algorithm, *rest)
+                break
+            at_head = data.find(marker, end)
+        return real_forward(self, data)
 
-    bundle.SinkChannel.send = send
+    bundle_channel.Pump.forward = forward
 
 
 def _stamped(progress):
