@@ -105,10 +105,10 @@ class SinkChannel:
         self.out = ChannelReader(self.chan.recv)
         self.next_id = 1
         self.in_flight = 0  # groups begun and not yet answered: the channel is reusable at 0 only
-        # A download's source helper and the lander it feeds (pair()): closed together.
+        # The helper reading the files and the one landing them (pair()): closed together.
         self.partner: SinkChannel | None = None
         self.pump: Pump | None = None
-        self.received: tuple[Any, Any] = (None, None)  # the last commit's bytes and seconds (the lander's)
+        self.received: tuple[Any, Any] = (None, None)  # the last commit's bytes and seconds, as it counted them
         self.owed: list[int] = []  # replies to read before the next commit's (the relay's)
         try:
             self.chan.sendall(sink_preamble())
@@ -243,7 +243,7 @@ class SinkChannel:
         except Exception:  # noqa: BLE001 - closing a channel that may be gone already
             pass
         if partner is not None:
-            partner.close()  # a source helper without its lander (or the reverse) is no use
+            partner.close()  # one helper of a pair without the other is no use
 
 
 class Pump:
@@ -255,8 +255,8 @@ class Pump:
     READ_SIZE = 1 << 20
     FRAME_BYTES = 128  # less than a put's header: a file counts a little early, never late
 
-    def __init__(self, source: SinkChannel, lander: SinkChannel) -> None:
-        self.source, self.lander = source, lander
+    def __init__(self, source: SinkChannel, dest: SinkChannel) -> None:
+        self.source, self.dest = source, dest
         self.stopped = False
         self.error: BaseException | None = None
         self._lock = threading.Lock()
@@ -279,14 +279,17 @@ class Pump:
                 if not data:
                     break
                 self.forward(data)
-        except Exception as exc:  # noqa: BLE001 - the lander's end of input tells the client
+        except Exception as exc:  # noqa: BLE001 - the end of dest's input tells the client
             self.error = exc
         finally:
-            # The lander answers the commits it read and exits: the client hears of a source
+            # dest answers the commits it read and exits: the client hears of a source
             # that went away as an end of file, not after the commit timeout.
-            end = getattr(self.lander.chan, "shutdown_write", None)
-            if end is not None:
-                end()
+            end = getattr(self.dest.chan, "shutdown_write", None)
+            try:
+                if end is not None:
+                    end()
+            except Exception:  # noqa: BLE001 - dest's channel is gone already: nothing to end
+                pass
 
     def expect(self, tasks: list[FileTask], stats: Any) -> None:
         """The files of a group just asked for, in the order their bytes will come."""
@@ -297,7 +300,7 @@ class Pump:
     def forward(self, data: bytes) -> None:
         # A view: paramiko's sendall re-slices what is left after every packet, which for a
         # bytes object copies it (quadratic in the size sent).
-        self.lander.chan.sendall(memoryview(data))
+        self.dest.chan.sendall(memoryview(data))
         through: list[tuple[FileTask, int]] = []
         with self._lock:
             self._through += len(data)

@@ -75,7 +75,9 @@ def move_groups(mover: BundleMover, source: SinkChannel, dest: SinkChannel) -> N
         # any other error is each file's outcome as it is, so no file stays counted as running.
         broke = isinstance(exc, (OSError, EOFError, ValueError))
         why = ConnectionError(f"connection lost during a bundle: {exc}") if broke else exc
-        for pending in [g for g in landing if not g.heard]:
+        # Not after a timeout (the reply would wait as long again) nor an interruption.
+        readable = broke and not isinstance(exc, TimeoutError)
+        for pending in [g for g in landing if not g.heard] if readable else ():
             try:
                 _settle(mover, source, dest, pending)
             except Exception:  # noqa: BLE001 - the lander is gone too: its groups go again below
