@@ -381,7 +381,7 @@ def test_a_send_line_is_the_json_the_encoder_writes(tmp, path, mtime, algo, dige
     # json.loads, so they must be exactly what encoding the request object gives.
     from types import SimpleNamespace
 
-    from airflow_transfer.engine.bundle_channel import _json, send_line
+    from airflow_transfer.engine.bundle_channel import _json, put_mac, send_line
 
     task = SimpleNamespace(size=3, mtime=mtime, mode=0o100644)
     dst = path + (digest or "")  # another name in the same directory
@@ -389,3 +389,7 @@ def test_a_send_line_is_the_json_the_encoder_writes(tmp, path, mtime, algo, dige
     request = {"op": "send", "id": 5, "path": path, "size": 3, "mtime": float(mtime), "mode": 0o644}
     request.update(algo=algo, tmp=tmp, dst=dst)
     assert line == _json(request).encode("ascii") + b"\n"
+    # With a key (a download's lander is confined), the mac of the id and names comes last.
+    key = b"k" * 32
+    keyed = send_line(5, path, task, _json(algo), tmp, dst, key)  # type: ignore[arg-type]
+    assert keyed == _json(dict(request, mac=put_mac(key, 5, tmp, dst))).encode("ascii") + b"\n"

@@ -151,7 +151,7 @@ def leftovers(root: Path) -> list[Path]:
 def test_hello_lists_algorithms_and_durability(sink: Sink) -> None:
     hello = sink.request(op="hello")
     assert hello["ok"] is True and hello["helper"] == "airflow-transfer-bundle" and hello["version"] == 3
-    assert hello["ops"] == ["commit", "echo", "emit", "fail", "get", "hello", "put", "relay", "send"]
+    assert hello["ops"] == ["commit", "confine", "echo", "emit", "fail", "get", "hello", "put", "relay", "send"]
     assert set(hello["algorithms"]) == {"sha256", "sha1", "md5", "blake2b"}
     expected = "syncfs" if sys.platform.startswith("linux") else "fsync"
     assert hello["durability"] == expected
@@ -785,10 +785,10 @@ def test_the_sinks_path_rule_is_normpaths_over_every_short_path():
     assert checked == sum(4**n for n in range(8))
 
 
-def _fed(requests: list[dict], python: str = PYTHON3) -> list[dict]:
+def _fed(requests: list[dict], python: str = PYTHON3, confine: dict | None = None) -> list[dict]:
     """A download's two helpers, for real: one serving `requests` as the source's does (its
-    output captured whole), then that output served by a second as the lander's input; the
-    lander's replies."""
+    output captured whole), then that output served by a second as the lander's input (told
+    `confine` first, as the client does); the lander's replies."""
     source = SINK_FILE.read_bytes()
     lines = "".join(json.dumps(r) + "\n" for r in requests).encode()
     fed = subprocess.run(
@@ -796,7 +796,10 @@ def _fed(requests: list[dict], python: str = PYTHON3) -> list[dict]:
     )
     assert fed.returncode == 0, fed.stderr
     out = io.BytesIO()
-    assert bundle_sink.Sink(io.BufferedReader(io.BytesIO(fed.stdout)), out).serve() == 0
+    lander = bundle_sink.Sink(io.BufferedReader(io.BytesIO(fed.stdout)), out)
+    if confine is not None:
+        assert lander.handle(json.dumps(dict(confine, op="confine", id=0)).encode() + b"\n")["ok"] is True
+    assert lander.serve() == 0
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
@@ -863,3 +866,54 @@ def test_a_fail_request_is_reported_at_its_place_in_the_commit(sink: Sink, tmp_p
     files = sink.commit()["files"]
     assert [f["ok"] for f in files] == [True, False, True]
     assert files[1]["code"] == "ENOENT" and files[1]["source"] is True and files[1]["error"] == "gone at the source"
+
+
+def test_a_confined_lander_places_only_what_the_client_asked_for_under_its_root(tmp_path: Path) -> None:
+    """What the server's helper writes is the lander's input: it must not be able to place a
+    file the client did not ask for, elsewhere, or under another name (each put carries the
+    client's mac of its id and names, under a key the server never sees)."""
+    from airflow_transfer.engine.bundle_channel import put_mac
+
+    src, root, outside = tmp_path / "src", tmp_path / "root", tmp_path / "outside"
+    for d in (src, root, outside):
+        d.mkdir()
+    (src / "a").write_bytes(b"asked for")
+    key = os.urandom(32)
+
+    def forged(i: int, path: Path, mac: str | None) -> dict:
+        put = {"op": "put", "id": i, "tmp": str(path.parent / f".{path.name}.p"), "path": str(path), "size": 0}
+        put.update(mode=0o644, mtime=1.0, algo=None, digest=None, mac=mac)
+        return {"op": "emit", "id": 90 + i, "line": put}
+
+    good_tmp, good = str(root / ".a.p"), str(root / "a")
+    replies = _fed(
+        confine={"root": str(root), "key": key.hex()},
+        requests=[
+            {"op": "relay", "id": 1},
+            {
+                "op": "send",
+                "id": 2,
+                "path": str(src / "a"),
+                "size": 9,
+                "mtime": (src / "a").stat().st_mtime,
+                "mode": 0o644,
+                "algo": "sha256",
+                "tmp": good_tmp,
+                "dst": good,
+                "mac": put_mac(key, 2, good_tmp, good),
+            },  # fmt: skip
+            forged(3, outside / "evil", put_mac(key, 3, str(outside / ".evil.p"), str(outside / "evil"))),
+            forged(4, root / "unasked", None),
+            forged(5, root / "renamed", put_mac(key, 2, good_tmp, good)),  # a mac for another file
+            {"op": "emit", "id": 6, "line": {"op": "confine", "id": 7, "root": "/", "key": "00" * 32}},
+            {"op": "emit", "id": 8, "line": {"op": "commit", "id": 9, "fsync": True, "drop_cache": True}},
+        ],
+    )
+    assert replies[0] == {"id": 1, "ok": True}
+    assert replies[1]["id"] == 7 and replies[1]["code"] == "EBADREQ"  # the root cannot be changed from the stream
+    files = replies[2]["files"]
+    assert [f["id"] for f in files] == [2, 3, 4, 5]
+    assert files[0]["ok"] is True and files[0]["path"] == good
+    assert [f.get("code") for f in files[1:]] == ["EBADREQ"] * 3
+    assert "outside the destination root" in files[1]["error"] and "did not ask for" in files[2]["error"]
+    assert sorted(p.name for p in root.iterdir()) == ["a"] and list(outside.iterdir()) == []

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
+import hmac
 import json
 import math
 import os
@@ -110,6 +112,8 @@ class SinkChannel:
         self.pump: Pump | None = None
         self.received: tuple[Any, Any] = (None, None)  # the last commit's bytes and seconds, as it counted them
         self.owed: list[int] = []  # replies to read before the next commit's (the relay's)
+        self.root: str | None = None  # the only tree this helper may place files in (confine)
+        self.key: bytes | None = None  # the key of the macs that let it place a file (confine)
         try:
             self.chan.sendall(sink_preamble())
             hello = self._request({"op": "hello"})
@@ -169,7 +173,7 @@ class SinkChannel:
             raise ValueError(f"the bundle sink answered request {reply.get('id')} instead of {want}")
         return reply
 
-    def pair(self, dest: SinkChannel) -> None:
+    def pair(self, dest: SinkChannel, root: str | None = None) -> None:
         """Make this helper (the one reading the files) feed `dest` (the one landing them): from
         here on what this one writes goes to dest's input through a Pump, and its replies come
         back among dest's. A download pairs the source's helper with the lander on this host;
@@ -177,11 +181,24 @@ class SinkChannel:
 
         Why: the files' bytes then go from helper to helper without being read, framed and
         copied by this process, whose per-file Python steps and interpreter lock were the
-        bound on streams of small files."""
+        bound on streams of small files.
+
+        With `root` (a download: dest is the lander, fed by the server's helper), dest is first
+        told to refuse any file outside it, and to name each file it placed in its replies: the
+        server's output must not be able to write elsewhere on this host."""
         if self.partner is dest:
+            if dest.root != root:
+                raise ValueError(f"the bundle helpers are paired for {dest.root}, not {root}")
             return
         if self.partner is not None or dest.partner is not None:
             raise ValueError("a bundle helper is already paired with another")
+        if root is not None:
+            key = os.urandom(32)
+            # Before anything is fed to it: the server's output cannot unsay it.
+            confined = dest._request({"op": "confine", "root": root, "key": key.hex()})
+            if not confined.get("ok"):
+                raise ValueError(f"the lander refused its root {root}: {str(confined)[:200]}")
+            dest.root, dest.key = root, key
         for chan in (self.chan, dest.chan):
             if isinstance(chan, openssh.PipeChannel):
                 chan.reader_elsewhere = True  # the pump reads this one's output; this process, dest's
@@ -191,18 +208,22 @@ class SinkChannel:
         self.chan.sendall(_json({"op": "relay", "id": relay_id}).encode("ascii") + b"\n")
         dest.owed.append(relay_id)  # read with the first commit's reply: no round trip of its own
 
-    def relay(self, tasks: list[FileTask], algorithm: str | None, upload: bool, stats: Any = None) -> int:
+    def relay(
+        self, tasks: list[FileTask], algorithm: str | None, upload: bool, stats: Any = None
+    ) -> tuple[list[int], int]:
         """Ask this helper to send a group of files to its partner, and the partner to commit it;
-        the commit's request id (its reply is read with the partner's result())."""
+        the request ids of the files and of the commit (read with the partner's result())."""
         dest = self.partner
         if dest is None:
             raise ValueError("relay needs a helper paired with this one")
         algo = _json(algorithm)
+        ids = [self._id() for _ in tasks]
         if upload:  # read here, placed on the server as named
-            lines = [send_line(self._id(), os.path.abspath(t.src), t, algo, t.tmp, t.dst) for t in tasks]
+            lines = [send_line(i, os.path.abspath(t.src), t, algo, t.tmp, t.dst) for i, t in zip(ids, tasks)]
         else:
             lines = [
-                send_line(self._id(), t.src, t, algo, os.path.abspath(t.tmp), os.path.abspath(t.dst)) for t in tasks
+                send_line(i, t.src, t, algo, os.path.abspath(t.tmp), os.path.abspath(t.dst), dest.key)
+                for i, t in zip(ids, tasks)
             ]
         commit_id = self._id()
         commit = {"op": "commit", "id": commit_id, "fsync": True, "drop_cache": True}
@@ -212,7 +233,7 @@ class SinkChannel:
         if self.pump is not None:
             self.pump.expect(tasks, stats)
         self.chan.sendall(memoryview(b"".join(lines)))
-        return commit_id
+        return ids, commit_id
 
     def answered(self) -> None:
         """A group's replies are all read (its commit's, or every get's)."""
@@ -313,16 +334,24 @@ class Pump:
             count_progress_many(through, stats)
 
 
-def send_line(request_id: int, src: str, t: FileTask, algo: str, tmp: str, dst: str) -> bytes:
+def put_mac(key: bytes, request_id: int, tmp: str, dst: str) -> str:
+    """The mac a confined lander checks on a put (remote/bundle_sink.py, confine)."""
+    asked = f"{request_id}\0{tmp}\0{dst}".encode("utf-8", "surrogatepass")
+    return hmac.new(key, asked, hashlib.sha256).hexdigest()
+
+
+def send_line(request_id: int, src: str, t: FileTask, algo: str, tmp: str, dst: str, key: bytes | None = None) -> bytes:
     """A send request for the helper reading the file at `src`, as _json would write it: the
-    file's listed size, mtime and mode, and where its partner is to put it. Formatted directly,
-    since it is written once per file (a third of the time of building and encoding the dict);
-    the strings go through json's own escaping."""
+    file's listed size, mtime and mode, where its partner is to put it and, with `key`, the mac
+    that lets a confined lander put it there. Formatted directly, since it is written once per
+    file (a third of the time of building and encoding the dict); the strings go through json's
+    own escaping."""
     mtime = float(t.mtime)
     mtime_text = float.__repr__(mtime) if math.isfinite(mtime) else _json(mtime)
+    mac = f',"mac":"{put_mac(key, request_id, tmp, dst)}"' if key is not None else ""
     return (
         f'{{"op":"send","id":{request_id:d},"path":{_quote(src)},"size":{t.size:d},"mtime":{mtime_text},'
-        f'"mode":{t.mode & 0o7777:d},"algo":{algo},"tmp":{_quote(tmp)},"dst":{_quote(dst)}}}\n'
+        f'"mode":{t.mode & 0o7777:d},"algo":{algo},"tmp":{_quote(tmp)},"dst":{_quote(dst)}{mac}}}\n'
     ).encode("ascii")
 
 

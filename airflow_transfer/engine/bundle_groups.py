@@ -19,6 +19,7 @@ counts, its per-file work a request line and a journal row.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,7 @@ class Group:
 
     def __init__(self) -> None:
         self.items: list[tuple[int, FileTask]] = []
+        self.ids: list[int] = []  # the files' request ids, in order
         self.commit_id = 0
         self.t0 = time.monotonic()
         self.heard = False  # the commit's reply was read (settling it may still have failed)
@@ -48,7 +50,9 @@ def move_groups(mover: BundleMover, source: SinkChannel, dest: SinkChannel) -> N
     rate: float | None = None  # bytes per second the last group came in at (dest's count)
     group: Group | None = None  # taken from the schedule, its commit not yet asked for
     try:
-        source.pair(dest)
+        # A download's lander takes only files under the copy's destination root (the server's
+        # helper writes its input); an upload's sink is the server's own business.
+        source.pair(dest, None if mover.upload else os.path.abspath(mover.s.dst.path))
         while not r.schedule.surplus():
             indices = mover.take_group(limit, mover.group_bound(dest, rate))
             if not indices:
@@ -59,7 +63,7 @@ def move_groups(mover: BundleMover, source: SinkChannel, dest: SinkChannel) -> N
                 t.attempts += 1
                 resume.restart(t, mover.s.journal)  # sent whole: ranges of an earlier attempt no longer count
                 group.items.append((i, t))
-            group.commit_id = source.relay([t for _, t in group.items], r.alg, mover.upload, mover.s.stats)
+            group.ids, group.commit_id = source.relay([t for _, t in group.items], r.alg, mover.upload, mover.s.stats)
             landing.append(group)
             group = None
             if len(landing) > 1:
@@ -100,6 +104,13 @@ def _settle(mover: BundleMover, source: SinkChannel, dest: SinkChannel, group: G
     results = dest.result(group.commit_id, len(group.items))
     group.heard = True
     source.answered()
+    for (_, t), res, want in zip(group.items, results, group.ids):
+        # The lander's reply names what it placed: a server that sent other files than those asked
+        # for (or in another order) is caught here, and its group goes again on a new pair.
+        if res.get("id") != want or (
+            dest.root is not None and res.get("ok") and res.get("path") != os.path.abspath(t.dst)
+        ):
+            raise ValueError(f"the bundle helper answered for another file than {t.rel} ({str(res)[:200]})")
     for (_, t), res in zip(group.items, results):
         if not res.get("source"):  # its bytes crossed, whatever the lander found
             t.moved_total += t.size

@@ -45,6 +45,13 @@ request is a JSON object on one line; replies are JSON lines, ASCII, flushed.
       answers with the reply as it is: the client hears both through one.
   {"op": "fail", ...} (as send writes it) -> no reply; the group's commit
       reports that file with the code given, and "source": true.
+  {"op": "confine", "id": 5, "root": "/l", "key": hex} -> every later put must
+      name a file under root and carry "mac", the HMAC-SHA256 under key of its
+      "<id>\0<tmp>\0<path>" (the client computes it and sends it with the send
+      request, which passes it on), and each verified file's entry in a commit's
+      reply gives its path. Once only: the client sends it before the server's
+      helper's output is fed to this one, so that output can place no file the
+      client did not ask for, nor anywhere else.
   {"op": "commit", "id": 3, "fsync": true, "drop_cache": true} -> "durability"
       and "files": per put since the last commit, in order, {"id", "ok": true,
       "digest", "fsynced", "cache_dropped"} or {"id", "ok": false, "code",
@@ -100,6 +107,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import hmac
 import json
 import os
 import stat
@@ -181,7 +189,7 @@ def _mtime_changed(now, listed):
     return int(now) != int(listed)
 
 
-OPS = ("commit", "echo", "emit", "fail", "get", "hello", "put", "relay", "send")
+OPS = ("commit", "confine", "echo", "emit", "fail", "get", "hello", "put", "relay", "send")
 SYNCFS = _load_syncfs()
 MAX_PENDING = _max_pending()
 UMASK = _load_umask()
@@ -265,10 +273,13 @@ class Put:
             except Exception as exc:  # noqa: BLE001 - one file's error must not desynchronise the stream
                 self.fail(*_error(exc))
 
-    def reply(self):
+    def reply(self, named=False):
         if self.error is not None:
             return dict(self.error, id=self.id, ok=False)
-        return dict(id=self.id, ok=True, digest=self.digest, fsynced=self.synced, cache_dropped=self.dropped)
+        done = dict(id=self.id, ok=True, digest=self.digest, fsynced=self.synced, cache_dropped=self.dropped)
+        if named:
+            done["path"] = self.path
+        return done
 
 
 def _link_unnamed(fd, path):
@@ -358,6 +369,7 @@ class Sink:
         # per filesystem (st_dev): tried once on each filesystem (_can_name_unnamed).
         self.unnamed_dirs, self.unnamed_devs = {}, {}
         self.relay = False  # replies go out as echo requests, to the helper reading this output
+        self.root = self.key = None  # set by confine: puts outside root, or without key's mac, are refused
         self.group_t0, self.group_bytes = None, 0  # when the open group's first request came; its bytes
 
     def _more(self, keep):
@@ -412,6 +424,16 @@ class Sink:
         path_folder, path_name = _split("path", request.get("path"))
         if path_folder != folder or name[:1] != "." or not path_name or name == path_name:
             raise RequestError("EBADREQ", "tmp must be another .name in path's directory: %r" % (request,))
+        if self.root is not None and folder != self.root and not folder.startswith(self.root.rstrip("/") + "/"):
+            raise RequestError("EBADREQ", "%s is outside the destination root %s" % (request["path"], self.root))
+        if self.key is not None:
+            asked = "%s\0%s\0%s" % (request.get("id"), request["tmp"], request["path"])
+            want = hmac.new(self.key, asked.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+            mac = request.get("mac")
+            if not isinstance(mac, str) or not hmac.compare_digest(mac, want):
+                raise RequestError(
+                    "EBADREQ", "a put the client did not ask for (its mac does not match): %s" % request["path"]
+                )
         put.tmp, put.path, put.folder = request["tmp"], request["path"], folder
         if (
             put.tmp in self.busy_names
@@ -566,6 +588,7 @@ class Sink:
             head = dict(
                 op="put",
                 id=request_id,
+                mac=request.get("mac"),
                 tmp=request.get("tmp"),
                 path=request.get("dst"),
                 size=len(data),
@@ -751,7 +774,8 @@ class Sink:
             for put in puts:
                 if put.fd is not None:
                     os.close(put.fd)
-        return dict(received or {}, ok=True, durability=durability, files=[put.reply() for put in puts])
+        named = self.root is not None
+        return dict(received or {}, ok=True, durability=durability, files=[put.reply(named) for put in puts])
 
     def handle(self, line):
         request_id = op = None
@@ -773,6 +797,15 @@ class Sink:
                 return self.emit(request)
             if op == "relay":
                 self.relay = True
+                reply = {"ok": True}
+            elif op == "confine":
+                if self.root is not None:
+                    raise RequestError("EBADREQ", "the destination root is set already: %s" % self.root)
+                _split("root", request.get("root"))
+                key = request.get("key")
+                if not isinstance(key, str) or len(key) < 32 or key.strip(HEX) != "":
+                    raise RequestError("EBADREQ", "confine needs a key of at least 16 bytes, in hex")
+                self.root, self.key = request["root"], bytes.fromhex(key)
                 reply = {"ok": True}
             elif op == "commit" and self.read is not None:
                 return self.commit_behind(request)  # answered when it is done
