@@ -19,7 +19,6 @@ from ..protocols import openssh
 from ..protocols.ssh import SSHTarget
 
 HELLO_TIMEOUT = 10.0  # the sink answers at once where python3 runs; a forced command never does
-SEND_PIECE = 1 << 20  # bytes joined into one write to a helper (many small files per packet)
 
 
 class BundleUnavailable(Exception):

@@ -236,7 +236,7 @@ class SinkChannel:
         return ids, commit_id
 
     def answered(self) -> None:
-        """A group's replies are all read (its commit's, or every get's)."""
+        """A group's commit is answered (this helper's, or its partner's for a group it fed)."""
         self.in_flight -= 1
 
     def result(self, commit_id: int, count: int) -> list[dict]:
@@ -279,7 +279,6 @@ class Pump:
     def __init__(self, source: SinkChannel, dest: SinkChannel) -> None:
         self.source, self.dest = source, dest
         self.stopped = False
-        self.error: BaseException | None = None
         self._lock = threading.Lock()
         self._waiting: collections.deque[FileTask] = collections.deque()  # asked for, not yet counted
         self._stats: Any = None
@@ -300,8 +299,8 @@ class Pump:
                 if not data:
                     break
                 self.forward(data)
-        except Exception as exc:  # noqa: BLE001 - the end of dest's input tells the client
-            self.error = exc
+        except Exception:  # noqa: BLE001 - the end of dest's input tells the client
+            pass
         finally:
             # dest answers the commits it read and exits: the client hears of a source
             # that went away as an end of file, not after the commit timeout.
@@ -374,15 +373,22 @@ def start_download_helpers(pool: Any, count: int) -> int:
         return 0
     if openssh.usable(dataclasses.replace(pool.target, client="auto")):
         return 0
-    for name in (SINK_NAME, LANDER_NAME):
-        pool.expect(name, count)
     # The lander starts beside the source's helper, not after it: the helper's login takes most
     # of a second on a 50 ms path, the lander 0.05 s, and the chunk needs both.
-    starters = ((SINK_NAME, lambda: SinkChannel.over_openssh(pool.target)), (LANDER_NAME, SinkChannel.local))
+    _start_ahead(
+        pool, count, [(SINK_NAME, lambda: SinkChannel.over_openssh(pool.target)), (LANDER_NAME, SinkChannel.local)]
+    )
+    return count
+
+
+def _start_ahead(pool: Any, count: int, starters: list[tuple[str, Callable[[], SinkChannel]]]) -> None:
+    """`count` of each helper in `starters` (name, how to start one), each in a thread of its
+    own, stashed on `pool` under its name as it is ready (or its reason for not starting)."""
+    for name, _ in starters:
+        pool.expect(name, count)
     for _ in range(count):
         for name, start in starters:
             threading.Thread(target=_start_one, args=(pool, name, start), name="bundle-warm", daemon=True).start()
-    return count
 
 
 def _start_one(pool: Any, name: str, start: Callable[[], SinkChannel]) -> None:
@@ -448,12 +454,7 @@ def prestart_upload_sinks(pool: Any, count: int) -> int:
     second login for it."""
     if count <= 0 or wants_openssh(upload=True):
         return 0
-    # The feeders (a local interpreter each, 0.05 s) start at once, beside the logins.
-    pool.expect(FEEDER_NAME, count)
-    for _ in range(count):
-        threading.Thread(
-            target=_start_one, args=(pool, FEEDER_NAME, SinkChannel.local), name="bundle-warm", daemon=True
-        ).start()
+    _start_ahead(pool, count, [(FEEDER_NAME, SinkChannel.local)])  # a local interpreter each, 0.05 s: at once
     left = count
     lock = threading.Lock()
 

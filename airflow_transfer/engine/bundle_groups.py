@@ -90,9 +90,9 @@ def move_groups(mover: BundleMover, source: SinkChannel, dest: SinkChannel) -> N
         for lost in landing:
             for i, t in lost.items:
                 t.unheard = True  # its commit was asked for: it may have landed
-                r.failed(i, why, 0.0, t.dst if mover.upload else t.src)
+                r.failed(i, why, 0.0, _at(mover, t))
         for i, t in group.items if group is not None else ():
-            r.failed(i, why, 0.0, t.dst if mover.upload else t.src)  # its commit never went out
+            r.failed(i, why, 0.0, _at(mover, t))  # its commit never went out
         if not broke:
             raise
         raise ConnectionError(f"bundle channel lost: {exc}") from exc
@@ -119,3 +119,8 @@ def _settle(mover: BundleMover, source: SinkChannel, dest: SinkChannel, group: G
     if isinstance(got, int) and isinstance(seconds, (int, float)) and got >= GROUP_MIN_BYTES // 2 and seconds > 0:
         return got / seconds
     return None
+
+
+def _at(mover: BundleMover, t: FileTask) -> str:
+    """The path a failure of `t` is reported at: where it was being written."""
+    return t.dst if mover.upload else t.src

@@ -182,8 +182,14 @@ def _load_umask():
     return None  # unknown: every put's mode is set with fchmod
 
 
+def _line(obj):
+    """A request or reply as one line of ASCII JSON."""
+    return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+
+
 def _mtime_changed(now, listed):
-    """At the listing's precision: sub-second where it had it, whole seconds (an SFTP listing)."""
+    """At the listing's precision: sub-second where it had it, whole seconds (an SFTP listing).
+    The engine's rule (sftp_jobs.mtime_changed), restated: this file runs alone, stdlib only."""
     if listed != int(listed):
         return abs(now - listed) > 1e-6
     return int(now) != int(listed)
@@ -562,7 +568,7 @@ class Sink:
             mtime=st.st_mtime,
             digest=digest,
         )
-        self._emit(json.dumps(head, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n", data)
+        self._emit(_line(head), data)
 
     def _emit(self, line, data=b""):
         """Write a line (and bytes) out; flushed a piece at a time, and when the requests run out."""
@@ -600,13 +606,24 @@ class Sink:
         except Exception as exc:  # noqa: BLE001 - one file's failure travels to the commit
             code, message = _error(exc)
             head, data = dict(op="fail", id=request_id, code=code, error=message, source=True), b""
-        self._emit(json.dumps(head, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n", data)
+        self._emit(_line(head), data)
 
     def emit(self, request):
         line = request.get("line")
         if not isinstance(line, dict):
             raise RequestError("EBADREQ", "emit needs an object as its line: %r" % (request,))
-        self._emit(json.dumps(line, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n")
+        self._emit(_line(line))
+
+    def confine(self, request):
+        """Set the root and key every later put is checked against; once only (see the module's text)."""
+        if self.root is not None:
+            raise RequestError("EBADREQ", "the destination root is set already: %s" % self.root)
+        _split("root", request.get("root"))
+        key = request.get("key")
+        if not isinstance(key, str) or len(key) < 32 or key.strip(HEX) != "":
+            raise RequestError("EBADREQ", "confine needs a key of at least 16 bytes, in hex")
+        self.root, self.key = request["root"], bytes.fromhex(key)
+        return {"ok": True}
 
     def failed(self, request):
         """A file the sending helper could not send: its entry in the group's commit."""
@@ -799,14 +816,7 @@ class Sink:
                 self.relay = True
                 reply = {"ok": True}
             elif op == "confine":
-                if self.root is not None:
-                    raise RequestError("EBADREQ", "the destination root is set already: %s" % self.root)
-                _split("root", request.get("root"))
-                key = request.get("key")
-                if not isinstance(key, str) or len(key) < 32 or key.strip(HEX) != "":
-                    raise RequestError("EBADREQ", "confine needs a key of at least 16 bytes, in hex")
-                self.root, self.key = request["root"], bytes.fromhex(key)
-                reply = {"ok": True}
+                reply = self.confine(request)
             elif op == "commit" and self.read is not None:
                 return self.commit_behind(request)  # answered when it is done
             elif op in ("hello", "commit"):
@@ -825,7 +835,7 @@ class Sink:
     def send(self, reply):
         if self.relay:
             reply = {"op": "echo", "reply": reply}
-        data = json.dumps(reply, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+        data = _line(reply)
         with self.out_lock:
             self.out.write(data)
             self.out.flush()
