@@ -734,6 +734,41 @@ def test_the_next_group_is_written_while_a_commit_flushes_and_replies_keep_their
     assert a.read_bytes() == b"group A" and b.read_bytes() == b"group B" and leftovers(tmp_path) == []
 
 
+def test_only_the_flush_runs_behind_the_rest_of_a_commit_runs_on_the_serving_thread(tmp_path, monkeypatch):
+    """A commit's flush waits on the kernel in a thread of its own; reading back, comparing and
+    naming the files run on the thread that serves the stream, so that two threads never run
+    Python per file at once. The stream stays open after the commit: its reply must come all
+    the same (the client waits for it before sending more)."""
+    where: dict[str, set[str]] = {"flush": set(), "verify": set(), "rename": set()}
+    for step in ("flush", "verify", "rename"):
+        real = getattr(bundle_sink.Sink, "_" + step)
+
+        def spy(self, *args, _real=real, _step=step):
+            where[_step].add(threading.current_thread().name)
+            return _real(self, *args)
+
+        monkeypatch.setattr(bundle_sink.Sink, "_" + step, spy)
+    r, w = os.pipe()
+    out_r, out_w = os.pipe()
+    sink = bundle_sink.Sink(os.fdopen(r, "rb"), os.fdopen(out_w, "wb"))
+    served: list[int] = []
+    server = threading.Thread(target=lambda: served.append(sink.serve()), name="serving")
+    server.start()
+    files = [tmp_path / ("f%d" % i) for i in range(3)]
+    os.write(
+        w, b"".join(_put_frame(i + 2, f, b"data %d" % i) for i, f in enumerate(files)) + b'{"op":"commit","id":9}\n'
+    )
+    replies = os.fdopen(out_r, "rb")
+    reply = json.loads(replies.readline())  # the input is still open: the commit is answered anyway
+    assert reply["id"] == 9 and [f["ok"] for f in reply["files"]] == [True, True, True]
+    os.close(w)
+    server.join(timeout=REPLY_TIMEOUT)
+    assert served == [0]
+    assert where["verify"] == where["rename"] == {"serving"}
+    assert where["flush"] and "serving" not in where["flush"]
+    assert [f.read_bytes() for f in files] == [b"data 0", b"data 1", b"data 2"]
+
+
 def test_a_put_naming_a_file_of_the_committing_group_waits_for_that_commit(tmp_path, monkeypatch):
     """The same name again right after its commit (a client retrying a file) is not touched
     while that commit still renames it: the put waits, then replaces the placed file."""

@@ -76,9 +76,11 @@ other writers' data on that filesystem. A crash leaves temporary names only
 (files without a name vanish with the process); EOF on stdin exits 0 and
 leaves pending named temporaries for the client's journal to judge.
 
-Serving a stream, a commit runs in a thread of its own while the next group's
-puts are read and written: the flush and the read-back from disk of one group
-overlap the transfer of the next. One commit runs at a time and replies keep
+Serving a stream, a commit's flush runs in a thread of its own while the next
+group's puts are read and written; once it is done (or when there is nothing
+to read), the serving thread reads the group back, names its files and
+answers: the flush of one group overlaps the transfer of the next, and only
+one thread runs Python per file. One commit runs at a time and replies keep
 request order: any other request waits for the running commit first, and so
 does a put naming a file of the committing group or one that would pass the fd
 limit with it. A commit read before EOF is finished before the sink exits.
@@ -110,6 +112,7 @@ import hashlib
 import hmac
 import json
 import os
+import select
 import stat
 import sys
 import threading
@@ -288,6 +291,47 @@ class Put:
         return done
 
 
+class Flush:
+    """A group whose commit is under way while the stream is served: its flush (syncfs, or an
+    fsync per file) runs in a thread, which only waits on the kernel; the rest runs on the
+    serving thread (Sink.wait_commit). Two threads running Python per file (reading the next
+    group, verifying this one) spent more CPU handing the interpreter lock to each other than
+    the work itself took."""
+
+    def __init__(self, request_id, puts, want_fsync, want_drop, received):
+        self.request_id, self.puts, self.received = request_id, puts, received
+        self.want_fsync, self.want_drop = want_fsync, want_drop
+        self.durability, self.error, self.done, self.thread = "none", None, not want_fsync, None
+
+    def start(self, flush):
+        if not self.done:
+            live = [p for p in self.puts if p.fd is not None]
+            self.thread = threading.Thread(target=self._run, args=(flush, live))
+            self.thread.start()
+
+    def _run(self, flush, live):
+        try:
+            self.durability = flush(live)
+        except Exception as exc:  # noqa: BLE001 - the commit's reply reports it
+            self.error = exc
+        finally:
+            self.done = True
+
+    def join(self):
+        if self.thread is not None:
+            self.thread.join()
+
+
+def _fileno(stream):
+    """The descriptor under stream, for select; None for a stream without one (in memory).
+    Bytes a buffered stream holds are invisible to select, but only its first read can find
+    any: read1 of a piece reads past an empty buffer, which then stays empty."""
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
 def _link_unnamed(fd, path):
     """Give the file open as fd (made with UNNAMED) the name path; FileExistsError if path exists."""
     # src_dir_fd makes os.link call linkat(2), which follows the /proc link with the flag
@@ -363,6 +407,7 @@ class Sink:
         the client lands downloaded files with the same steps as this host's uploads."""
         # read1: at most one read(2) per call, and what the bootstrap's readline buffered comes first.
         self.read = (getattr(stdin, "read1", None) or stdin.read) if stdin is not None else None
+        self.fileno = _fileno(stdin)
         self.out = stdout
         self.buf, self.pos = b"", 0
         self.pending, self.tmps, self.paths, self.exit_code = [], set(), set(), None
@@ -384,10 +429,21 @@ class Sink:
             # is held): a group of gets goes out in a few large writes, not one per file.
             self.out.flush()
             self.held = 0
+        if self.committing is not None and (self.committing.done or not self._readable()):
+            self.wait_commit()  # nothing to read yet: its reply may be what the client waits for
         data = self.read(PIECE)
         if data:
             self.buf, self.pos = (self.buf[self.pos :] + data if keep else data), 0
         return bool(data)
+
+    def _readable(self):
+        """Whether the stream has bytes waiting (True where that cannot be asked: never blocks)."""
+        if self.fileno is None:
+            return True
+        try:
+            return bool(select.select([self.fileno], [], [], 0)[0])
+        except (OSError, ValueError):
+            return True
 
     def line(self):
         """The next line; b"" at EOF (a last line without its newline was cut short); None past 1 MiB."""
@@ -731,66 +787,76 @@ class Sink:
         return self._commit(*self._take_group(request))
 
     def commit_behind(self, request):
-        """Start a group's commit in a thread; its reply is sent when it is done (serving a stream)."""
+        """Start a group's flush in a thread; the rest of its commit, and its reply, follow on
+        this thread once the flush is done (serving a stream: see the module's text)."""
         self.wait_commit()
         puts, want_fsync, want_drop, received = self._take_group(request)
         for put in puts:
             self.busy_names.update((put.tmp, put.path))
         self.busy_fds = sum(1 for put in puts if put.fd is not None)
-        self.committing = threading.Thread(
-            target=self._commit_and_reply, args=(request.get("id"), puts, want_fsync, want_drop, received)
-        )
-        self.committing.start()
+        self.committing = Flush(request.get("id"), puts, want_fsync, want_drop, received)
+        self.committing.start(self._flush)
 
-    def _commit_and_reply(self, request_id, puts, want_fsync, want_drop, received):
+    def wait_commit(self):
+        """Finish the commit running behind, if any: wait for its flush, then place and answer."""
+        flush = self.committing
+        if flush is None:
+            return
+        flush.join()
         try:
-            reply = self._commit(puts, want_fsync, want_drop, received)
+            if flush.error is not None:
+                raise flush.error
+            reply = self._place(flush.puts, flush.want_fsync, flush.want_drop, flush.durability, flush.received)
         except Exception as exc:  # noqa: BLE001 - answered like any failed request
             reply = dict(zip(("code", "error"), _error(exc)), ok=False)
-        reply["id"] = request_id
+        finally:
+            self.committing, self.busy_names, self.busy_fds = None, set(), 0
+            for put in flush.puts:
+                if put.fd is not None:
+                    os.close(put.fd)
+        reply["id"] = flush.request_id
         try:
             self.send(reply)
         except (OSError, ValueError):
             pass  # the client went away (a closed pipe); its journal judges what landed
 
-    def wait_commit(self):
-        """Wait for the commit running behind, if any."""
-        if self.committing is not None:
-            self.committing.join()
-            self.committing, self.busy_names, self.busy_fds = None, set(), 0
-
     def _commit(self, puts, want_fsync, want_drop, received=None):
         try:
             durability = self._flush([p for p in puts if p.fd is not None]) if want_fsync else "none"
-            if want_drop:
-                # Every file's pages dropped, then its read from storage started, before the first
-                # is read back: the group's reads queue on the device together, not one by one.
-                # Dirty pages survive DONTNEED: only a flushed file is read back from storage.
-                live = [p for p in puts if p.error is None and p.algo is not None]
-                for put in live:
-                    put.dropped = _drop_cache(put.fd) and put.synced
-                for put in live:
-                    _advise(put.fd, "POSIX_FADV_WILLNEED")
-            renamed = {}
-            for put in puts:
-                put.guard(self._verify, put, want_drop)
-                put.guard(self._rename, put)
-                if put.error is None:
-                    renamed.setdefault(put.folder, []).append(put)
-            for folder, done in renamed.items() if want_fsync else ():
-                try:  # the renames survive a crash only once their directory is synced
-                    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
-                    try:
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
-                except OSError as exc:
-                    for put in done if exc.errno not in UNSUPPORTED else ():
-                        put.synced = False
+            return self._place(puts, want_fsync, want_drop, durability, received)
         finally:
             for put in puts:
                 if put.fd is not None:
                     os.close(put.fd)
+
+    def _place(self, puts, want_fsync, want_drop, durability, received):
+        """A flushed group: read back, compare digests, name the verified files, sync their
+        directories; the commit's reply. Its fds stay open for the caller to close."""
+        if want_drop:
+            # Every file's pages dropped, then its read from storage started, before the first
+            # is read back: the group's reads queue on the device together, not one by one.
+            # Dirty pages survive DONTNEED: only a flushed file is read back from storage.
+            live = [p for p in puts if p.error is None and p.algo is not None]
+            for put in live:
+                put.dropped = _drop_cache(put.fd) and put.synced
+            for put in live:
+                _advise(put.fd, "POSIX_FADV_WILLNEED")
+        renamed = {}
+        for put in puts:
+            put.guard(self._verify, put, want_drop)
+            put.guard(self._rename, put)
+            if put.error is None:
+                renamed.setdefault(put.folder, []).append(put)
+        for folder, done in renamed.items() if want_fsync else ():
+            try:  # the renames survive a crash only once their directory is synced
+                fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                for put in done if exc.errno not in UNSUPPORTED else ():
+                    put.synced = False
         named = self.root is not None
         return dict(received or {}, ok=True, durability=durability, files=[put.reply(named) for put in puts])
 
@@ -859,6 +925,8 @@ class Sink:
                     reply = self.handle(line)
                     if reply is not None:
                         self.answer(reply)
+                    elif self.committing is not None and self.committing.done:
+                        self.wait_commit()  # flushed: placed and answered now, between two puts
             return self.exit_code
         finally:
             self.wait_commit()  # a commit read before EOF (or a fatal request) is finished
