@@ -769,6 +769,41 @@ def test_only_the_flush_runs_behind_the_rest_of_a_commit_runs_on_the_serving_thr
     assert [f.read_bytes() for f in files] == [b"data 0", b"data 1", b"data 2"]
 
 
+def test_a_brief_commit_gives_placed_files_as_ids_and_reads_unnamed_ones_back_without_fstat(tmp_path, monkeypatch):
+    """A brief reply: a placed file is its id, a refused one its whole entry. A file without a
+    name is read back up to the bytes written (nobody else can open it): only the flush asks
+    fstat, once for the directory's filesystem, however many files the group holds."""
+    fstats: list[int] = []
+    real_fstat = os.fstat
+    monkeypatch.setattr(os, "fstat", lambda fd: fstats.append(fd) or real_fstat(fd))
+    sink = bundle_sink.Sink()
+    puts = []
+    for i, (data, claimed) in enumerate([(b"one", b"one"), (b"two", b"two"), (b"three", b"other")]):
+        put = sink.begin(
+            {
+                "id": 10 + i,
+                "tmp": str(tmp_path / f".f{i}.part"),
+                "path": str(tmp_path / f"f{i}"),
+                "size": len(data),
+                "mode": 0o644,
+                "mtime": 1.0,
+                "algo": "sha256",
+                "digest": hashlib.sha256(claimed).hexdigest(),
+            }
+        )
+        sink.feed(put, data)
+        sink.end(put)
+        puts.append(put)
+    assert all(put.unnamed for put in puts)  # this filesystem takes O_TMPFILE
+    reply = sink.commit({"fsync": True, "drop_cache": True, "brief": True})
+    assert reply["files"][:2] == [10, 11]
+    refused = reply["files"][2]
+    assert refused["id"] == 12 and refused["ok"] is False and refused["code"] == "EMISMATCH"
+    assert len(fstats) == 1, fstats
+    assert (tmp_path / "f0").read_bytes() == b"one" and not (tmp_path / "f2").exists()
+    assert leftovers(tmp_path) == []
+
+
 def test_a_put_naming_a_file_of_the_committing_group_waits_for_that_commit(tmp_path, monkeypatch):
     """The same name again right after its commit (a client retrying a file) is not touched
     while that commit still renames it: the put waits, then replaces the placed file."""

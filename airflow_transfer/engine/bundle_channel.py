@@ -226,7 +226,7 @@ class SinkChannel:
                 for i, t in zip(ids, tasks)
             ]
         commit_id = self._id()
-        commit = {"op": "commit", "id": commit_id, "fsync": True, "drop_cache": True}
+        commit = {"op": "commit", "id": commit_id, "fsync": True, "drop_cache": True, "brief": True}
         lines.append(_json({"op": "emit", "id": self._id(), "line": commit}).encode("ascii") + b"\n")
         self.in_flight += 1
         dest.in_flight += 1
@@ -251,7 +251,8 @@ class SinkChannel:
         files = reply.get("files")
         if not reply.get("ok") or not isinstance(files, list) or len(files) != count:
             raise ValueError(f"the bundle sink refused the commit: {str(reply)[:200]}")
-        return files
+        # Asked for brief: a placed file is its id alone, any other entry an object.
+        return [{"id": f, "ok": True} if type(f) is int else f for f in files]
 
     def close(self) -> None:
         partner, self.partner = self.partner, None

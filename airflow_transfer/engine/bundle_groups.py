@@ -105,11 +105,11 @@ def _settle(mover: BundleMover, source: SinkChannel, dest: SinkChannel, group: G
     group.heard = True
     source.answered()
     for (_, t), res, want in zip(group.items, results, group.ids):
-        # The lander's reply names what it placed: a server that sent other files than those asked
-        # for (or in another order) is caught here, and its group goes again on a new pair.
-        if res.get("id") != want or (
-            dest.root is not None and res.get("ok") and res.get("path") != os.path.abspath(t.dst)
-        ):
+        # Each entry answers the file asked for in its place: a reply out of step (other files,
+        # another order) is caught here, and its group goes again on a new pair. Where a file
+        # landed needs no check here: a confined lander places a file only where the client's
+        # mac for that id says (SinkChannel.pair).
+        if not isinstance(res, dict) or res.get("id") != want:
             raise ValueError(f"the bundle helper answered for another file than {t.rel} ({str(res)[:200]})")
     for (_, t), res in zip(group.items, results):
         if not res.get("source"):  # its bytes crossed, whatever the lander found

@@ -57,7 +57,9 @@ request is a JSON object on one line; replies are JSON lines, ASCII, flushed.
       "digest", "fsynced", "cache_dropped"} or {"id", "ok": false, "code",
       "error"}, plus "digest" and "expected" for EMISMATCH; and "bytes" and
       "seconds": what the group's puts carried, from its first request to the
-      commit (how fast the group came in).
+      commit (how fast the group came in). With "brief": true, a placed file's
+      entry is its id alone (the others' are as above): what the client needs,
+      in a fraction of the bytes to write and parse.
 
 A commit makes the group durable (one syncfs per filesystem, else an fsync per
 file; "none" with fsync false), reads each file back, compares digests,
@@ -249,13 +251,14 @@ class Put:
     """One file of a group, from its header to its entry in the commit's reply."""
 
     __slots__ = tuple(
-        "id tmp path folder mode mtime algo expected fd created unnamed error digest synced dropped stat".split()
+        "id tmp path folder mode mtime algo expected fd created unnamed error digest synced dropped stat size".split()
     )
 
     def __init__(self, request_id):
         self.id, self.tmp, self.path, self.folder = request_id, "", "", ""
         self.mode = self.mtime = self.algo = self.expected = self.fd = self.error = self.digest = self.stat = None
         self.created = self.synced = self.dropped = False
+        self.size = 0  # bytes written
         self.unnamed = False  # its bytes are in a file without a name (UNNAMED) until it is placed
 
     def fail(self, code, message, **extra):
@@ -545,6 +548,7 @@ class Sink:
         return ok
 
     def _write(self, put, piece):
+        put.size += len(piece)
         while piece:
             piece = piece[os.write(put.fd, piece) :]
 
@@ -721,11 +725,15 @@ class Sink:
         if put.algo is None:
             return
         fd, hasher = put.fd, ALGORITHMS[put.algo]()
-        # Positioned reads up to the size fstat gives (kept for _rename's identity check): no
-        # seek, and no read past the end to find it. A file longer or shorter than what was
-        # sent fails on its digest all the same.
-        put.stat = os.fstat(fd)
-        done, size = 0, put.stat.st_size
+        # Positioned reads up to the file's size: no seek, and no read past the end to find it.
+        # A named temporary's comes from fstat (kept for _rename's identity check). A file
+        # longer or shorter than what was sent fails on its digest all the same.
+        if put.unnamed:  # nobody else can open it: its size is what was written
+            size = put.size
+        else:
+            put.stat = os.fstat(fd)
+            size = put.stat.st_size
+        done = 0
         while done < size:
             piece = os.pread(fd, min(PIECE, size - done), done)
             if not piece:
@@ -774,12 +782,14 @@ class Sink:
 
     def _take_group(self, request):
         want_fsync, want_drop = request.get("fsync", True), request.get("drop_cache", True)
-        if type(want_fsync) is not bool or type(want_drop) is not bool:
-            raise RequestError("EBADREQ", "fsync and drop_cache must be true or false: %r" % (request,))
+        brief = request.get("brief", False)
+        if type(want_fsync) is not bool or type(want_drop) is not bool or type(brief) is not bool:
+            raise RequestError("EBADREQ", "fsync, drop_cache and brief must be true or false: %r" % (request,))
         puts, self.pending, self.tmps, self.paths = self.pending, [], set(), set()
         t0, self.group_t0 = self.group_t0, None
         received = dict(bytes=self.group_bytes, seconds=round(time.monotonic() - t0, 6) if t0 is not None else 0.0)
         self.group_bytes = 0
+        received["brief"] = brief  # taken out again by _place
         return puts, want_fsync, want_drop, received
 
     def commit(self, request):
@@ -857,8 +867,14 @@ class Sink:
             except OSError as exc:
                 for put in done if exc.errno not in UNSUPPORTED else ():
                     put.synced = False
-        named = self.root is not None
-        return dict(received or {}, ok=True, durability=durability, files=[put.reply(named) for put in puts])
+        reply = dict(received or {}, ok=True, durability=durability)
+        if reply.pop("brief", False):
+            # A placed file is its id alone: the client needs no more to count it, and the
+            # lines of a large group's full entries cost both ends more than its commit did.
+            reply["files"] = [put.id if put.error is None else put.reply() for put in puts]
+        else:
+            reply["files"] = [put.reply(self.root is not None) for put in puts]
+        return reply
 
     def handle(self, line):
         request_id = op = None
