@@ -13,7 +13,8 @@ rsync checks nothing beyond its own transfer checksum. Reports wall seconds
 (process start to exit), files per second, the client's CPU (the process and
 its children) per 1000 files and its peak RSS, and the whole machine's CPU
 (client + sshd + helper + kernel, from /proc/stat, both cores) per 1000 files
-and per GiB, with medians. Writes benchmarks/results/small-files-loopback.json
+and per GiB, with medians, and the machine's speed before and after (a plain Python loop
+and SHA-256: benchmarks/run.py `host`). Writes benchmarks/results/small-files-loopback.json
 (or --out).
 
 No run creates files within minutes of a mass deletion (benchmarks/fs_settle.py says why:
@@ -40,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.fs_settle import discard, settle
+from benchmarks.run import host
 from tests.support.sshd import SSHServer, chown_to_user
 
 CLI = REPO / ".venv" / "bin" / "airflow-transfer"
@@ -203,7 +205,9 @@ def main() -> int:
     }
     skip = {c.strip() for c in args.skip.split(",") if c.strip()}
     trash = work / "trash"
-    out: dict = {"machine_cores": os.cpu_count(), "sets": {}}
+    # The machine's speed before and after (a plain Python loop, SHA-256): machines of this kind
+    # differ, and the same one changes by the hour; figures from two runs compare only with it.
+    out: dict = {"machine_cores": os.cpu_count(), "host_before": host(), "sets": {}}
     try:
         for spec in args.sets.split(","):
             count, size, name = _parse(spec)
@@ -236,6 +240,7 @@ def main() -> int:
                 }
                 print(json.dumps({key: out["sets"][key]["median"]}, indent=1))
             discard(src, trash)
+        out["host_after"] = host()
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     finally:
         sshd.stop()

@@ -855,6 +855,30 @@ def test_the_sinks_path_rule_is_normpaths_over_every_short_path():
     assert checked == sum(4**n for n in range(8))
 
 
+def test_the_sinks_request_parser_agrees_with_json_loads_on_every_short_line():
+    # Lines as the client writes them skip json.loads (the scanner reads them directly); every
+    # other line falls back to it. Over every line of up to 5 of the characters that matter, and
+    # a few longer ones, the sink takes exactly what json.loads takes, as the same object.
+    def reference(line: bytes):
+        try:
+            got = json.loads(line)
+        except ValueError:
+            return "not JSON"
+        return got if isinstance(got, dict) else "not an object"
+
+    def parsed(line: bytes):
+        try:
+            return bundle_sink._request(line)
+        except bundle_sink.RequestError as exc:
+            return "not JSON" if "valid JSON" in str(exc) else "not an object"
+
+    lines = [b'{"a":1}\n', b' {"a":1}\n', b'{"a":1}\r\n', b'{"a":1}{"b":2}\n', b'{"a":NaN}\n', b'{"a":1}\n\n']
+    lines += [b'{"a":"\\ud800"}\n', b'{"a":"\xed\xa0\x80"}\n', b'\xef\xbb\xbf{"a":1}\n', b'{"a":[1,{"b":null}]}\n']
+    for length in range(6):
+        lines += [bytes(chars) for chars in itertools.product(b'{}":a1 \n\xff', repeat=length)]
+    assert [parsed(line) for line in lines] == [reference(line) for line in lines]
+
+
 def _fed(requests: list[dict], python: str = PYTHON3, confine: dict | None = None) -> list[dict]:
     """A download's two helpers, for real: one serving `requests` as the source's does (its
     output captured whole), then that output served by a second as the lander's input (told
@@ -987,3 +1011,12 @@ def test_a_confined_lander_places_only_what_the_client_asked_for_under_its_root(
     assert [f.get("code") for f in files[1:]] == ["EBADREQ"] * 3
     assert "outside the destination root" in files[1]["error"] and "did not ask for" in files[2]["error"]
     assert sorted(p.name for p in root.iterdir()) == ["a"] and list(outside.iterdir()) == []
+
+
+def test_confine_takes_a_key_that_keyed_blake2b_can_use(tmp_path: Path) -> None:
+    # The mac is BLAKE2b in its keyed mode, whose key holds at most 64 bytes: a key it could not
+    # use is refused at confine, not at each put after it.
+    for size, ok in ((15, False), (16, True), (64, True), (65, False)):
+        sink = bundle_sink.Sink()
+        reply = sink.handle(json.dumps({"op": "confine", "id": 1, "root": str(tmp_path), "key": "ab" * size}).encode())
+        assert reply["ok"] is ok, (size, reply)
