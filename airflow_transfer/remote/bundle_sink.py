@@ -46,12 +46,13 @@ request is a JSON object on one line; replies are JSON lines, ASCII, flushed.
   {"op": "fail", ...} (as send writes it) -> no reply; the group's commit
       reports that file with the code given, and "source": true.
   {"op": "confine", "id": 5, "root": "/l", "key": hex} -> every later put must
-      name a file under root and carry "mac", the keyed BLAKE2b (32 bytes) under key of its
-      "<id>\0<tmp>\0<path>" (the client computes it and sends it with the send
-      request, which passes it on), and each verified file's entry in a commit's
-      reply gives its path. Once only: the client sends it before the server's
-      helper's output is fed to this one, so that output can place no file the
-      client did not ask for, nor anywhere else.
+      name a file under root and carry "mac", the keyed BLAKE2b (32 bytes; a key
+      of 16 to 64 bytes) under key of its "<id>\0<tmp>\0<path>" (the client
+      computes it and sends it with the send request, which passes it on), and
+      each verified file's full entry in a commit's reply gives its path. Once
+      only: the client sends it before the server's helper's output is fed to
+      this one, so that output can place no file the client did not ask for,
+      nor anywhere else.
   {"op": "commit", "id": 3, "fsync": true, "drop_cache": true} -> "durability"
       and "files": per put since the last commit, in order, {"id", "ok": true,
       "digest", "fsynced", "cache_dropped"} or {"id", "ok": false, "code",
