@@ -43,8 +43,10 @@ def test_channels_closed_by_the_server_during_a_re_exchange_do_not_stall_the_con
         transport.packetizer.REKEY_BYTES = OFTEN
         size = 2 * 1024 * 1024
         runs = 0
-        # each channel streams 8 re-exchanges' worth and is closed by the server at its end
-        while runs < 60 and (runs < 8 or transport.held_replies < 3):
+        # each channel streams 8 re-exchanges' worth and is closed by the server at its end; on a
+        # slow machine an exchange can still be running when the next threshold passes, so the
+        # loop goes on until 8 have completed, not for a fixed number of channels
+        while runs < 60 and (runs < 8 or transport.rekeys < 8 or transport.held_replies < 3):
             chan = transport.open_session(timeout=30)
             chan.settimeout(20)  # unpatched, the stall is 30 s: fail on the read, not hang
             chan.exec_command(f"head -c {size} /dev/zero")
