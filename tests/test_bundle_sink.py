@@ -144,6 +144,22 @@ def tmp_of(path: Path) -> Path:
     return path.with_name("." + path.name + ".atpart")
 
 
+def _put_head(request_id: int, path: Path, data: bytes, claimed: bytes | None = None) -> dict:
+    """A put request for `data` at `path` (its digest that of `claimed` when given: a mismatch)."""
+    head = {"op": "put", "id": request_id, "tmp": str(tmp_of(path)), "path": str(path), "size": len(data)}
+    digest = hashlib.sha256(data if claimed is None else claimed).hexdigest()
+    head.update(mode=0o644, mtime=1.0, algo="sha256", digest=digest)
+    return head
+
+
+def _land(sink: bundle_sink.Sink, request_id: int, path: Path, data: bytes, claimed: bytes | None = None):
+    """One put through an in-process sink's begin, feed and end, as the client lands a file."""
+    put = sink.begin(_put_head(request_id, path, data, claimed))
+    sink.feed(put, data)
+    sink.end(put)
+    return put
+
+
 def leftovers(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.name.endswith(".atpart"))
 
@@ -668,21 +684,7 @@ def test_a_commit_drops_every_file_then_starts_every_read_before_reading_any(tmp
     monkeypatch.setattr(os, "pread", pread)
     sink = bundle_sink.Sink()
     for i in range(3):
-        data = b"y" * (10 + i)
-        put = sink.begin(
-            {
-                "id": i,
-                "tmp": str(tmp_path / f".f{i}.part"),
-                "path": str(tmp_path / f"f{i}"),
-                "size": len(data),
-                "mode": 0o644,
-                "mtime": 1.0,
-                "algo": "sha256",
-                "digest": hashlib.sha256(data).hexdigest(),
-            }
-        )
-        sink.feed(put, data)
-        sink.end(put)
+        _land(sink, i, tmp_path / f"f{i}", b"y" * (10 + i))
     reply = sink.commit({"fsync": True, "drop_cache": True})
     assert [f["ok"] for f in reply["files"]] == [True] * 3
     first_read = calls.index("read")
@@ -691,9 +693,7 @@ def test_a_commit_drops_every_file_then_starts_every_read_before_reading_any(tmp
 
 
 def _put_frame(request_id: int, path: Path, data: bytes) -> bytes:
-    head = {"op": "put", "id": request_id, "tmp": str(tmp_of(path)), "path": str(path), "size": len(data)}
-    head.update(mode=0o644, mtime=1.0, algo="sha256", digest=hashlib.sha256(data).hexdigest())
-    return json.dumps(head).encode() + b"\n" + data
+    return json.dumps(_put_head(request_id, path, data)).encode() + b"\n" + data
 
 
 def test_the_next_group_is_written_while_a_commit_flushes_and_replies_keep_their_order(tmp_path, monkeypatch):
@@ -777,23 +777,8 @@ def test_a_brief_commit_gives_placed_files_as_ids_and_reads_unnamed_ones_back_wi
     real_fstat = os.fstat
     monkeypatch.setattr(os, "fstat", lambda fd: fstats.append(fd) or real_fstat(fd))
     sink = bundle_sink.Sink()
-    puts = []
-    for i, (data, claimed) in enumerate([(b"one", b"one"), (b"two", b"two"), (b"three", b"other")]):
-        put = sink.begin(
-            {
-                "id": 10 + i,
-                "tmp": str(tmp_path / f".f{i}.part"),
-                "path": str(tmp_path / f"f{i}"),
-                "size": len(data),
-                "mode": 0o644,
-                "mtime": 1.0,
-                "algo": "sha256",
-                "digest": hashlib.sha256(claimed).hexdigest(),
-            }
-        )
-        sink.feed(put, data)
-        sink.end(put)
-        puts.append(put)
+    cases = [(b"one", b"one"), (b"two", b"two"), (b"three", b"other")]
+    puts = [_land(sink, 10 + i, tmp_path / f"f{i}", data, claimed) for i, (data, claimed) in enumerate(cases)]
     assert all(put.unnamed for put in puts)  # this filesystem takes O_TMPFILE
     reply = sink.commit({"fsync": True, "drop_cache": True, "brief": True})
     assert reply["files"][:2] == [10, 11]
