@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from airflow_transfer.engine.bundle_channel import BOOTSTRAP, sink_preamble
 from airflow_transfer.integrity.algorithms import digest_bytes
 from airflow_transfer.remote import bundle_sink
 
 SINK_FILE = Path(__file__).resolve().parents[1] / "airflow_transfer" / "remote" / "bundle_sink.py"
-BOOT = "import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))"
+BOOT = BOOTSTRAP  # the client's own bootstrap line, and its preamble: the compressed source
 PYTHON3 = shutil.which("python3") or sys.executable
 PYTHON38 = os.path.expanduser("~/.pyenv/versions/3.8.18/bin/python3")
 
@@ -65,8 +66,7 @@ class Sink:
         self.lines: queue.Queue[bytes] = queue.Queue()
         # A reader thread: a sink that wrongly stops answering fails the test instead of hanging it.
         threading.Thread(target=self._pump, daemon=True).start()
-        source = SINK_FILE.read_bytes()
-        self.send_raw(b"%d\n" % len(source) + source)
+        self.send_raw(sink_preamble())
         self.next_id = 1
 
     def _pump(self) -> None:
@@ -506,8 +506,7 @@ def test_requests_sent_with_the_source_in_one_write(tmp_path: Path) -> None:
     path = tmp_path / "f"
     head = {"op": "put", "id": 2, "tmp": str(tmp_of(path)), "path": str(path), "size": 5}
     head.update(mode=0o600, mtime=7.0, algo="sha1", digest=hashlib.sha1(b"hello").hexdigest())
-    source = SINK_FILE.read_bytes()
-    stdin = b"%d\n" % len(source) + source + b'{"op":"hello","id":1}\n' + json.dumps(head).encode() + b"\nhello"
+    stdin = sink_preamble() + b'{"op":"hello","id":1}\n' + json.dumps(head).encode() + b"\nhello"
     stdin += b'{"op":"commit","id":3}\n'
     done = subprocess.run([PYTHON3, "-I", "-c", BOOT], input=stdin, capture_output=True, timeout=REPLY_TIMEOUT)
     assert done.returncode == 0, done.stderr
@@ -567,11 +566,10 @@ def test_python38_runs_a_group(tmp_path: Path) -> None:
 
 def _gets(requests: list[dict], python: str = PYTHON3) -> list[tuple[dict, bytes]]:
     """Send hello and the gets in one write, then EOF; parse every reply (and its bytes)."""
-    source = SINK_FILE.read_bytes()
     lines = [json.dumps({"op": "hello", "id": 0})] + [
         json.dumps(dict(r, op="get", id=i + 1)) for i, r in enumerate(requests)
     ]
-    stdin = b"%d\n" % len(source) + source + "".join(line + "\n" for line in lines).encode()
+    stdin = sink_preamble() + "".join(line + "\n" for line in lines).encode()
     proc = subprocess.run([python, "-I", "-c", BOOT], input=stdin, capture_output=True, timeout=REPLY_TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     out, pos, replies = proc.stdout, 0, []
@@ -868,11 +866,8 @@ def _fed(requests: list[dict], python: str = PYTHON3, confine: dict | None = Non
     """A download's two helpers, for real: one serving `requests` as the source's does (its
     output captured whole), then that output served by a second as the lander's input (told
     `confine` first, as the client does); the lander's replies."""
-    source = SINK_FILE.read_bytes()
     lines = "".join(json.dumps(r) + "\n" for r in requests).encode()
-    fed = subprocess.run(
-        [python, "-I", "-c", BOOT], input=b"%d\n" % len(source) + source + lines, capture_output=True, timeout=60
-    )
+    fed = subprocess.run([python, "-I", "-c", BOOT], input=sink_preamble() + lines, capture_output=True, timeout=60)
     assert fed.returncode == 0, fed.stderr
     out = io.BytesIO()
     lander = bundle_sink.Sink(io.BufferedReader(io.BytesIO(fed.stdout)), out)

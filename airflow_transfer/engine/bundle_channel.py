@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import hashlib
 import json
 import math
 import os
 import shlex
 import threading
+import zlib
 from collections.abc import Callable
 from importlib import resources
 from json.encoder import encode_basestring_ascii
@@ -40,7 +42,10 @@ _json = json.JSONEncoder(separators=(",", ":")).encode
 _quote = encode_basestring_ascii
 BUNDLE_ALGORITHMS = ("md5", "sha1", "sha256", "blake2b", "none")
 COMMIT_TIMEOUT = 300.0  # a group's fsync and read-back on a slow disk
-BOOTSTRAP = "import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))"
+# The helper's source travels compressed (zlib is part of every CPython build): 46 KB of
+# source is 15 KB, which a new connection's first congestion window carries at once, where
+# the plain text took two or three round trips of TCP slow start before the helper could start.
+BOOTSTRAP = "import sys,zlib;exec(zlib.decompress(sys.stdin.buffer.read(int(sys.stdin.buffer.readline()))))"
 SINK_NAME = "airflow-transfer-bundle"
 LANDER_NAME = "airflow-transfer-bundle-lander"  # the same helper on this host, landing downloads
 FEEDER_NAME = "airflow-transfer-bundle-feeder"  # the same helper on this host, reading uploads
@@ -54,8 +59,10 @@ def sink_command(python: str = SINK_PYTHON) -> str:
     return f"{shlex.quote(python)} -I -c {shlex.quote(BOOTSTRAP)}"
 
 
+@functools.lru_cache(maxsize=1)
 def sink_preamble() -> bytes:
-    source = resources.files("airflow_transfer.remote").joinpath("bundle_sink.py").read_bytes()
+    """What BOOTSTRAP reads: the length of the compressed source, a newline, and the source."""
+    source = zlib.compress(resources.files("airflow_transfer.remote").joinpath("bundle_sink.py").read_bytes(), 9)
     return b"%d\n" % len(source) + source
 
 
@@ -100,11 +107,15 @@ class ChannelReader:
 class SinkChannel:
     """One running bundle sink on one SSH connection."""
 
-    def __init__(self, chan: Any, carrier: str = "paramiko") -> None:
-        """Starts the sink on `chan`, a channel running sink_command() (bundle_carriers.py)."""
-        self.chan, self.carrier = chan, carrier
-        self.out = ChannelReader(self.chan.recv)
+    def __init__(self, start: Callable[[bytes], Any], carrier: str = "paramiko") -> None:
+        """Starts the sink with `start`, which runs sink_command() (or BOOTSTRAP) over a carrier
+        of bundle_carriers.py and writes the bytes it is given as the command's first input."""
+        self.carrier = carrier
         self.next_id = 1
+        hello_id = self._id()
+        # The source and the hello go with the command: no round trip waits between them.
+        self.chan = start(sink_preamble() + _json({"op": "hello", "id": hello_id}).encode("ascii") + b"\n")
+        self.out = ChannelReader(self.chan.recv)
         self.in_flight = 0  # groups begun and not yet answered: the channel is reusable at 0 only
         # The helper reading the files and the one landing them (pair()): closed together.
         self.partner: SinkChannel | None = None
@@ -114,8 +125,7 @@ class SinkChannel:
         self.root: str | None = None  # the only tree this helper may place files in (confine)
         self.key: bytes | None = None  # the key of the macs that let it place a file (confine)
         try:
-            self.chan.sendall(sink_preamble())
-            hello = self._request({"op": "hello"})
+            hello = self._reply(hello_id)
         except (OSError, EOFError, ValueError) as exc:
             why = self._why_not(exc)
             self.close()
@@ -131,16 +141,16 @@ class SinkChannel:
 
     @classmethod
     def over_paramiko(cls, transport: Any) -> SinkChannel:
-        return cls(paramiko_exec(transport, sink_command()), "paramiko")
+        return cls(lambda first: paramiko_exec(transport, sink_command(), first), "paramiko")
 
     @classmethod
     def over_openssh(cls, target: Any) -> SinkChannel:
-        return cls(openssh_exec(target, sink_command()), "openssh")
+        return cls(lambda first: openssh_exec(target, sink_command(), first), "openssh")
 
     @classmethod
     def local(cls) -> SinkChannel:
         """The helper on this host, under this interpreter: downloads land through it."""
-        return cls(local_exec(BOOTSTRAP), "local")
+        return cls(lambda first: local_exec(BOOTSTRAP, first), "local")
 
     def _why_not(self, exc: BaseException) -> str:
         """Why the sink did not answer: no python3 (the shell says 127), or a server that runs

@@ -4,11 +4,12 @@ Many small files travel as ONE framed stream over one SSH exec channel, one
 round trip per group of files instead of several per file: into this host
 (put, commit: the sink) or out of it (get: the source). It is started as
 
-    python3 -I -c 'import sys;exec(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))'
+    python3 -I -c 'import sys,zlib;exec(zlib.decompress(sys.stdin.buffer.read(int(sys.stdin.buffer.readline()))))'
 
-and the client writes b"<length>\\n", this source, then requests on the same
-stdin (run directly, `python3 bundle_sink.py` serves stdin at once). A
-request is a JSON object on one line; replies are JSON lines, ASCII, flushed.
+and the client writes b"<length>\\n", this source compressed with zlib (that
+many bytes), then requests on the same stdin (run directly, `python3
+bundle_sink.py` serves stdin at once). A request is a JSON object on one
+line; replies are JSON lines, ASCII, flushed.
 
   {"op": "hello", "id": 1} -> helper, version, ops, algorithms, durability
       ("syncfs" or "fsync"), max_pending (the most puts one group may hold).
