@@ -10,8 +10,9 @@ from importlib import resources
 
 import pytest
 
-from airflow_transfer.engine.bundle_carriers import BundleUnavailable, in_order, paramiko_exec
+from airflow_transfer.engine.bundle_carriers import BundleUnavailable, can_pipeline, in_order, paramiko_exec
 from airflow_transfer.engine.bundle_channel import SinkChannel, sink_preamble
+from airflow_transfer.protocols.paramiko_lib import paramiko  # noqa: F401 - loaded, as it is where a channel is paramiko's
 from airflow_transfer.protocols.ssh import open_transport
 
 
@@ -84,6 +85,12 @@ def test_over_a_real_openssh_the_helper_starts_with_its_input_sent_ahead(sshd) -
     transport = open_transport(sshd.target())
     try:
         assert in_order(transport)  # the test server is OpenSSH: the pipelined start is what runs
+        probe = transport.open_session()
+        try:
+            # The installed paramiko still has the steps it takes (else it falls back, slower).
+            assert can_pipeline(probe)
+        finally:
+            probe.close()
         sink = SinkChannel.over_paramiko(transport)
         try:
             assert sink.algorithms >= {"sha256"} and sink.max_files >= 1

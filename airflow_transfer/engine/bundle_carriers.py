@@ -52,26 +52,36 @@ def _exec_then_write(chan: Any, command: str, first: bytes) -> None:
     """Channel.exec_command, with `first` sent behind the request instead of after its reply:
     the helper's source is on its way while the server starts the command, one round trip
     less before the helper answers (50 ms on wan50). The reply is still waited for, and a
-    refusal raises as exec_command's does. Where paramiko's channel lacks the two steps used
-    here, exec_command runs as usual."""
-    from ..protocols.paramiko_lib import paramiko  # loaded already: the channel is paramiko's
-
-    pending, wait = getattr(chan, "_event_pending", None), getattr(chan, "_wait_for_event", None)
-    if pending is None or wait is None:
+    refusal raises as exec_command's does. Where paramiko lacks one of the steps used here
+    (they are not its public interface), exec_command runs as usual."""
+    if not can_pipeline(chan):
         chan.exec_command(command)
         chan.sendall(first)
         return
+    from ..protocols.paramiko_lib import paramiko  # loaded already: the channel is paramiko's
+
     m = paramiko.Message()
     m.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
     m.add_int(chan.remote_chanid)
     m.add_string("exec")
     m.add_boolean(True)  # want a reply: a refusal must still be heard
     m.add_string(command)
-    pending()
+    chan._event_pending()
     chan.transport._send_user_message(m)
     if first:
         chan.sendall(first)
-    wait()
+    chan._wait_for_event()
+
+
+def can_pipeline(chan: Any) -> bool:
+    """Whether `chan` (and the paramiko it comes from) has the steps _exec_then_write uses."""
+    common = getattr(sys.modules.get("paramiko"), "common", None)
+    return (
+        all(callable(getattr(chan, name, None)) for name in ("_event_pending", "_wait_for_event", "sendall"))
+        and isinstance(getattr(chan, "remote_chanid", None), int)
+        and callable(getattr(getattr(chan, "transport", None), "_send_user_message", None))
+        and isinstance(getattr(common, "cMSG_CHANNEL_REQUEST", None), bytes)
+    )
 
 
 def openssh_exec(target: SSHTarget, command: str, first: bytes = b"") -> openssh.PipeChannel:
