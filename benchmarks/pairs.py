@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.fs_settle import discard, settle
+from benchmarks.fs_settle import discard, settle, warm
 from benchmarks.run import host
 from benchmarks.small_files import _make, _parse, _run
 from tests.support.sshd import SSHServer, chown_to_user
@@ -59,6 +59,7 @@ def main() -> int:
             trash.mkdir()
         else:
             settle(trash)
+        warm([src], [[sys.executable, "-c", "import airflow_transfer.cli, airflow_transfer.job"]])
         speed = {"before": host()}
         rows: dict[str, list[dict]] = {c: [] for c in checkouts}
         for rep in range(args.pairs):
