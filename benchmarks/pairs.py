@@ -75,8 +75,7 @@ def main() -> int:
                 argv += ["copy", source, target, "--identity", str(sshd.client_key)]
                 argv += ["--known-hosts", str(sshd.known_hosts), "--restart"]
                 argv += ["--store", f"sqlite:///{work}/stores/{uuid.uuid4().hex}.db"]
-                os.environ["PYTHONPATH"] = str(tree)  # _run's child inherits it
-                row = _run(argv)
+                row = _run(argv, env={**os.environ, "PYTHONPATH": str(tree)})
                 landed = sum(len(files) for _, _, files in os.walk(dst))
                 if landed != count:
                     raise SystemExit(f"{cname} left {landed} of {count} files")
@@ -91,7 +90,6 @@ def main() -> int:
             print(f"{cname} ({checkouts[cname]}): median {secs:.2f} s, machine CPU {cpu:.2f} s; runs {runs}")
         print("machine speed:", json.dumps(speed))
     finally:
-        os.environ.pop("PYTHONPATH", None)
         sshd.stop()
         shutil.rmtree(work, ignore_errors=True)
     return 0

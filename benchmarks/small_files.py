@@ -73,15 +73,16 @@ def _make(root: Path, count: int, size: int) -> None:
         os.chmod(d, 0o755)
 
 
-def _run(argv: list[str]) -> dict:
-    """Wall time, the client's CPU (the process and its children) and peak RSS, the machine's CPU."""
+def _run(argv: list[str], env: dict[str, str] | None = None) -> dict:
+    """Wall time, the client's CPU (the process and its children) and peak RSS, the machine's CPU;
+    `env`: the process's environment (default: this one's)."""
     # The previous run's dirty pages (rsync leaves its files unflushed) are written back before
     # this run starts, not during it: a copy that flushes its own files (syncfs) would otherwise
     # wait for another tool's data too. benchmarks/run.py does the same.
     os.sync()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as errs:
         busy0, t0 = _busy_seconds(), time.monotonic()
-        proc = subprocess.Popen(argv, stdout=out, stderr=errs)
+        proc = subprocess.Popen(argv, stdout=out, stderr=errs, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.monotonic() - t0
         busy = _busy_seconds() - busy0

@@ -12,7 +12,6 @@ import pytest
 
 from airflow_transfer.engine.bundle_carriers import BundleUnavailable, can_pipeline, in_order, paramiko_exec
 from airflow_transfer.engine.bundle_channel import SinkChannel, sink_preamble
-from airflow_transfer.protocols.paramiko_lib import paramiko  # noqa: F401 - loaded, as it is where a channel is paramiko's
 from airflow_transfer.protocols.ssh import open_transport
 
 

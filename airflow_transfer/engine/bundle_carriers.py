@@ -30,9 +30,9 @@ def paramiko_exec(transport: Any, command: str, first: bytes = b"") -> Any:
     try:
         chan = transport.open_session()
         chan.settimeout(HELLO_TIMEOUT)
-        if in_order(transport):
+        if in_order(transport) and can_pipeline(chan):
             _exec_then_write(chan, command, first)
-        else:
+        else:  # the input after the reply
             chan.exec_command(command)
             chan.sendall(first)
     except Exception as exc:
@@ -52,12 +52,8 @@ def _exec_then_write(chan: Any, command: str, first: bytes) -> None:
     """Channel.exec_command, with `first` sent behind the request instead of after its reply:
     the helper's source is on its way while the server starts the command, one round trip
     less before the helper answers (50 ms on wan50). The reply is still waited for, and a
-    refusal raises as exec_command's does. Where paramiko lacks one of the steps used here
-    (they are not its public interface), exec_command runs as usual."""
-    if not can_pipeline(chan):
-        chan.exec_command(command)
-        chan.sendall(first)
-        return
+    refusal raises as exec_command's does. Only where can_pipeline(chan): the steps used here
+    are not paramiko's public interface."""
     from ..protocols.paramiko_lib import paramiko  # loaded already: the channel is paramiko's
 
     m = paramiko.Message()
@@ -75,7 +71,9 @@ def _exec_then_write(chan: Any, command: str, first: bytes) -> None:
 
 def can_pipeline(chan: Any) -> bool:
     """Whether `chan` (and the paramiko it comes from) has the steps _exec_then_write uses."""
-    common = getattr(sys.modules.get("paramiko"), "common", None)
+    from ..protocols.paramiko_lib import paramiko  # loaded already where the channel is paramiko's
+
+    common = getattr(paramiko, "common", None)
     return (
         all(callable(getattr(chan, name, None)) for name in ("_event_pending", "_wait_for_event", "sendall"))
         and isinstance(getattr(chan, "remote_chanid", None), int)
