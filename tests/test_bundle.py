@@ -393,3 +393,26 @@ def test_a_send_line_is_the_json_the_encoder_writes(tmp, path, mtime, algo, dige
     key = b"k" * 32
     keyed = send_line(5, path, task, _json(algo), tmp, dst, key)  # type: ignore[arg-type]
     assert keyed == _json(dict(request, mac=put_mac(key, 5, tmp, dst))).encode("ascii") + b"\n"
+
+
+def test_local_paths_are_made_absolute_as_abspath_makes_them(tmp_path, monkeypatch):
+    # A group's send lines name local files by absolute path; the directories are made
+    # absolute once each (absolute_in). Every shape abspath would fold must come out the same.
+    import itertools
+
+    from airflow_transfer.engine.bundle_channel import absolute_in
+
+    monkeypatch.chdir(tmp_path)
+    dirs: dict[str, str] = {}
+    absolute = absolute_in(dirs)
+    parts = ["", "a", ".", "..", "b"]
+    shapes = [
+        lead + "/".join(combo)
+        for k in range(1, 5)
+        for combo in itertools.product(parts, repeat=k)
+        for lead in ("", "/", "//", "///")
+    ]
+    for path in filter(None, shapes):
+        assert absolute(path) == os.path.abspath(path), path
+    assert dirs, "no directory was remembered"
+    assert absolute("d0001/f000100") == f"{tmp_path}/d0001/f000100"

@@ -862,6 +862,37 @@ def test_the_sinks_request_parser_agrees_with_json_loads_on_every_short_line():
     assert [parsed(line) for line in lines] == [reference(line) for line in lines]
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(id=7, mac=None, tmp="/d/.a.atpart", path="/d/a", size=1024, mode=420, mtime=1795861320.123456),
+        dict(id=8, mac="ab" * 32, tmp='/d/."q\\u.atpart', path='/d/"q\\u', size=0, mode=None, mtime=7),
+        dict(id=9, mac=None, tmp="/d/.caf\udce9.atpart", path="/d/caf\udce9", size=3, mode=0o4755, mtime=-1.5),
+        dict(id=10, mac=None, tmp="/d/.é\u2603\n.atpart", path="/d/é\u2603\n", size=3, mode=0, mtime=1e16),
+        dict(id=11, mac=None, tmp=None, path=None, size=3, mode=1, mtime=0.0, algo=None, digest=None),
+        # not as the client sends them: json.dumps writes these, whatever they hold
+        dict(id=True, mac=None, tmp="/d/.a", path="/d/a", size=1, mode=420, mtime=1.0),
+        dict(id=12, mac=None, tmp="/d/.a", path="/d/a", size=1, mode=420, mtime=float("nan")),
+        dict(id=13, mac=None, tmp="/d/.a", path="/d/a", size=1, mode=420, mtime=float("inf")),
+        dict(id=14, mac=None, tmp="/d/.a", path="/d/a", size=1, mode=4.0, mtime=1.0),
+        dict(id=15, mac=3, tmp="/d/.a", path="/d/a", size=1, mode=420, mtime=1.0),
+        dict(id="x", mac=None, tmp=["/d/.a"], path="/d/a", size=1, mode=420, mtime=1.0),
+    ],
+)
+def test_a_put_header_is_the_line_json_dumps_writes(fields, monkeypatch):
+    # The helper reading files writes a put header per file, formatted directly where its
+    # fields are as the client sends them; byte for byte what json.dumps of the dict gives.
+    head = dict(op="put", id=fields["id"], mac=fields["mac"], tmp=fields["tmp"], path=fields["path"])
+    head.update(size=fields["size"], mode=fields["mode"], mtime=fields["mtime"])
+    head.update(algo=fields.get("algo", "sha256"), digest=fields.get("digest", "ab" * 32))
+    want = bundle_sink._line(head)
+    dumped: list[dict] = []
+    monkeypatch.setattr(bundle_sink, "_line", lambda obj: dumped.append(obj) or want)
+    assert bundle_sink._put_line(head) == want
+    as_sent = type(head["id"]) is int and head["id"] < 12  # the first five cases
+    assert dumped == ([] if as_sent else [head])
+
+
 def _fed(requests: list[dict], python: str = PYTHON3, confine: dict | None = None) -> list[dict]:
     """A download's two helpers, for real: one serving `requests` as the source's does (its
     output captured whole), then that output served by a second as the lander's input (told

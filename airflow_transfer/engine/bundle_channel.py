@@ -124,6 +124,7 @@ class SinkChannel:
         self.owed: list[int] = []  # replies to read before the next commit's (the relay's)
         self.root: str | None = None  # the only tree this helper may place files in (confine)
         self.key: bytes | None = None  # the key of the macs that let it place a file (confine)
+        self.dirs: dict[str, str] = {}  # local directories made absolute (absolute_in)
         try:
             hello = self._reply(hello_id)
         except (OSError, EOFError, ValueError) as exc:
@@ -227,13 +228,11 @@ class SinkChannel:
             raise ValueError("relay needs a helper paired with this one")
         algo = _json(algorithm)
         ids = [self._id() for _ in tasks]
+        local = absolute_in(self.dirs)
         if upload:  # read here, placed on the server as named
-            lines = [send_line(i, os.path.abspath(t.src), t, algo, t.tmp, t.dst) for i, t in zip(ids, tasks)]
+            lines = [send_line(i, local(t.src), t, algo, t.tmp, t.dst) for i, t in zip(ids, tasks)]
         else:
-            lines = [
-                send_line(i, t.src, t, algo, os.path.abspath(t.tmp), os.path.abspath(t.dst), dest.key)
-                for i, t in zip(ids, tasks)
-            ]
+            lines = [send_line(i, t.src, t, algo, local(t.tmp), local(t.dst), dest.key) for i, t in zip(ids, tasks)]
         commit_id = self._id()
         commit = {"op": "commit", "id": commit_id, "fsync": True, "drop_cache": True, "brief": True}
         lines.append(_json({"op": "emit", "id": self._id(), "line": commit}).encode("ascii") + b"\n")
@@ -341,6 +340,28 @@ class Pump:
             stats = self._stats
         if through:
             count_progress_many(through, stats)
+
+
+def absolute_in(dirs: dict[str, str]) -> Callable[[str], str]:
+    """os.path.abspath for the local paths of a group's files, their directories' looked up in
+    `dirs` and made absolute once: a group's files share a few directories, and abspath's
+    normalisation was most of this process's per-file path work."""
+
+    def absolute(path: str) -> str:
+        head, sep, name = path.rpartition("/")
+        if not head.strip("/") or name in ("", ".", ".."):
+            return os.path.abspath(path)  # at the top of a tree, or a name abspath would fold
+        base = dirs.get(head)
+        if base is None:
+            if len(dirs) >= _DIRS_KEPT:
+                dirs.clear()
+            base = dirs[head] = os.path.abspath(head)
+        return f"{base}/{name}" if base != "/" and base != "//" else f"{base}{name}"
+
+    return absolute
+
+
+_DIRS_KEPT = 4096  # directories absolute_in remembers per helper (a tree of millions has many)
 
 
 def put_mac(key: bytes, request_id: int, tmp: str, dst: str) -> str:

@@ -277,7 +277,16 @@ def found_in_place(
     """Those of `picked` (indices into `tasks`) whose destination has their size and mtime;
     those in `fresh` directories (created for this chunk, see claim_fresh_dirs) are not looked for."""
     if fresh:
-        picked = [i for i in picked if posixpath.normpath(posixpath.dirname(tasks[i].dst)) not in fresh]
+        folders: dict[str, bool] = {}  # a file's directory, as its path names it -> fresh; once per directory
+
+        def in_fresh(dst: str) -> bool:
+            folder = dst.rpartition("/")[0]
+            seen = folders.get(folder)
+            if seen is None:
+                seen = folders[folder] = posixpath.normpath(posixpath.dirname(dst)) in fresh
+            return seen
+
+        picked = [i for i in picked if not in_fresh(tasks[i].dst)]
     if not picked:
         return set()
     return {picked[j] for j in session.already_there([tasks[i] for i in picked])}
@@ -305,7 +314,7 @@ def run_chunk(
     t0 = time.monotonic()
     result = ChunkResult(chunk_id, params, files=len(tasks), bytes=sum(t.size for t in tasks), started=t0)
     session.stats.params = {"pp": params.pp, "p": params.p, "cc": params.cc}
-    dirs = sorted({posixpath.dirname(t.rel) for t in tasks} - {""})
+    dirs = sorted({t.rel.rpartition("/")[0] for t in tasks} - {""})  # dirname: names are checked (paths.py)
     why = "protocol switch" if session.control.stopping() else ""
     skip: set[int] = set()
     if not why:
