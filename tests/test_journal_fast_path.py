@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import event, select
 
 from airflow_transfer.manifest_schema import SCHEMA
-from airflow_transfer.store import Store, journal
+from airflow_transfer.store import Store, journal, sqlite_rows
 from airflow_transfer.store.journal import (
     MAX_ERROR_CHARS,
     BlockDone,
@@ -168,6 +168,37 @@ def test_scenarios_give_the_rows_the_fold_gives(store: Store, name: str) -> None
     _apply_both(store, fast_id, folded_id, SCENARIOS[name])
 
 
+@pytest.mark.parametrize("params", [999, 32_766])
+def test_a_batch_larger_than_one_statement_gives_the_rows_the_fold_gives(
+    store: Store, params: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite takes many rows per statement, up to its parameter limit (sqlite_rows.py): with the
+    # oldest limit, 1,000 listed files and the finished ones span several statements. Unknown
+    # paths among them, the rows must come out as the fold writes them, the unknown reported.
+    monkeypatch.setattr(sqlite_rows, "max_params", lambda: params)
+    names = [f"d{i // 100:02d}/f{i:04d}" for i in range(1000)]
+    listing = pa.table({"path": names, "size": [1024] * 1000, "mtime": [1_700_000_000.25] * 1000}, schema=SCHEMA)
+    ids = []
+    for key in ("fast", "folded"):
+        record = store.begin_transfer(key, "sftp://src/data", "file:///dst", resume=False)
+        assert store.record_listing(record.id, listing) == 1000
+        ids.append(record.id)
+    assert set(_rows(store, ids[0])) == set(names)
+    rng = random.Random(20261129)
+    events: list[Event] = []
+    for i, path in enumerate(names):
+        if i % 3:
+            events.append(_random_done(rng, path))
+        if i % 250 == 7:
+            events.append(FileDone(f"{path}-not-listed", 1, 1.0, None, 1))
+    seen = _statements(store)
+    _apply_both(store, ids[0], ids[1], events)
+    assert sum(row["state"] == "done" for row in _rows(store, ids[0]).values()) == 666
+    if store.backend == "sqlite":  # 666 files and 4 unknown, 7 parameters each, 3 shared
+        one_by_one = [p for statement, p, many in seen if statement.lstrip().startswith("UPDATE") and not many]
+        assert len(one_by_one) == -(-670 // ((params - 3) // 7))
+
+
 def _statements(store: Store) -> list[tuple[str, object, bool]]:
     seen: list[tuple[str, object, bool]] = []
 
@@ -189,7 +220,11 @@ def test_a_batch_of_finished_files_reads_no_row(store: Store) -> None:
     assert store.apply_journal_events(fast_id, events) == []
     statements = [statement for statement, _, _ in seen if statement.strip() not in ("BEGIN", "BEGIN IMMEDIATE")]
     assert [s.split()[0] for s in statements] == ["UPDATE"], statements
-    assert seen[-1][2] and len(seen[-1][1]) == len(LISTED)  # one executemany, a row per file
+    if store.backend == "sqlite":
+        # one statement whose VALUES hold every file (sqlite_rows.py): not a step per row
+        assert not seen[-1][2] and len(seen[-1][1]) == 3 + 7 * len(LISTED)
+    else:
+        assert seen[-1][2] and len(seen[-1][1]) == len(LISTED)  # one executemany, a row per file
     rows = _rows(store, fast_id)
     assert {row["state"] for row in rows.values()} == {"done"}
     assert rows["d0/f00"]["mtime"] == 6.0 and rows["d1/f01"]["mtime"] == 5.0

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +25,7 @@ from sqlalchemy.engine import Connection
 
 from .. import manifest_schema
 from . import ranges as rng
+from . import sqlite_rows
 from .coltypes import db_value, utcnow
 from .errors import StoreError
 from .schema import DONE, FILE_FAILED, FILE_STATES, PARTIAL, PENDING, files
@@ -149,8 +149,10 @@ def upsert_listing(conn: Connection, transfer_id: int, batch: pa.RecordBatch) ->
             {"transfer_id": transfer_id, "now": now, "paths": paths, "sizes": sizes, "mtimes": mtimes},
         )
         return
-    rows = list(zip(repeat(transfer_id), paths, sizes, mtimes, repeat(now)))
-    conn.exec_driver_sql(_SQLITE_LISTING_SQL, rows)
+    for sql, params in sqlite_rows.listing_statements(
+        files.name, _COLUMNS, _ON_CONFLICT, PENDING, transfer_id, now, list(zip(paths, sizes, mtimes))
+    ):
+        conn.exec_driver_sql(sql, tuple(params))
 
 
 _COLUMNS = "transfer_id, path, size, mtime, state, ranges, bytes_done, attempts, updated_at"
@@ -164,9 +166,6 @@ _PG_LISTING_SQL = f"""
 INSERT INTO {files.name} ({_COLUMNS})
 SELECT :transfer_id, u.path, u.size, u.mtime, '{PENDING}', '[]', 0, 0, :now
 FROM unnest(CAST(:paths AS text[]), CAST(:sizes AS bigint[]), CAST(:mtimes AS float8[])) AS u(path, size, mtime)
-{_ON_CONFLICT}"""
-_SQLITE_LISTING_SQL = f"""
-INSERT INTO {files.name} ({_COLUMNS}) VALUES (?, ?, ?, ?, '{PENDING}', '[]', 0, 0, ?)
 {_ON_CONFLICT}"""
 
 
@@ -307,7 +306,7 @@ def _write_done(conn: Connection, transfer_id: int, sql: str, paths: list[str], 
     now = db_value(conn, files.c.updated_at.type, utcnow())
     blocks = encode_blocks([])
     encoded: dict[int, tuple[str, int]] = {}  # size -> (ranges, bytes_done): sizes repeat
-    rows = []
+    finals = []  # (path, size, mtime, checksum, ranges, bytes_done, attempts)
     for path in paths:
         event = done[path]
         size = event.size
@@ -315,10 +314,18 @@ def _write_done(conn: Connection, transfer_id: int, sql: str, paths: list[str], 
         if ranges is None:
             whole = [[0, size]] if size > 0 else []
             ranges = encoded[size] = (rng.encode(whole), rng.covered_bytes(whole))
-        rows.append((size, event.mtime, event.checksum, *ranges, blocks, event.attempts, now, transfer_id, path))
-    # sqlite3 and psycopg sum executemany's row counts; a driver reporting less (or -1) only
-    # costs the SELECT below.
-    if conn.exec_driver_sql(sql, rows).rowcount == len(rows):
+        finals.append((path, size, event.mtime, event.checksum, *ranges, event.attempts))
+    if conn.dialect.name == "sqlite" and sqlite_rows.UPDATE_FROM:
+        statements = sqlite_rows.done_statements(files.name, DONE, transfer_id, blocks, now, finals)
+        written = sum(conn.exec_driver_sql(statement, tuple(params)).rowcount for statement, params in statements)
+    else:
+        rows = [
+            (size, mtime, checksum, ranges, covered, blocks, attempts, now, transfer_id, path)
+            for path, size, mtime, checksum, ranges, covered, attempts in finals
+        ]
+        # psycopg sums executemany's row counts; a driver reporting less (or -1) only costs the SELECT below.
+        written = conn.exec_driver_sql(sql, rows).rowcount
+    if written == len(finals):
         return []
     known: set[str] = set()
     for start in range(0, len(paths), _LOOKUP_BATCH):
