@@ -1,6 +1,6 @@
 """The journal's bulk rows on SQLite next to a busy thread: one statement per row against many rows per statement.
 
-    .venv/bin/python benchmarks/journal_rows.py [--rows 100000] [--runs 2]
+    .venv/bin/python benchmarks/journal_rows.py [--rows 100000] [--runs 2] [--params 999]
 
 Python's sqlite3 lets go of the interpreter lock around each step of a statement, and
 executemany steps once per row, so each row waits to take the lock back from whatever other
@@ -10,8 +10,9 @@ executemany (one step per row, as the journal did before store/sqlite_rows.py), 
 the statements sqlite_rows.py builds (a few hundred rows each), each time next to one thread
 that only runs Python, and the same two without it. Prints per run the wall seconds of the
 inserts, the process's CPU seconds, and how far the busy thread got (its loop count): the
-lock's hand-over shows as wall time, and as the busy thread's share. A fresh SQLite file
-under /var/tmp per run; no network.
+lock's hand-over shows as wall time, and as the busy thread's share. `--params` (a list, say
+300,999,4000,15000) sets how many parameters one multi-row statement may bind (the store's
+choice is 999): each value gets its runs. A fresh SQLite file under /var/tmp per run; no network.
 """
 
 from __future__ import annotations
@@ -44,7 +45,19 @@ def _table(conn: sqlite3.Connection) -> None:
     conn.execute(f"CREATE INDEX ix_state ON {files.name} (transfer_id, state) WHERE state <> 'done'")
 
 
-def one_run(way: str, busy: bool, rows: int) -> dict:
+def _statements(part: list[tuple], params: int) -> list[tuple[str, list]]:
+    """sqlite_rows.listing_statements with `params` parameters at most per statement."""
+    kept = sqlite_rows.max_params
+    sqlite_rows.max_params = lambda: params  # type: ignore[assignment]
+    try:
+        return list(
+            sqlite_rows.listing_statements(files.name, journal._COLUMNS, journal._ON_CONFLICT, PENDING, 1, "now", part)
+        )
+    finally:
+        sqlite_rows.max_params = kept  # type: ignore[assignment]
+
+
+def one_run(way: str, busy: bool, rows: int, params: int = sqlite_rows.MAX_PARAMS) -> dict:
     folder = tempfile.mkdtemp(prefix="at-journal-rows-", dir="/var/tmp")
     conn = sqlite3.connect(os.path.join(folder, "store.db"), isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode = WAL")
@@ -75,10 +88,8 @@ def one_run(way: str, busy: bool, rows: int) -> dict:
         if way == "executemany":
             conn.executemany(one_per_row, [(1, p, s, m, "now") for p, s, m in part])
         else:
-            for sql, params in sqlite_rows.listing_statements(
-                files.name, journal._COLUMNS, journal._ON_CONFLICT, PENDING, 1, "now", part
-            ):
-                conn.execute(sql, params)
+            for sql, values in _statements(part, params):
+                conn.execute(sql, values)
         conn.execute("COMMIT")
     seconds, cpu = time.monotonic() - t0, time.process_time() - cpu0
     stop.set()
@@ -98,14 +109,18 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--params", default=str(sqlite_rows.MAX_PARAMS), help="parameters per statement, comma-separated")
     args = ap.parse_args()
+    sizes = [int(x) for x in args.params.split(",")]
     print(f"SQLite {sqlite3.sqlite_version}, {args.rows} rows, {BATCH} per transaction")
     for run in range(args.runs):
         for busy in (False, True):
-            for way in ("executemany", "many rows per statement"):
-                r = one_run(way, busy, args.rows)
+            ways = [("executemany", 0)] + [("many rows per statement", n) for n in sizes]
+            for way, params in ways:
+                r = one_run(way, busy, args.rows, params or sqlite_rows.MAX_PARAMS)
+                label = way if not params else f"{way} ({params} params)"
                 print(
-                    f"run {run} {way:24s} busy thread {'yes' if busy else 'no ':3s} "
+                    f"run {run} {label:40s} busy thread {'yes' if busy else 'no ':3s} "
                     f"{r['seconds']:7.3f} s wall, {r['cpu_s']:7.3f} s CPU, busy loops {r['busy_loops']}"
                 )
     return 0

@@ -8,7 +8,8 @@ PostgreSQL: SELECT ... FOR UPDATE in path order, so two writers cannot
 deadlock on each other's rows), so two processes adding ranges to the same
 file never lose each other's ranges. A file the batch finishes is written
 without being read (see apply_events); on PostgreSQL its UPDATE locks its
-row in the same path order.
+row in the same path order. On SQLite, the listing's rows and the finished
+files' rows go many to a statement (sqlite_rows.py says why).
 """
 
 from __future__ import annotations

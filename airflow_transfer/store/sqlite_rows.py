@@ -3,17 +3,16 @@
 Python's sqlite3 module lets go of the interpreter lock around every step of a statement,
 and executemany steps once per row. Each row then waits to take the lock back from
 whatever other thread runs Python meanwhile (a copy's movers, pumps and SSH transports):
-100,000 rows inserted by executemany next to one busy thread took 26-30 s of wall time,
-against 1.6-1.7 s as statements of a few hundred rows each (benchmarks/journal_rows.py).
-A copy's mover that wrote its group's rows waited that long before asking for the next
-group. So the listing's rows and the finished files' rows go as multi-row VALUES: the same
+20,000 listing rows inserted by executemany next to one busy thread took 0.26-9.9 s of wall
+time, against 0.11-0.55 s as statements of a few hundred rows each (benchmarks/journal_rows.py;
+how the lock is handed over varies a lot). A copy's mover that wrote its group's rows
+waited as long before asking for the next group. So the listing's rows and the finished files' rows go as multi-row VALUES: the same
 rows, the same conflict rule, one step per few hundred rows.
 
 A statement binds at most 999 parameters: SQLite's limit before 3.32, and about where its
-cost per row is lowest. Preparing a statement grows faster than its rows: 100,000 rows took
-the same CPU in statements of 300 to 2,000 parameters, a third more in statements of 4,000,
-and fifteen times as much in statements of 5,000 rows (15,000 parameters). Values every row
-shares (the transfer, the time) are bound once, by number (?1, ?2). The finished files'
+cost per row is lowest, since preparing a statement grows faster than its rows (statements
+of 5,000 rows, 15,000 parameters, took ten times the CPU per row; benchmarks/journal_rows.py
+--params). Values every row shares (the transfer, the time) are bound once, by number (?1, ?2). The finished files'
 UPDATE ... FROM needs SQLite 3.33 (2020); an older library keeps executemany.
 """
 
