@@ -29,8 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from airflow_transfer.store import journal, sqlite_rows  # noqa: E402
-from airflow_transfer.store.schema import PENDING, files  # noqa: E402
+from airflow_transfer.store import journal, sqlite_rows
+from airflow_transfer.store.schema import PENDING, files
 
 BATCH = 5_000  # rows per transaction, as the store writes a listing (journal.LISTING_BATCH_ROWS)
 
@@ -43,18 +43,6 @@ def _table(conn: sqlite3.Connection) -> None:
         "blocks TEXT, PRIMARY KEY (transfer_id, path))"
     )
     conn.execute(f"CREATE INDEX ix_state ON {files.name} (transfer_id, state) WHERE state <> 'done'")
-
-
-def _statements(part: list[tuple], params: int) -> list[tuple[str, list]]:
-    """sqlite_rows.listing_statements with `params` parameters at most per statement."""
-    kept = sqlite_rows.max_params
-    sqlite_rows.max_params = lambda: params  # type: ignore[assignment]
-    try:
-        return list(
-            sqlite_rows.listing_statements(files.name, journal._COLUMNS, journal._ON_CONFLICT, PENDING, 1, "now", part)
-        )
-    finally:
-        sqlite_rows.max_params = kept  # type: ignore[assignment]
 
 
 def one_run(way: str, busy: bool, rows: int, params: int = sqlite_rows.MAX_PARAMS) -> dict:
@@ -88,7 +76,9 @@ def one_run(way: str, busy: bool, rows: int, params: int = sqlite_rows.MAX_PARAM
         if way == "executemany":
             conn.executemany(one_per_row, [(1, p, s, m, "now") for p, s, m in part])
         else:
-            for sql, values in _statements(part, params):
+            for sql, values in sqlite_rows.listing_statements(
+                files.name, journal._COLUMNS, journal._ON_CONFLICT, PENDING, 1, "now", part, params
+            ):
                 conn.execute(sql, values)
         conn.execute("COMMIT")
     seconds, cpu = time.monotonic() - t0, time.process_time() - cpu0
@@ -102,7 +92,13 @@ def one_run(way: str, busy: bool, rows: int, params: int = sqlite_rows.MAX_PARAM
     os.rmdir(folder)
     if count != rows:
         raise SystemExit(f"{way}: {count} rows written, not {rows}")
-    return {"way": way, "busy_thread": busy, "seconds": round(seconds, 3), "cpu_s": round(cpu, 3), "busy_loops": loops[0]}
+    return {
+        "way": way,
+        "busy_thread": busy,
+        "seconds": round(seconds, 3),
+        "cpu_s": round(cpu, 3),
+        "busy_loops": loops[0],
+    }
 
 
 def main() -> int:

@@ -31,8 +31,8 @@ def max_params() -> int:
     return MAX_PARAMS
 
 
-def _chunks(rows: Sequence[tuple], per_row: int, shared: int) -> Iterator[Sequence[tuple]]:
-    size = max(1, (max_params() - shared) // per_row)
+def _chunks(rows: Sequence[tuple], per_row: int, shared: int, limit: int | None) -> Iterator[Sequence[tuple]]:
+    size = max(1, ((limit or max_params()) - shared) // per_row)
     for start in range(0, len(rows), size):
         yield rows[start : start + size]
 
@@ -49,11 +49,19 @@ def _values(count: int, per_row: int, first: int, shape: str) -> str:
 
 
 def listing_statements(
-    table: str, columns: str, on_conflict: str, pending: str, transfer_id: int, now: Any, rows: Sequence[tuple]
+    table: str,
+    columns: str,
+    on_conflict: str,
+    pending: str,
+    transfer_id: int,
+    now: Any,
+    rows: Sequence[tuple],
+    limit: int | None = None,
 ) -> Iterator[tuple[str, list[Any]]]:
     """INSERTs of `rows` (path, size, mtime) as pending files of `transfer_id`, each row under
-    `on_conflict`: (sql, parameters) per statement."""
-    for part in _chunks(rows, 3, 2):
+    `on_conflict`: (sql, parameters) per statement, each binding at most `limit` parameters
+    (default max_params())."""
+    for part in _chunks(rows, 3, 2, limit):
         shape = f"(?1, ?{{0}}, ?{{1}}, ?{{2}}, '{pending}', '[]', 0, 0, ?2)"
         sql = f"INSERT INTO {table} ({columns}) VALUES {_values(len(part), 3, 3, shape)}\n{on_conflict}"
         params: list[Any] = [transfer_id, now]
@@ -68,7 +76,7 @@ def done_statements(
     """UPDATEs that mark `rows` (path, size, mtime, checksum, ranges, bytes_done, attempts)
     done, a None mtime or attempts keeping the stored one: (sql, parameters) per statement.
     Each statement's row count is the number of its paths the journal holds."""
-    for part in _chunks(rows, 7, 3):
+    for part in _chunks(rows, 7, 3, None):
         values = _values(len(part), 7, 4, "(?{0}, ?{1}, ?{2}, ?{3}, ?{4}, ?{5}, ?{6})")
         sql = (
             f"UPDATE {table} SET size = v.column2, mtime = COALESCE(v.column3, {table}.mtime), "
