@@ -175,7 +175,7 @@ def test_a_batch_larger_than_one_statement_gives_the_rows_the_fold_gives(
     # SQLite takes many rows per statement, up to 999 parameters (sqlite_rows.py): 1,000 listed
     # files and the finished ones span several statements. Unknown paths among them, the rows
     # must come out as the fold writes them, the unknown ones reported.
-    monkeypatch.setattr(sqlite_rows, "max_params", lambda: params)
+    monkeypatch.setattr(sqlite_rows, "MAX_PARAMS", params)
     names = [f"d{i // 100:02d}/f{i:04d}" for i in range(1000)]
     listing = pa.table({"path": names, "size": [1024] * 1000, "mtime": [1_700_000_000.25] * 1000}, schema=SCHEMA)
     ids = []

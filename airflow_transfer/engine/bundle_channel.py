@@ -348,7 +348,7 @@ def absolute_in(dirs: dict[str, str]) -> Callable[[str], str]:
     normalisation was most of this process's per-file path work."""
 
     def absolute(path: str) -> str:
-        head, sep, name = path.rpartition("/")
+        head, _, name = path.rpartition("/")
         if not head.strip("/") or name in ("", ".", ".."):
             return os.path.abspath(path)  # at the top of a tree, or a name abspath would fold
         base = dirs.get(head)
@@ -356,7 +356,7 @@ def absolute_in(dirs: dict[str, str]) -> Callable[[str], str]:
             if len(dirs) >= _DIRS_KEPT:
                 dirs.clear()
             base = dirs[head] = os.path.abspath(head)
-        return f"{base}/{name}" if base != "/" and base != "//" else f"{base}{name}"
+        return f"{base}{name}" if base.endswith("/") else f"{base}/{name}"  # "/" and "//" end so
 
     return absolute
 
