@@ -512,6 +512,11 @@ class EngineExecutor:
         if callable(warm):
             warm(connections)
 
+    def bundle_max_file(self) -> int:
+        """The largest file the session moves in bundles (tuning/executor.py's bundled_up_to)."""
+        ask = getattr(self.session, "bundle_max_file", None)
+        return int(ask()) if callable(ask) else 0
+
     def run_chunk(self, manifest_sorted, start: int, stop: int, params: TransferParams, chunk_id: str):
         rows = manifest_sorted.slice(start, stop - start)
         modes = self.modes[start:stop] if self.modes is not None else None

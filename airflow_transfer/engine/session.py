@@ -173,6 +173,10 @@ class Session:
     def warm(self, connections: int) -> None:
         """Open the first connections in the background while the copy lists and plans."""
 
+    def bundle_max_file(self) -> int:
+        """The largest file this session moves in bundles; 0: none (engine/bundle.py)."""
+        return 0
+
     def drive_engine(self) -> TransferSession | None:
         """The pipelined engine session the tuning algorithms drive (Multi-Chunk), if any."""
         return None

@@ -273,6 +273,13 @@ class TransferSession(Session):
         elif self.verify_mode == "sequential":
             self.verifier.gate.clear()  # this chunk's checksums wait for all its transfers
 
+    def bundle_max_file(self) -> int:
+        # The same conditions as mover()'s; a server found later to refuse the helper turns
+        # bundles off (BundleState), and from then on this says 0.
+        if self.direction == "local" or self.bundle.off or self.before_verify is not None:
+            return 0
+        return BUNDLE_MAX_FILE
+
     def mover(self, runner: Runner) -> Mover:
         if self.direction == "local":
             return LocalMover(runner)

@@ -89,6 +89,13 @@ def supports_sessions(executor: object) -> bool:
     return callable(getattr(executor, "open_session", None))
 
 
+def bundled_up_to(executor: object) -> int:
+    """The largest file the executor moves in bundles (many files to one stream per channel,
+    engine/bundle.py); 0 when it moves none that way or does not say."""
+    ask = getattr(executor, "bundle_max_file", None)
+    return int(ask()) if callable(ask) else 0
+
+
 def check_executor(executor: object) -> None:
     if not callable(getattr(executor, "run_chunk", None)):
         raise ValueError(

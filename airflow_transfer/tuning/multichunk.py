@@ -37,12 +37,27 @@ their time opening and closing the window, and capped at 3 channels that chunk
 ran alone at about 340 Mbit/s after the Middle chunk ended, while one chunk of
 4 channels over the whole dataset ran at 457. Small and Middle chunks keep
 every channel they are given: there, channels hide per-file round trips (8
-channels 417, 3 channels 395 on `small`).
+channels 417, 3 channels 395 on `small`) - unless their files travel in
+bundles (`bundle_channels`).
+
+A chunk whose files all go in bundles (engine/bundle.py: many files to one
+stream, one round trip per group) has no per-file round trips left to hide:
+each of its channels is one long stream, window-bound like a Large chunk's,
+so the window rule above applies to it whatever its files' size. Its channels
+cost CPU besides: two helper processes each, and per-file work spread over
+them, which only more cores can run. So a bundled chunk holds at most the
+channels that cover the BDP plus one, or one per core of this host if that is
+more. On a 2-core host an oracle sweep of fixed channel counts over 2000 x
+64 KiB files (`tiny`) put the best at 2-3 channels on lan (1 ms, 1 Gbit/s;
+within 1 %), 3 on wan50 (50 ms, 500 Mbit/s) and 3-4 on wan100, where the rule
+gives 2, 3 and 4; 8 channels ran at 0.80x-0.89x of the best (docs/tuning.md,
+"Bundled chunks").
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +69,7 @@ from .base import Algorithm, RunContext, check_int, plan_sizes
 from .channels import ChannelScheduler, round_robin
 from .chunks import ChunkSpec, make_spec
 from .dataset import ManifestLike, SortedSizes
-from .executor import supports_sessions
+from .executor import bundled_up_to, supports_sessions
 from .models import (
     DEFAULT_MAX_P,
     DEFAULT_MAX_PP,
@@ -89,11 +104,28 @@ class MCThresholds:
             )
 
 
-def useful_channels(spec: ChunkSpec, link: LinkInfo) -> int:
-    """The most channels chunk `spec` can use (module docstring): its file count, and
-    for Large and Huge chunks on a link with a protocol window, the connections that
-    cover the BDP plus one, over p."""
+def host_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def bundle_channels(link: LinkInfo, cores: int) -> int:
+    """The most channels a chunk moved in bundles can use (module docstring): those whose
+    windows cover the BDP, plus one, or `cores` if that is more."""
+    return max(streams_for_channel_window(link, cap=1 << 16) + 1, cores, 1)
+
+
+def useful_channels(spec: ChunkSpec, link: LinkInfo, bundled_max: int = 0, cores: int | None = None) -> int:
+    """The most channels chunk `spec` can use (module docstring): its file count; for a
+    chunk whose files are all at most `bundled_max` bytes (they travel in bundles),
+    bundle_channels; and for Large and Huge chunks on a link with a protocol window,
+    the connections that cover the BDP plus one, over p."""
     cap = spec.files
+    if bundled_max > 0 and spec.max_size <= bundled_max:
+        return min(cap, bundle_channels(link, host_cores() if cores is None else cores))
     window = link.channel_window_bytes
     if (
         spec.id.rsplit(".", 1)[-1] in ("large", "huge")
@@ -129,6 +161,7 @@ class MultiChunk(Algorithm):
             "max_p": check_int(self.name, "max_p", max_p),
         }
         self.last_moves: list[tuple[float, str, int]] = []  # (time, chunk id, channels), filled by run()
+        self.notes: list[str] = []  # for the copy's summary, filled by run()
 
     # -- plan -----------------------------------------------------------------
     def classify(self, sizes: SortedSizes, link: LinkInfo) -> dict[str, tuple[int, int]]:
@@ -155,14 +188,14 @@ class MultiChunk(Algorithm):
             p = min(max(p, 1), self.opts["max_p"])
         return TransferParams(pp=pp, p=p, cc=max(channels, 1), tcp_buffer=link.tcp_buffer_bytes)
 
-    def _specs(self, sizes: SortedSizes, link: LinkInfo) -> list[ChunkSpec]:
+    def _specs(self, sizes: SortedSizes, link: LinkInfo, bundled: int = 0) -> list[ChunkSpec]:
         ranges = self.classify(sizes, link)
         order = [name for name in ROUND_ROBIN if name in ranges]
         specs = {}
         for name in order:
             lo, hi = ranges[name]
             specs[name] = make_spec(sizes, f"mc.{name}", lo, hi, self.chunk_params(name, sizes.mean(lo, hi), link, 1))
-        alloc = round_robin(self.opts["channels"], order, {n: useful_channels(specs[n], link) for n in order})
+        alloc = round_robin(self.opts["channels"], order, {n: useful_channels(specs[n], link, bundled) for n in order})
         return [specs[n].with_params(cc=max(1, alloc[n])) for n in order]
 
     def plan(self, manifest: ManifestLike, link: LinkInfo) -> list[ChunkSpec]:
@@ -173,15 +206,33 @@ class MultiChunk(Algorithm):
     # -- run ------------------------------------------------------------------
     def run(self, manifest_sorted: pa.Table, link: LinkInfo, executor: Any) -> list[ChunkResult]:
         ctx = RunContext.open(manifest_sorted, link, executor)
-        specs = self._specs(ctx.sizes, link)
+        bundled = bundled_up_to(executor)
+        specs = self._specs(ctx.sizes, link, bundled)
         if not specs:
             return []
+        self.notes = [_bundle_note(spec, link, bundled, self.opts["channels"]) for spec in specs]
+        self.notes = [n for n in self.notes if n]
         if not supports_sessions(executor):
             # One chunk at a time with every channel: MC's parameters, not its overlap.
             for spec in specs:
-                ctx.run_spec(spec.with_params(cc=min(self.opts["channels"], useful_channels(spec, link))))
+                ctx.run_spec(spec.with_params(cc=min(self.opts["channels"], useful_channels(spec, link, bundled))))
             return ctx.results
-        scheduler = ChannelScheduler(ctx, specs, self.opts["channels"], cap=lambda spec: useful_channels(spec, link))
+        scheduler = ChannelScheduler(
+            ctx, specs, self.opts["channels"], cap=lambda spec: useful_channels(spec, link, bundled)
+        )
         scheduler.run()
         self.last_moves = scheduler.moves
         return ctx.results
+
+
+def _bundle_note(spec: ChunkSpec, link: LinkInfo, bundled: int, channels: int) -> str:
+    if not bundled or spec.max_size > bundled:
+        return ""
+    cores = host_cores()
+    cap = bundle_channels(link, cores)
+    if cap >= min(channels, spec.files):
+        return ""
+    return (
+        f"mc: {spec.id} moves in bundles, one stream per channel: at most {cap} of {channels} channels "
+        f"(windows to cover the BDP, plus one, or this host's {cores} cores)"
+    )

@@ -1,0 +1,52 @@
+"""An oracle sweep of channel counts: benchmarks.run with one fixed row per cc.
+
+    python -m benchmarks.cc_sweep --ccs 1,2,3,4,8 --profile lan --datasets tiny --reps 3 \\
+        --contenders "airflow-transfer --algorithm auto,rsync,airflow-transfer sweep" --out DIR
+
+Adds rows named `airflow-transfer sweep cc=N` (`--algorithm fixed --pp 8 -p 1 -c N`, no
+tuning library) to benchmarks.run's contenders and runs it with the other arguments, so
+the fixed settings are interleaved with `auto` and rsync on the same link, and the best of
+them (the oracle) is what a tuning rule is checked against (docs/tuning.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import benchmarks.run as run
+from benchmarks.contenders import all_contenders
+from benchmarks.contenders.airflow_transfer import AirflowTransfer
+from benchmarks.contenders.base import Contender
+
+
+def sweep_rows(ccs: list[int]) -> list[Contender]:
+    return [
+        AirflowTransfer(
+            f"airflow-transfer sweep cc={cc}",
+            f"fixed: pp 8, p 1, cc {cc} (an oracle sweep's row)",
+            ["--algorithm", "fixed", "--pp", "8", "-p", "1", "-c", str(cc)],
+        )
+        for cc in ccs
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], add_help=False)
+    ap.add_argument("--ccs", default="1,2,3,4,8", help="channel counts, comma-separated (default 1,2,3,4,8)")
+    args, rest = ap.parse_known_args(argv)
+    try:
+        ccs = [int(x) for x in args.ccs.split(",") if x.strip()]
+    except ValueError:
+        print(f"benchmarks.cc_sweep: --ccs takes whole numbers separated by commas (got {args.ccs!r})")
+        return 2
+    if not ccs or min(ccs) < 1:
+        print(f"benchmarks.cc_sweep: --ccs needs channel counts of at least 1 (got {args.ccs!r})")
+        return 2
+    rows = sweep_rows(ccs)
+    run.all_contenders = lambda: [*all_contenders(), *rows]  # what benchmarks.run selects from
+    return run.main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
