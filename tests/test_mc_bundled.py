@@ -101,6 +101,27 @@ def test_mc_never_gives_a_bundled_chunk_more_than_its_cap(monkeypatch, bundled):
     assert "mc.huge" in most  # the huge chunk is not capped by the bundle rule
 
 
+class _StopsBundling(_BundlingSim):
+    """Bundles at the start only: as the engine's executor says once a server refuses the helper."""
+
+    def bundle_max_file(self) -> int:
+        asked, self.bundled = self.bundled, 0
+        return asked
+
+
+def test_when_bundles_stop_the_chunk_gets_its_channels_back(monkeypatch):
+    monkeypatch.setattr(multichunk, "host_cores", lambda: 2)
+    link = _link(0.05, 5e8)
+    sizes = [64 * KIB] * 3000 + [200 * MIB] * 4
+    mc = MultiChunk(channels=8)
+    results = mc.run(_table(sizes), link, _StopsBundling(link, BUNDLED))
+    assert sum(r.files for r in results) == len(sizes)
+    small = [(at, n) for at, cid, n in mc.last_moves if cid == "mc.small"]
+    assert small[0] == (0.0, 3), mc.last_moves  # capped while bundles were on
+    assert max(n for _, n in small) > 3, mc.last_moves  # lifted once they stopped
+    assert any("bundles stopped" in n for n in mc.notes), mc.notes
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("mcb") / "tiny"

@@ -69,7 +69,7 @@ from .base import Algorithm, RunContext, check_int, plan_sizes
 from .channels import ChannelScheduler, round_robin
 from .chunks import ChunkSpec, make_spec
 from .dataset import ManifestLike, SortedSizes
-from .executor import bundled_up_to, supports_sessions
+from .executor import ChunkEvent, bundled_up_to, supports_sessions
 from .models import (
     DEFAULT_MAX_P,
     DEFAULT_MAX_PP,
@@ -215,14 +215,42 @@ class MultiChunk(Algorithm):
         if not supports_sessions(executor):
             # One chunk at a time with every channel: MC's parameters, not its overlap.
             for spec in specs:
-                ctx.run_spec(spec.with_params(cc=min(self.opts["channels"], useful_channels(spec, link, bundled))))
+                cap = useful_channels(spec, link, bundled_up_to(executor))  # bundles may have stopped since
+                ctx.run_spec(spec.with_params(cc=min(self.opts["channels"], cap)))
             return ctx.results
-        scheduler = ChannelScheduler(
-            ctx, specs, self.opts["channels"], cap=lambda spec: useful_channels(spec, link, bundled)
-        )
+        scheduler = _Scheduler(ctx, specs, self.opts["channels"], bundled)
         scheduler.run()
         self.last_moves = scheduler.moves
+        if scheduler.lifted:
+            self.notes.append(scheduler.lifted)
         return ctx.results
+
+
+class _Scheduler(ChannelScheduler):
+    """MC's scheduler: caps from useful_channels, and the bundle rule's caps lifted as soon as
+    the executor stops bundling (a server found to refuse the helper): its small files then go
+    one by one over SFTP, where channels hide per-file round trips again."""
+
+    def __init__(self, ctx: RunContext, specs: list[ChunkSpec], channels: int, bundled: int) -> None:
+        self.bundled = bundled
+        self.lifted = ""
+        super().__init__(ctx, specs, channels, cap=lambda spec: useful_channels(spec, ctx.link, bundled))
+
+    def on_progress(self, event: ChunkEvent) -> None:
+        self._lift(event.at)
+
+    def on_done(self, event: ChunkEvent) -> None:
+        self._lift(event.at)
+
+    def _lift(self, at: float) -> None:
+        if not self.bundled or bundled_up_to(self.ctx.executor):
+            return
+        self.bundled = 0
+        for st in self.states.values():
+            st.cap = useful_channels(st.spec, self.ctx.link)
+        self.lifted = f"mc: bundles stopped at {at:.1f} s; their chunks' channel caps lifted"
+        if self.spare:
+            self.spare = self._reassign(self.spare, at)
 
 
 def _bundle_note(spec: ChunkSpec, link: LinkInfo, bundled: int, channels: int) -> str:
