@@ -150,10 +150,13 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--sets", default="2000x64k,20000x1k")
-    ap.add_argument("--directions", default="up,down", help="up (uploads), down (downloads), or both")
+    ap.add_argument("--directions", default="up,down", help="up (uploads), down (downloads), or up,down (both)")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "small-files-loopback.json"))
     ap.add_argument("--skip", default="", help="contenders to leave out, comma-separated names as printed")
     args = ap.parse_args()
+    directions = [d.strip() for d in args.directions.split(",") if d.strip()]
+    if not directions or set(directions) - {"up", "down"}:
+        ap.error(f"--directions takes up, down or up,down (got {args.directions!r})")
     work = Path(tempfile.mkdtemp(prefix="at-small-"))
     os.chmod(work, 0o755)
     sshd = SSHServer(work / "sshd").start()
@@ -224,7 +227,7 @@ def main() -> int:
             _make(src, count, size)
             settle(trash)
             warm([src], WARM)
-            for direction in args.directions.split(","):
+            for direction in directions:
                 runs = {c: build for c, build in contenders[direction].items() if c not in skip}
                 key = f"{name} {direction}"
                 rows: dict[str, list[dict]] = {c: [] for c in runs}
