@@ -25,7 +25,8 @@ def test_profiling_dag_over_the_emulated_wan(airflow_home, wan_testbed, tmp_path
                 airflow_home,
                 DAGS,
                 "airflow_transfer_profile",
-                {"pairs": [["local", f"at_wan_sftp:{tb.remote_dir('disk')}"]], "quick": True},
+                # a directory of its own per run: the re-profile below is a second run
+                {"pairs": [["local", f"at_wan_sftp:{tb.remote_dir()}"]], "quick": True},
                 extra_env=env,
             )
         assert result["state"].endswith("success"), log[-5000:]
