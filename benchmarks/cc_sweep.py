@@ -4,7 +4,8 @@
         --contenders "airflow-transfer --algorithm auto,rsync,airflow-transfer sweep" --out DIR
 
 Adds rows named `airflow-transfer sweep cc=N` (`--algorithm fixed --pp 8 -p 1 -c N`, no
-tuning library) to benchmarks.run's contenders and runs it with the other arguments, so
+tuning library; with `--downloads`, download rows `airflow-transfer download sweep cc=N` and
+`airflow-transfer download auto`) to benchmarks.run's contenders and runs it with the other arguments, so
 the fixed settings are interleaved with `auto` and rsync on the same link, and the best of
 them (the oracle) is what a tuning rule is checked against (docs/tuning.md).
 """
@@ -20,12 +21,27 @@ from benchmarks.contenders.airflow_transfer import AirflowTransfer
 from benchmarks.contenders.base import Contender
 
 
-def sweep_rows(ccs: list[int]) -> list[Contender]:
-    return [
+def sweep_rows(ccs: list[int], downloads: bool = False) -> list[Contender]:
+    """One fixed row per channel count; for downloads, also `auto` (benchmarks.run has no
+    download row that reads the tuning library)."""
+    if not downloads:
+        return [
+            AirflowTransfer(
+                f"airflow-transfer sweep cc={cc}",
+                f"fixed: pp 8, p 1, cc {cc} (an oracle sweep's row)",
+                ["--algorithm", "fixed", "--pp", "8", "-p", "1", "-c", str(cc)],
+            )
+            for cc in ccs
+        ]
+    auto = AirflowTransfer(
+        "airflow-transfer download auto", "download, --algorithm auto", ["--algorithm", "auto"], "download"
+    )
+    return [auto] + [
         AirflowTransfer(
-            f"airflow-transfer sweep cc={cc}",
-            f"fixed: pp 8, p 1, cc {cc} (an oracle sweep's row)",
+            f"airflow-transfer download sweep cc={cc}",
+            f"download, fixed: pp 8, p 1, cc {cc} (an oracle sweep's row)",
             ["--algorithm", "fixed", "--pp", "8", "-p", "1", "-c", str(cc)],
+            "download",
         )
         for cc in ccs
     ]
@@ -34,6 +50,11 @@ def sweep_rows(ccs: list[int]) -> list[Contender]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], add_help=False)
     ap.add_argument("--ccs", default="1,2,3,4,8", help="channel counts, comma-separated (default 1,2,3,4,8)")
+    ap.add_argument(
+        "--downloads",
+        action="store_true",
+        help="download rows instead: `airflow-transfer download auto` and `airflow-transfer download sweep cc=N`",
+    )
     args, rest = ap.parse_known_args(argv)
     try:
         ccs = [int(x) for x in args.ccs.split(",") if x.strip()]
@@ -43,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     if not ccs or min(ccs) < 1:
         print(f"benchmarks.cc_sweep: --ccs needs channel counts of at least 1 (got {args.ccs!r})")
         return 2
-    rows = sweep_rows(ccs)
+    rows = sweep_rows(ccs, args.downloads)
     run.all_contenders = lambda: [*all_contenders(), *rows]  # what benchmarks.run selects from
     return run.main(rest)
 
