@@ -35,6 +35,7 @@ from .protocols.resolve import resolve_endpoint
 from .store import FAILED, INTERRUPTED, LOST, RUNNING, SUCCEEDED, decode, decode_blocks, mask_url, open_store
 from .summary import TransferSummary
 from .tuning import LinkInfo, get_algorithm
+from .tuning.executor import bundled_up_to
 from .tuning.library import StartingPoint, choose, remember_first_contact
 from .tuning.models import OPENSSH_CHANNEL_WINDOW, SFTP_FILE_RTTS
 
@@ -513,9 +514,8 @@ class EngineExecutor:
             warm(connections)
 
     def bundle_max_file(self) -> int:
-        """The largest file the session moves in bundles (tuning/executor.py's bundled_up_to)."""
-        ask = getattr(self.session, "bundle_max_file", None)
-        return int(ask()) if callable(ask) else 0
+        """The largest file the session moves in bundles; 0: none."""
+        return bundled_up_to(self.session)
 
     def run_chunk(self, manifest_sorted, start: int, stop: int, params: TransferParams, chunk_id: str):
         rows = manifest_sorted.slice(start, stop - start)

@@ -24,27 +24,21 @@ from benchmarks.contenders.base import Contender
 def sweep_rows(ccs: list[int], downloads: bool = False) -> list[Contender]:
     """One fixed row per channel count; for downloads, also `auto` (benchmarks.run has no
     download row that reads the tuning library)."""
-    if not downloads:
-        return [
-            AirflowTransfer(
-                f"airflow-transfer sweep cc={cc}",
-                f"fixed: pp 8, p 1, cc {cc} (an oracle sweep's row)",
-                ["--algorithm", "fixed", "--pp", "8", "-p", "1", "-c", str(cc)],
-            )
-            for cc in ccs
-        ]
-    auto = AirflowTransfer(
-        "airflow-transfer download auto", "download, --algorithm auto", ["--algorithm", "auto"], "download"
-    )
-    return [auto] + [
+    direction, prefix = ("download", "airflow-transfer download") if downloads else ("upload", "airflow-transfer")
+    rows: list[Contender] = [
         AirflowTransfer(
-            f"airflow-transfer download sweep cc={cc}",
-            f"download, fixed: pp 8, p 1, cc {cc} (an oracle sweep's row)",
+            f"{prefix} sweep cc={cc}",
+            f"{direction}, fixed: pp 8, p 1, cc {cc} (an oracle sweep's row)",
             ["--algorithm", "fixed", "--pp", "8", "-p", "1", "-c", str(cc)],
-            "download",
+            direction,
         )
         for cc in ccs
     ]
+    if downloads:
+        rows.insert(
+            0, AirflowTransfer(f"{prefix} auto", "download, --algorithm auto", ["--algorithm", "auto"], direction)
+        )
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:

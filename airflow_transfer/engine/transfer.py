@@ -274,8 +274,9 @@ class TransferSession(Session):
             self.verifier.gate.clear()  # this chunk's checksums wait for all its transfers
 
     def bundle_max_file(self) -> int:
-        # The same conditions as mover()'s; a server found later to refuse the helper turns
-        # bundles off (BundleState), and from then on this says 0.
+        # A fault-injection hook (before_verify) runs between a file's write and its check: only
+        # the SFTP path has that moment; the bundle sink writes, checks and renames in one step.
+        # A server found later to refuse the helper turns bundles off (BundleState): then 0.
         if self.direction == "local" or self.bundle.off or self.before_verify is not None:
             return 0
         return BUNDLE_MAX_FILE
@@ -283,10 +284,8 @@ class TransferSession(Session):
     def mover(self, runner: Runner) -> Mover:
         if self.direction == "local":
             return LocalMover(runner)
-        # A fault-injection hook (before_verify) runs between a file's write and its check: only
-        # the SFTP path has that moment; the bundle sink writes, checks and renames in one step.
         small = any(t.size <= BUNDLE_MAX_FILE for t in runner.tasks)
-        if small and not self.bundle.off and self.before_verify is None:
+        if small and self.bundle_max_file():
             return BundleMover(self, runner)
         return SFTPMover(self, runner, self.bundle.off if small else "")
 

@@ -118,13 +118,18 @@ def bundle_channels(link: LinkInfo, cores: int) -> int:
     return max(streams_for_channel_window(link, cap=1 << 16) + 1, cores, 1)
 
 
+def _bundled(spec: ChunkSpec, bundled_max: int) -> bool:
+    """Every file of `spec` travels in bundles (files up to `bundled_max` bytes do; 0: none)."""
+    return 0 < bundled_max and spec.max_size <= bundled_max
+
+
 def useful_channels(spec: ChunkSpec, link: LinkInfo, bundled_max: int = 0, cores: int | None = None) -> int:
     """The most channels chunk `spec` can use (module docstring): its file count; for a
     chunk whose files are all at most `bundled_max` bytes (they travel in bundles),
     bundle_channels; and for Large and Huge chunks on a link with a protocol window,
     the connections that cover the BDP plus one, over p."""
     cap = spec.files
-    if bundled_max > 0 and spec.max_size <= bundled_max:
+    if _bundled(spec, bundled_max):
         return min(cap, bundle_channels(link, host_cores() if cores is None else cores))
     window = link.channel_window_bytes
     if (
@@ -210,8 +215,7 @@ class MultiChunk(Algorithm):
         specs = self._specs(ctx.sizes, link, bundled)
         if not specs:
             return []
-        self.notes = [_bundle_note(spec, link, bundled, self.opts["channels"]) for spec in specs]
-        self.notes = [n for n in self.notes if n]
+        self.notes = [n for n in (_bundle_note(s, link, bundled, self.opts["channels"]) for s in specs) if n]
         if not supports_sessions(executor):
             # One chunk at a time with every channel: MC's parameters, not its overlap.
             for spec in specs:
@@ -254,7 +258,7 @@ class _Scheduler(ChannelScheduler):
 
 
 def _bundle_note(spec: ChunkSpec, link: LinkInfo, bundled: int, channels: int) -> str:
-    if not bundled or spec.max_size > bundled:
+    if not _bundled(spec, bundled):
         return ""
     cores = host_cores()
     cap = bundle_channels(link, cores)
