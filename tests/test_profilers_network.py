@@ -292,7 +292,11 @@ def test_traceroute_and_tracepath_parsers():
 
 def test_profile_feeds_the_tuner(listening_port):
     """The profiler's JSON is what the tuner reads (airflow_transfer/tuning/stork_tuner.py)."""
-    from airflow_transfer.tuning.stork_tuner import host_facts, path_facts, tune_direction
+    from airflow_transfer.tuning.stork_rules import DEFAULT_MAX_STREAMS, kernel_buffer_limit
+    from airflow_transfer.tuning.stork_tuner import host_facts, path_facts, protocol_traits, tune_direction
+
+    def even_up(n: int) -> int:
+        return n + 1 if n > 1 and n % 2 else n
     from profilers import network
 
     sink = network.Sink(idle_timeout=10).start()
@@ -305,4 +309,14 @@ def test_profile_feeds_the_tuner(listening_port):
     local = host_facts("local", network=out)
     assert local.tcp_rmem_max == out["kernel"]["tcp_rmem"][2]
     tuned = tune_direction(local, local, path, protocol="sftp")
-    assert tuned.bdp_bytes > 0 and tuned.streams == 1 and tuned.tcp_buffer >= 64 * 1024
+    assert tuned.bdp_bytes > 0 and tuned.tcp_buffer >= 64 * 1024
+    # The stream count follows the kernel-limit rule for whatever BDP this loopback measured:
+    # one stream where one buffer holds it; under a loaded machine the probe's RTT (and so the
+    # BDP) grows, and then enough streams that their buffers add up to it.
+    traits = protocol_traits("sftp")
+    limit, _ = kernel_buffer_limit(local, local, traits.client_sets_buffers, traits.client_sets_buffers)
+    assert limit
+    if tuned.bdp_bytes <= limit:
+        assert tuned.streams == 1
+    else:
+        assert tuned.streams == min(DEFAULT_MAX_STREAMS, even_up(-(-tuned.bdp_bytes // limit)))

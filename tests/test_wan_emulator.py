@@ -51,12 +51,14 @@ def assert_link_delay(link: EmulatedLink, rtt_ms: float, count: int = 10, when: 
     """The emulator adds the link's delay, no less and no more: the fastest ping shows it
     (scheduling on a loaded machine only ever adds to a ping; a CI run's parallel phase put the
     median of 30 at 105 ms on a 100 ms link, fastest 100.0), and most pings are not held back
-    (a queue or a timer kept from before would hold every one of them)."""
+    (a queue or a timer kept from before would hold every one of them). The median's slack is
+    mostly absolute: late wake-ups add milliseconds whatever the link's delay (a CI run with the
+    main suite beside it put the median at 16.05 ms on a 10 ms link)."""
     lo, med, hi = settled_rtt(link, rtt_ms, count=count)
     report = f"RTT{when} min {lo} / median {med} / max {hi} ms for a {rtt_ms} ms link"
     assert lo >= rtt_ms - 0.5, f"a ping beat the link's delay: {report}"
     assert lo <= rtt_ms + 2.0, f"even the fastest ping was held back: {report}"
-    assert med <= rtt_ms * 1.2 + 3.0, f"most pings were held back: {report}"
+    assert med <= rtt_ms * 1.2 + 8.0, f"most pings were held back: {report}"
 
 
 @pytest.fixture(scope="module")
