@@ -297,6 +297,7 @@ def test_profile_feeds_the_tuner(listening_port):
 
     def even_up(n: int) -> int:
         return n + 1 if n > 1 and n % 2 else n
+
     from profilers import network
 
     sink = network.Sink(idle_timeout=10).start()
