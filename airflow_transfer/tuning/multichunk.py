@@ -52,6 +52,19 @@ more. On a 2-core host an oracle sweep of fixed channel counts over 2000 x
 within 1 %), 3 on wan50 (50 ms, 500 Mbit/s) and 3-4 on wan100, where the rule
 gives 2, 3 and 4; 8 channels ran at 0.80x-0.89x of the best (docs/tuning.md,
 "Bundled chunks").
+
+The same holds for the whole copy on a path whose BDP one channel's window already covers
+(a LAN: 1 ms at 1 Gbit/s is 125 KB against SSH's 2 MiB): when every chunk fills a channel by
+itself - it travels in bundles, or it is a Large or Huge chunk whose mean file is at least
+`WINDOW_FILLING` BDPs, so a file's own bytes dwarf the gap between files - no chunk needs
+channels to fill the pipe or to hide round trips, and each channel only adds CPU (a
+connection, its SSH stream, its helpers). MC then runs with `channel_budget` channels in all,
+bundle_channels' count, instead of `channels`. An oracle sweep on lan's `mixed` (1000 files of
+1 B - 4 MiB, 2 GiB) on this 2-core host: one chunk at 2 fixed channels 862-896 Mbit/s, 3 at
+855-888, 4 at 780-845, 8 at 770-777, MC with 8 channels 708-785 (docs/tuning.md, "Channels on
+a LAN"). A Small or Middle chunk sent file by file over SFTP keeps the budget at `channels`:
+its channels hide per-file round trips. When bundles stop mid-copy, the budget is lifted with
+the bundle caps.
 """
 
 from __future__ import annotations
@@ -143,6 +156,30 @@ def useful_channels(spec: ChunkSpec, link: LinkInfo, bundled_max: int = 0, cores
     return cap
 
 
+def _fills_a_channel(spec: ChunkSpec, link: LinkInfo, bundled_max: int) -> bool:
+    """One channel of `spec` is one long stream: its files travel in bundles, or it is a Large or
+    Huge chunk whose mean file is at least WINDOW_FILLING BDPs."""
+    if _bundled(spec, bundled_max):
+        return True
+    big = spec.id.rsplit(".", 1)[-1] in ("large", "huge")
+    return big and spec.bytes >= WINDOW_FILLING * link.bdp_bytes * spec.files
+
+
+def channel_budget(
+    specs: list[ChunkSpec], link: LinkInfo, channels: int, bundled_max: int = 0, cores: int | None = None
+) -> int:
+    """The channels MC runs with in all (module docstring): `channels`, or bundle_channels'
+    count where one channel's window covers the measured BDP and every chunk fills a channel
+    by itself."""
+    if not specs or not link.measured or link.bdp_bytes <= 0:
+        return channels
+    if link.channel_window_bytes < link.bdp_bytes:  # no protocol window (0), or several channels fill the pipe
+        return channels
+    if not all(_fills_a_channel(spec, link, bundled_max) for spec in specs):
+        return channels
+    return max(1, min(channels, bundle_channels(link, host_cores() if cores is None else cores)))
+
+
 class MultiChunk(Algorithm):
     name = "mc"
 
@@ -200,7 +237,8 @@ class MultiChunk(Algorithm):
         for name in order:
             lo, hi = ranges[name]
             specs[name] = make_spec(sizes, f"mc.{name}", lo, hi, self.chunk_params(name, sizes.mean(lo, hi), link, 1))
-        alloc = round_robin(self.opts["channels"], order, {n: useful_channels(specs[n], link, bundled) for n in order})
+        budget = channel_budget(list(specs.values()), link, self.opts["channels"], bundled)
+        alloc = round_robin(budget, order, {n: useful_channels(specs[n], link, bundled) for n in order})
         return [specs[n].with_params(cc=max(1, alloc[n])) for n in order]
 
     def plan(self, manifest: ManifestLike, link: LinkInfo) -> list[ChunkSpec]:
@@ -215,14 +253,19 @@ class MultiChunk(Algorithm):
         specs = self._specs(ctx.sizes, link, bundled)
         if not specs:
             return []
-        self.notes = [n for n in (_bundle_note(s, link, bundled, self.opts["channels"]) for s in specs) if n]
+        channels = self.opts["channels"]
+        budget = channel_budget(specs, link, channels, bundled)
+        self.notes = [n for n in (_bundle_note(s, link, bundled, channels) for s in specs) if n]
+        if budget < channels:
+            self.notes.append(_budget_note(link, budget, channels))
         if not supports_sessions(executor):
             # One chunk at a time with every channel: MC's parameters, not its overlap.
             for spec in specs:
-                cap = useful_channels(spec, link, bundled_up_to(executor))  # bundles may have stopped since
-                ctx.run_spec(spec.with_params(cc=min(self.opts["channels"], cap)))
+                now = bundled_up_to(executor)  # bundles may have stopped since
+                cap = min(useful_channels(spec, link, now), channel_budget(specs, link, channels, now))
+                ctx.run_spec(spec.with_params(cc=min(channels, cap)))
             return ctx.results
-        scheduler = _Scheduler(ctx, specs, self.opts["channels"], bundled)
+        scheduler = _Scheduler(ctx, specs, channels, bundled, budget)
         scheduler.run()
         self.last_moves = scheduler.moves
         if scheduler.lifted:
@@ -235,10 +278,11 @@ class _Scheduler(ChannelScheduler):
     the executor stops bundling (a server found to refuse the helper): its small files then go
     one by one over SFTP, where channels hide per-file round trips again."""
 
-    def __init__(self, ctx: RunContext, specs: list[ChunkSpec], channels: int, bundled: int) -> None:
+    def __init__(self, ctx: RunContext, specs: list[ChunkSpec], channels: int, bundled: int, budget: int) -> None:
         self.bundled = bundled
+        self.channels = channels  # what the budget gives way to when bundles stop
         self.lifted = ""
-        super().__init__(ctx, specs, channels, cap=lambda spec: useful_channels(spec, ctx.link, bundled))
+        super().__init__(ctx, specs, budget, cap=lambda spec: useful_channels(spec, ctx.link, bundled))
 
     def on_progress(self, event: ChunkEvent) -> None:
         self._lift(event.at)
@@ -253,7 +297,10 @@ class _Scheduler(ChannelScheduler):
         for st in self.states.values():
             st.cap = useful_channels(st.spec, self.ctx.link)
         self.lifted = f"mc: bundles stopped at {at:.1f} s; their chunks' channel caps lifted"
-        if self.spare:
+        budget = self.in_use + self.spare
+        if budget < self.channels:
+            self.resize(self.channels, at)  # hands the spare channels on too
+        elif self.spare:
             self.spare = self._reassign(self.spare, at)
 
 
@@ -267,4 +314,12 @@ def _bundle_note(spec: ChunkSpec, link: LinkInfo, bundled: int, channels: int) -
     return (
         f"mc: {spec.id} moves in bundles, one stream per channel: at most {cap} of {channels} channels "
         f"(windows to cover the BDP, plus one, or this host's {cores} cores)"
+    )
+
+
+def _budget_note(link: LinkInfo, budget: int, channels: int) -> str:
+    return (
+        f"mc: one channel's {link.channel_window_bytes >> 10} KiB window covers the BDP "
+        f"({link.bdp_bytes >> 10} KiB) and every chunk fills a channel by itself: {budget} of {channels} "
+        f"channels in all (the window's one plus one, or this host's {host_cores()} cores)"
     )
