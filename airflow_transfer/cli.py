@@ -20,6 +20,7 @@ from .cli_start import collector_paused, program_started
 from .engine.accounting import format_line, format_rate, plural
 from .engine.bundle_channel import BUNDLE_ALGORITHMS, prestart_upload_sinks, start_download_helpers
 from .engine.listing_ahead import list_ahead
+from .engine.local_peek import may_hold_small_files
 from .engine.params import TransferParams, check_params
 from .engine.retry import RetryPolicy
 from .errors import TransferError, UsageError, describe_oserror
@@ -290,9 +291,10 @@ def _early_pool(args, src, dst):
     pool = SFTPPool((src if src.scheme == "sftp" else dst).target)
     streams = args.parallelism * args.concurrency
     bundles = not args.no_bundle and args.verify in BUNDLE_ALGORITHMS
-    if src.scheme == "file" and bundles:
+    if src.scheme == "file" and bundles and may_hold_small_files(src.path):
         # An upload's small files go through a sink on each data connection: started as each
         # connection's handshake completes, it is ready when the chunk begins (bundle_channel.py).
+        # Not for a source of large files only (local_peek.py): nothing would use them.
         # The checksum helper's connection gets one too: a plan of one channel more than the
         # warm data connections (first contact on a WAN) then finds a sink ready on it.
         prestart_upload_sinks(pool, warm_count(args.algorithm, streams, args.verify != "none"))

@@ -43,6 +43,7 @@ from .bundle_channel import (
 from .bundle_groups import Group, move_groups
 from .bundle_sizes import GROUP_BYTES, GROUP_MIN_BYTES, TAIL_GROUP_FILES, group_bytes
 from .failures import ChecksumMismatch
+from .local_peek import BUNDLE_MAX_FILE  # files up to 1 MiB travel in bundles; larger ones stream over SFTP
 from .sftp_jobs import FileTask, SourceChanged, count_progress_many
 from .sftp_mover import SFTPMover
 
@@ -50,7 +51,6 @@ if TYPE_CHECKING:
     from .runner import Runner
     from .transfer import TransferSession
 
-BUNDLE_MAX_FILE = 1 << 20  # files up to 1 MiB travel in bundles; larger ones stream over SFTP
 _HELPERS = (SINK_NAME, LANDER_NAME, FEEDER_NAME)
 
 
