@@ -46,14 +46,12 @@ each of its channels is one long stream, window-bound like a Large chunk's,
 so the window rule above applies to it whatever its files' size. Its channels
 cost CPU besides: two helper processes each, and per-file work spread over
 them, which only more cores can run. So a bundled chunk holds at most the
-channels that cover the BDP, or one per core of this host if that is more,
-plus one either way (while one channel's group waits for its commit, the
-sink's flush and read-back, another carries bytes). On a 2-core host oracle
-sweeps of fixed channel counts put the best at 3 channels on lan (1 ms,
-1 Gbit/s) for 2000 x 64 KiB files (`tiny`, 2 within 1 %) and for 1000 x 1 MiB
-(`small`, 2 at 0.95x), 3 on wan50 (50 ms, 500 Mbit/s) and 3-4 on wan100,
-where the rule gives 3, 3 and 4; 8 channels ran at 0.80x-0.89x of the best
-(docs/tuning.md, "Bundled chunks").
+channels that cover the BDP plus one, or one per core of this host if that is
+more. On a 2-core host an oracle sweep of fixed channel counts over 2000 x
+64 KiB files (`tiny`) put the best at 2-3 channels on lan (1 ms, 1 Gbit/s;
+within 1 %), 3 on wan50 (50 ms, 500 Mbit/s) and 3-4 on wan100, where the rule
+gives 2, 3 and 4; 8 channels ran at 0.80x-0.89x of the best (docs/tuning.md,
+"Bundled chunks").
 
 The same holds for the whole copy on a path whose BDP one channel's window already covers
 (a LAN: 1 ms at 1 Gbit/s is 125 KB against SSH's 2 MiB): when every chunk fills a channel by
@@ -61,10 +59,10 @@ itself - it travels in bundles, or it is a Large or Huge chunk whose mean file i
 `WINDOW_FILLING` BDPs, so a file's own bytes dwarf the gap between files - no chunk needs
 channels to fill the pipe or to hide round trips, and each channel only adds CPU (a
 connection, its SSH stream, its helpers). MC then runs with `channel_budget` channels in all,
-bundle_channels' count, instead of `channels` (3 on a 2-core host). An oracle sweep on lan's `mixed` (1000 files of
+bundle_channels' count, instead of `channels`. An oracle sweep on lan's `mixed` (1000 files of
 1 B - 4 MiB, 2 GiB) on this 2-core host: one chunk at 2 fixed channels 862-896 Mbit/s, 3 at
-855-888 (the budget's 3 within 1 % of 2), 4 at 780-845, 8 at 770-777, MC with 8 channels
-708-785 (docs/tuning.md, "Channels on a LAN"). A Small or Middle chunk sent file by file over SFTP keeps the budget at `channels`:
+855-888, 4 at 780-845, 8 at 770-777, MC with 8 channels 708-785 (docs/tuning.md, "Channels on
+a LAN"). A Small or Middle chunk sent file by file over SFTP keeps the budget at `channels`:
 its channels hide per-file round trips. When bundles stop mid-copy, the budget is lifted with
 the bundle caps.
 """
@@ -129,8 +127,8 @@ def host_cores() -> int:
 
 def bundle_channels(link: LinkInfo, cores: int) -> int:
     """The most channels a chunk moved in bundles can use (module docstring): those whose
-    windows cover the BDP, or `cores` if that is more, plus one."""
-    return max(streams_for_channel_window(link, cap=1 << 16), cores, 1) + 1
+    windows cover the BDP, plus one, or `cores` if that is more."""
+    return max(streams_for_channel_window(link, cap=1 << 16) + 1, cores, 1)
 
 
 def _bundled(spec: ChunkSpec, bundled_max: int) -> bool:
@@ -314,7 +312,7 @@ def _bundle_note(spec: ChunkSpec, link: LinkInfo, bundled: int, channels: int) -
         return ""
     return (
         f"mc: {spec.id} moves in bundles, one stream per channel: at most {cap} of {channels} channels "
-        f"(windows to cover the BDP, or this host's {cores} cores, plus one)"
+        f"(windows to cover the BDP, plus one, or this host's {cores} cores)"
     )
 
 
@@ -322,5 +320,5 @@ def _budget_note(link: LinkInfo, budget: int, channels: int) -> str:
     return (
         f"mc: one channel's {link.channel_window_bytes >> 10} KiB window covers the BDP "
         f"({link.bdp_bytes >> 10} KiB) and every chunk fills a channel by itself: {budget} of {channels} "
-        f"channels in all (the window's one, or this host's {host_cores()} cores, plus one)"
+        f"channels in all (the window's one plus one, or this host's {host_cores()} cores)"
     )
