@@ -9,16 +9,16 @@ count given), then the real engine over a real sshd.
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols.endpoint import Endpoint
-from airflow_transfer.tuning import LinkInfo, LinkSimulator, multichunk
+from airflow_transfer.tuning import LinkInfo, multichunk
 from airflow_transfer.tuning.chunks import make_spec
 from airflow_transfer.tuning.dataset import SortedSizes
 from airflow_transfer.tuning.multichunk import MultiChunk, bundle_channels, useful_channels
+from tests.support.bundling_sim import BundlingSim, StopsBundling, size_table
 from tests.support.data import temp_files, tree_digest, write_random
 
 KIB, MIB = 1024, 1024 * 1024
@@ -63,22 +63,6 @@ def test_a_chunk_not_bundled_keeps_every_channel():
     assert useful_channels(one_big, link, BUNDLED, cores=2) == 2000  # one file goes over SFTP
 
 
-class _BundlingSim(LinkSimulator):
-    """The simulator, saying (as the engine's executor does) which files it bundles."""
-
-    def __init__(self, link: LinkInfo, bundled: int) -> None:
-        super().__init__(link)
-        self.bundled = bundled
-
-    def bundle_max_file(self) -> int:
-        return self.bundled
-
-
-def _table(sizes) -> pa.Table:
-    sizes = np.sort(np.asarray(sizes, dtype=np.int64))
-    return pa.table({"path": [f"f{i:06d}" for i in range(sizes.size)], "size": sizes, "mtime": np.zeros(sizes.size)})
-
-
 @pytest.mark.parametrize("bundled", [BUNDLED, 0])
 def test_mc_never_gives_a_bundled_chunk_more_than_its_cap(monkeypatch, bundled):
     monkeypatch.setattr(multichunk, "host_cores", lambda: 2)
@@ -86,8 +70,8 @@ def test_mc_never_gives_a_bundled_chunk_more_than_its_cap(monkeypatch, bundled):
     # small files (bundled when bundles are on) and huge ones (never bundled)
     sizes = [64 * KIB] * 3000 + [200 * MIB] * 4
     mc = MultiChunk(channels=8)
-    sim = _BundlingSim(link, bundled)
-    results = mc.run(_table(sizes), link, sim)
+    sim = BundlingSim(link, bundled)
+    results = mc.run(size_table(sizes), link, sim)
     assert sum(r.files for r in results) == len(sizes)
     most = {}
     for _, cid, n in mc.last_moves:
@@ -101,20 +85,12 @@ def test_mc_never_gives_a_bundled_chunk_more_than_its_cap(monkeypatch, bundled):
     assert "mc.huge" in most  # the huge chunk is not capped by the bundle rule
 
 
-class _StopsBundling(_BundlingSim):
-    """Bundles at the start only: as the engine's executor says once a server refuses the helper."""
-
-    def bundle_max_file(self) -> int:
-        asked, self.bundled = self.bundled, 0
-        return asked
-
-
 def test_when_bundles_stop_the_chunk_gets_its_channels_back(monkeypatch):
     monkeypatch.setattr(multichunk, "host_cores", lambda: 2)
     link = _link(0.05, 5e8)
     sizes = [64 * KIB] * 3000 + [200 * MIB] * 4
     mc = MultiChunk(channels=8)
-    results = mc.run(_table(sizes), link, _StopsBundling(link, BUNDLED))
+    results = mc.run(size_table(sizes), link, StopsBundling(link, BUNDLED))
     assert sum(r.files for r in results) == len(sizes)
     small = [(at, n) for at, cid, n in mc.last_moves if cid == "mc.small"]
     assert small[0] == (0.0, 3), mc.last_moves  # capped while bundles were on

@@ -12,16 +12,16 @@ from __future__ import annotations
 import subprocess
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols.endpoint import Endpoint
-from airflow_transfer.tuning import LinkInfo, LinkSimulator, multichunk
+from airflow_transfer.tuning import LinkInfo, multichunk
 from airflow_transfer.tuning.chunks import make_spec
 from airflow_transfer.tuning.dataset import SortedSizes
 from airflow_transfer.tuning.multichunk import MultiChunk, channel_budget
+from tests.support.bundling_sim import BundlingSim, StopsBundling, size_table
 from tests.support.data import temp_files, tree_digest, write_random
 
 KIB, MIB = 1024, 1024 * 1024
@@ -73,30 +73,6 @@ def test_no_budget_without_a_measured_link_or_a_window():
     assert channel_budget([], _link(*LAN), 8, BUNDLED, cores=2) == 8
 
 
-class _BundlingSim(LinkSimulator):
-    """The simulator, saying (as the engine's executor does) which files it bundles."""
-
-    def __init__(self, link: LinkInfo, bundled: int) -> None:
-        super().__init__(link)
-        self.bundled = bundled
-
-    def bundle_max_file(self) -> int:
-        return self.bundled
-
-
-class _StopsBundling(_BundlingSim):
-    """Bundles at the start only: as the engine's executor says once a server refuses the helper."""
-
-    def bundle_max_file(self) -> int:
-        asked, self.bundled = self.bundled, 0
-        return asked
-
-
-def _table(sizes) -> pa.Table:
-    sizes = np.sort(np.asarray(sizes, dtype=np.int64))
-    return pa.table({"path": [f"f{i:06d}" for i in range(sizes.size)], "size": sizes, "mtime": np.zeros(sizes.size)})
-
-
 def _mixed_sizes() -> list[int]:
     return [8 * KIB] * 500 + [64 * KIB] * 200 + [1 * MIB] * 300 + [3 * MIB] * 400
 
@@ -107,7 +83,7 @@ def test_mc_on_a_lan_holds_two_channels_in_all_while_every_chunk_fills_one(monke
     link = _link(*LAN)
     sizes = _mixed_sizes()
     mc = MultiChunk(channels=8)
-    results = mc.run(_table(sizes), link, _BundlingSim(link, bundled))
+    results = mc.run(size_table(sizes), link, BundlingSim(link, bundled))
     assert sum(r.files for r in results) == len(sizes)
     assert {r.chunk_id for r in results} == {"mc.small", "mc.middle", "mc.large", "mc.huge"}
     starts = [n for at, _, n in mc.last_moves if at == 0.0]
@@ -124,7 +100,7 @@ def test_when_bundles_stop_the_budget_is_lifted(monkeypatch):
     link = _link(*LAN)
     sizes = _mixed_sizes()
     mc = MultiChunk(channels=8)
-    results = mc.run(_table(sizes), link, _StopsBundling(link, BUNDLED))
+    results = mc.run(size_table(sizes), link, StopsBundling(link, BUNDLED))
     assert sum(r.files for r in results) == len(sizes)
     assert sum(n for at, _, n in mc.last_moves if at == 0.0) == 2, mc.last_moves  # the budget at the start
     assert max(n for _, _, n in mc.last_moves) > 2, mc.last_moves  # lifted once bundles stopped
