@@ -77,14 +77,21 @@ def _mixed_sizes() -> list[int]:
     return [8 * KIB] * 500 + [64 * KIB] * 200 + [1 * MIB] * 300 + [3 * MIB] * 400
 
 
-@pytest.mark.parametrize("bundled", [BUNDLED, 0])
-def test_mc_on_a_lan_holds_two_channels_in_all_while_every_chunk_fills_one(monkeypatch, bundled):
+def _run_on_lan(monkeypatch, sim: type[BundlingSim], bundled: int) -> tuple[MultiChunk, list]:
+    """MC with its eight channels over the mixed sizes on the simulated LAN, 2 cores held;
+    every file accounted for."""
     monkeypatch.setattr(multichunk, "host_cores", lambda: 2)
     link = _link(*LAN)
     sizes = _mixed_sizes()
     mc = MultiChunk(channels=8)
-    results = mc.run(size_table(sizes), link, BundlingSim(link, bundled))
+    results = mc.run(size_table(sizes), link, sim(link, bundled))
     assert sum(r.files for r in results) == len(sizes)
+    return mc, results
+
+
+@pytest.mark.parametrize("bundled", [BUNDLED, 0])
+def test_mc_on_a_lan_holds_two_channels_in_all_while_every_chunk_fills_one(monkeypatch, bundled):
+    mc, results = _run_on_lan(monkeypatch, BundlingSim, bundled)
     assert {r.chunk_id for r in results} == {"mc.small", "mc.middle", "mc.large", "mc.huge"}
     starts = [n for at, _, n in mc.last_moves if at == 0.0]
     if bundled:
@@ -96,12 +103,7 @@ def test_mc_on_a_lan_holds_two_channels_in_all_while_every_chunk_fills_one(monke
 
 
 def test_when_bundles_stop_the_budget_is_lifted(monkeypatch):
-    monkeypatch.setattr(multichunk, "host_cores", lambda: 2)
-    link = _link(*LAN)
-    sizes = _mixed_sizes()
-    mc = MultiChunk(channels=8)
-    results = mc.run(size_table(sizes), link, StopsBundling(link, BUNDLED))
-    assert sum(r.files for r in results) == len(sizes)
+    mc, _ = _run_on_lan(monkeypatch, StopsBundling, BUNDLED)
     assert sum(n for at, _, n in mc.last_moves if at == 0.0) == 2, mc.last_moves  # the budget at the start
     assert max(n for _, _, n in mc.last_moves) > 2, mc.last_moves  # lifted once bundles stopped
     assert any("bundles stopped" in n for n in mc.notes), mc.notes

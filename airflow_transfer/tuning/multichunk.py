@@ -131,6 +131,11 @@ def bundle_channels(link: LinkInfo, cores: int) -> int:
     return max(streams_for_channel_window(link, cap=1 << 16) + 1, cores, 1)
 
 
+def _big(spec: ChunkSpec) -> bool:
+    """`spec` is MC's Large or Huge chunk."""
+    return spec.id.rsplit(".", 1)[-1] in ("large", "huge")
+
+
 def _bundled(spec: ChunkSpec, bundled_max: int) -> bool:
     """Every file of `spec` travels in bundles (files up to `bundled_max` bytes do; 0: none)."""
     return 0 < bundled_max and spec.max_size <= bundled_max
@@ -145,12 +150,7 @@ def useful_channels(spec: ChunkSpec, link: LinkInfo, bundled_max: int = 0, cores
     if _bundled(spec, bundled_max):
         return min(cap, bundle_channels(link, host_cores() if cores is None else cores))
     window = link.channel_window_bytes
-    if (
-        spec.id.rsplit(".", 1)[-1] in ("large", "huge")
-        and window > 0
-        and link.measured
-        and spec.bytes >= WINDOW_FILLING * window * spec.files
-    ):
+    if _big(spec) and window > 0 and link.measured and spec.bytes >= WINDOW_FILLING * window * spec.files:
         connections = streams_for_channel_window(link, cap=1 << 16) + 1
         cap = min(cap, max(1, math.ceil(connections / max(spec.params.p, 1))))
     return cap
@@ -161,8 +161,7 @@ def _fills_a_channel(spec: ChunkSpec, link: LinkInfo, bundled_max: int) -> bool:
     Huge chunk whose mean file is at least WINDOW_FILLING BDPs."""
     if _bundled(spec, bundled_max):
         return True
-    big = spec.id.rsplit(".", 1)[-1] in ("large", "huge")
-    return big and spec.bytes >= WINDOW_FILLING * link.bdp_bytes * spec.files
+    return _big(spec) and spec.bytes >= WINDOW_FILLING * link.bdp_bytes * spec.files
 
 
 def channel_budget(
@@ -230,7 +229,8 @@ class MultiChunk(Algorithm):
             p = min(max(p, 1), self.opts["max_p"])
         return TransferParams(pp=pp, p=p, cc=max(channels, 1), tcp_buffer=link.tcp_buffer_bytes)
 
-    def _specs(self, sizes: SortedSizes, link: LinkInfo, bundled: int = 0) -> list[ChunkSpec]:
+    def _layout(self, sizes: SortedSizes, link: LinkInfo, bundled: int = 0) -> tuple[list[ChunkSpec], int]:
+        """The chunks in start order, each with its first channel count, and the channels in all."""
         ranges = self.classify(sizes, link)
         order = [name for name in ROUND_ROBIN if name in ranges]
         specs = {}
@@ -239,22 +239,21 @@ class MultiChunk(Algorithm):
             specs[name] = make_spec(sizes, f"mc.{name}", lo, hi, self.chunk_params(name, sizes.mean(lo, hi), link, 1))
         budget = channel_budget(list(specs.values()), link, self.opts["channels"], bundled)
         alloc = round_robin(budget, order, {n: useful_channels(specs[n], link, bundled) for n in order})
-        return [specs[n].with_params(cc=max(1, alloc[n])) for n in order]
+        return [specs[n].with_params(cc=max(1, alloc[n])) for n in order], budget
 
     def plan(self, manifest: ManifestLike, link: LinkInfo) -> list[ChunkSpec]:
         """Chunks in start order; cc is each chunk's initial channel count (a chunk
         beyond the channel count shows 1 and waits for freed channels)."""
-        return self._specs(plan_sizes(manifest, link), link)
+        return self._layout(plan_sizes(manifest, link), link)[0]
 
     # -- run ------------------------------------------------------------------
     def run(self, manifest_sorted: pa.Table, link: LinkInfo, executor: Any) -> list[ChunkResult]:
         ctx = RunContext.open(manifest_sorted, link, executor)
         bundled = bundled_up_to(executor)
-        specs = self._specs(ctx.sizes, link, bundled)
+        specs, budget = self._layout(ctx.sizes, link, bundled)
         if not specs:
             return []
         channels = self.opts["channels"]
-        budget = channel_budget(specs, link, channels, bundled)
         self.notes = [n for n in (_bundle_note(s, link, bundled, channels) for s in specs) if n]
         if budget < channels:
             self.notes.append(_budget_note(link, budget, channels))
