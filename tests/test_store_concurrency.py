@@ -114,7 +114,8 @@ def test_twenty_processes_write_one_journal_without_lock_errors_or_lost_rows(sto
 
     assert len({o["transfer_id"] for o in outputs}) == 1, outputs  # one transfer for the shared key
     assert sorted(o["resumed"] for o in outputs) == [False] + [True] * (WORKERS - 1)
-    assert all(o["flushes"] >= OWN_FILES * 3 // 5 // 2 for o in outputs)  # batched, not one per event
+    # batched, not one transaction per event (the writer's thread may merge batches: fewer still)
+    assert all(1 <= o["flushes"] <= OWN_FILES * 3 // 2 for o in outputs), outputs
     transfer_id = outputs[0]["transfer_id"]
     with Store.open(store_url) as store:
         assert (

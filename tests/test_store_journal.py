@@ -270,6 +270,43 @@ def test_unknown_paths_are_reported_and_the_known_ones_still_written(store: Stor
     writer.close()
 
 
+def _until(cond, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_full_batch_is_written_by_the_writers_thread_not_the_reporters(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bundle worker reports a group's files and goes on to ask for the next group: the
+    transaction that writes them is the writer's own thread's, unless batches pile up (the
+    listing test below: then the reporter waits for the database)."""
+    record = store.begin_transfer("k", "sftp://h/a", "file:///b")
+    store.record_listing(record.id, _listing({f"f{i}": 7 for i in range(300)}))
+    wrote_in: list[str] = []
+    real = store.apply_journal_events
+
+    def spy(transfer_id: int, events: list) -> list:
+        wrote_in.append(threading.current_thread().name)
+        return real(transfer_id, events)
+
+    monkeypatch.setattr(store, "apply_journal_events", spy)
+    with store.journal_writer(record.id, max_events=100, max_delay_ms=60_000) as writer:
+        for start in (0, 100, 200):  # three groups of a full batch each
+            writer.mark_done_many([(f"f{i}", 7, None, 1) for i in range(start, start + 100)])
+        _until(lambda: writer.pending == 0)
+        assert wrote_in and all(name.startswith("journal-writer") for name in wrote_in), wrote_in
+    assert all(row["state"] == "done" for row in _states(store, record.id).values())
+
+    wrote_in.clear()  # without a thread of its own, the reporter writes a full batch itself
+    inline = store.journal_writer(record.id, max_events=100, background=False)
+    inline.mark_done_many([(f"f{i}", 7, None, 2) for i in range(100)])
+    assert wrote_in == [threading.current_thread().name] and inline.pending == 0
+    inline.close()
+
+
 def test_journal_writer_batches_by_count_and_by_age(store: Store) -> None:
     record = store.begin_transfer("k", "sftp://h/a", "file:///b")
     store.record_listing(record.id, _listing({f"f{i}": 1000 for i in range(10)}))
@@ -278,9 +315,11 @@ def test_journal_writer_batches_by_count_and_by_age(store: Store) -> None:
     for i in range(10):
         for offset in range(0, 1000, 100):  # 100 ranges
             writer.mark_range(f"f{i}", offset, 100)
-    assert writer.flushes == 2 and writer.pending == 0  # two batches of 50, not 100 transactions
+    _until(lambda: writer.flushes >= 1 and writer.pending < 50)  # the writer's thread wrote the full batches
+    assert 1 <= writer.flushes <= 2  # 50 or more per transaction, not 100 transactions
+    left = writer.pending
     writer.mark_done("f0", 1000, checksum="xxh128:00")
-    assert writer.pending == 1 and _states(store, record.id)["f0"]["state"] == "partial"
+    assert writer.pending == left + 1 and _states(store, record.id)["f0"]["state"] == "partial"
     writer.close()
     rows = _states(store, record.id)
     assert rows["f0"]["state"] == "done"

@@ -7,8 +7,10 @@ fight every other worker for SQLite's single write lock. The writer keeps
 events in memory and writes them in one transaction when ``max_events``
 have piled up or the oldest has waited ``max_delay_ms`` — so the write rate
 is bounded by ~1000/max_delay_ms transactions a second plus one per
-``max_events`` events. A background thread makes sure a quiet engine's last
-events are written too.
+``max_events`` events. The writes are the writer's own thread's: the engine's
+threads hand events over and go on moving files, and write a batch themselves
+only when BACKLOG_BATCHES of them have piled up (the database is slower than
+the copy), which bounds both the memory held and how far the journal lags.
 
 Losing the buffer (a crash) only makes the journal lag the destination:
 those ranges are sent again on resume. The journal never claims bytes the
@@ -32,7 +34,9 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_DELAY_MS = 500
 DEFAULT_MAX_EVENTS = 2_000
-LISTING_BACKLOG = 4  # batches held back while the listing is written, before a reporter waits for it
+# Batches held back (while the listing is still being written, or the last batch is) before
+# a reporter writes one itself, waiting for the database.
+BACKLOG_BATCHES = 4
 
 
 class ListingWrite:
@@ -89,6 +93,7 @@ class JournalWriter(Closing):
         self._lock = threading.Lock()  # guards the buffer
         self._flush_lock = threading.Lock()  # one flush at a time, so batches commit in order
         self._closed = threading.Event()
+        self._wake = threading.Event()
         self._error: BaseException | None = None
         self._after = after  # what the first write waits for (the listing's rows, say)
         self._thread: threading.Thread | None = None
@@ -153,6 +158,7 @@ class JournalWriter(Closing):
         if self._closed.is_set():
             return
         self._closed.set()
+        self._wake.set()
         if self._heartbeat is not None:
             self._heartbeat.close()
         if self._thread is not None:
@@ -181,13 +187,15 @@ class JournalWriter(Closing):
                 self._oldest = now
             pending = len(self._events)
             due = pending >= self.max_events or now - self._oldest >= self.max_delay_s
-        after = self._after  # one read: a flush may clear it meanwhile
-        if due and after is not None and not after.done():
-            # The listing is still being written: the background thread writes these once it
-            # is, so that a transfer thread does not wait for it, unless they pile up.
-            due = self._thread is None or pending >= LISTING_BACKLOG * self.max_events
-        if due:
-            self._flush()
+        if not due:
+            return
+        if self._thread is not None and pending < BACKLOG_BATCHES * self.max_events:
+            # The writer's thread writes them: a bundle worker that wrote a group's 1,000 rows
+            # itself (tens of ms on SQLite) asked for the next group that much later, and its
+            # channel ran dry meanwhile (docs/transfers.md, "Small files in bundles").
+            self._wake.set()
+            return
+        self._flush()
 
     def _flush(self) -> None:
         with self._flush_lock:
@@ -219,9 +227,15 @@ class JournalWriter(Closing):
             )
 
     def _tick(self) -> None:
-        while not self._closed.wait(self.max_delay_s / 2):
-            with self._lock:
-                due = self._oldest is not None and time.monotonic() - self._oldest >= self.max_delay_s
+        while True:
+            self._wake.wait(self.max_delay_s / 2)
+            if self._closed.is_set():
+                return
+            self._wake.clear()
+            with self._lock:  # a full batch (what _add_many woke this thread for), or an aged one
+                due = len(self._events) >= self.max_events or (
+                    self._oldest is not None and time.monotonic() - self._oldest >= self.max_delay_s
+                )
             if not due:
                 continue
             try:
