@@ -42,25 +42,25 @@ def _unnamed(folder: str, path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def _renamed(folder: str, path: str, data: bytes) -> None:
-    head, _, name = path.rpartition("/")
-    tmp = f"{head}/.{name}.part"
-    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    try:
-        os.write(fd, data)
-        os.utime(fd, (1.0, 1.0))
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
-def _direct(folder: str, path: str, data: bytes) -> None:
+def _write_new(path: str, data: bytes) -> None:
+    """A new file at `path` holding `data`, its mtime set, closed."""
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     try:
         os.write(fd, data)
         os.utime(fd, (1.0, 1.0))
     finally:
         os.close(fd)
+
+
+def _renamed(folder: str, path: str, data: bytes) -> None:
+    head, _, name = path.rpartition("/")
+    tmp = f"{head}/.{name}.part"
+    _write_new(tmp, data)
+    os.replace(tmp, path)
+
+
+def _direct(folder: str, path: str, data: bytes) -> None:
+    _write_new(path, data)
 
 
 WAYS: dict[str, Callable[[str, str, bytes], None]] = {"unnamed": _unnamed, "renamed": _renamed, "direct": _direct}

@@ -186,7 +186,7 @@ class JournalWriter(Closing):
             if self._oldest is None:
                 self._oldest = now
             pending = len(self._events)
-            due = pending >= self.max_events or now - self._oldest >= self.max_delay_s
+            due = self._due(now)
         if not due:
             return
         if self._thread is not None and pending < BACKLOG_BATCHES * self.max_events:
@@ -226,6 +226,12 @@ class JournalWriter(Closing):
                 todo="record_listing must list a file before the engine reports on it",
             )
 
+    def _due(self, now: float) -> bool:
+        """Whether the buffer is to be written: a full batch, or its oldest event aged (under _lock)."""
+        return len(self._events) >= self.max_events or (
+            self._oldest is not None and now - self._oldest >= self.max_delay_s
+        )
+
     def _tick(self) -> None:
         while True:
             self._wake.wait(self.max_delay_s / 2)
@@ -233,9 +239,7 @@ class JournalWriter(Closing):
                 return
             self._wake.clear()
             with self._lock:  # a full batch (what _add_many woke this thread for), or an aged one
-                due = len(self._events) >= self.max_events or (
-                    self._oldest is not None and time.monotonic() - self._oldest >= self.max_delay_s
-                )
+                due = self._due(time.monotonic())
             if not due:
                 continue
             try:
