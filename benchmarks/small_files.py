@@ -113,7 +113,9 @@ def _tuning(printed: str) -> dict:
     return {
         "cc": [c.get("cc") for c in summary.get("chunks") or []],
         "tuning_notes": [
-            n for n in notes if n.startswith(("auto chose", "first contact: start", "first contact: ramp"))
+            n
+            for n in notes
+            if n.startswith(("auto chose", "first contact: start", "first contact: ramp", "kept in the tuning library"))
         ],
     }
 

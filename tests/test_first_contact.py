@@ -97,6 +97,37 @@ def test_hold_rechecks_on_drift_and_ignores_small_moves():
     assert ramp.cc == 2 and ramp.mode == "hold"  # the floor: hold there
 
 
+def test_a_slow_interval_while_holding_does_not_move_the_level_up():
+    # Two copies of 100,000 x 1 KiB on loopback, one after the other, on a two-core host whose
+    # intervals read 40-78 Mbit/s at any level (Mbit/s as the tuning library kept them). Each
+    # copy's slow interval set off a re-check; the interval after it, faster as most are, was
+    # taken for the doubling's gain, and the next copy started a doubling higher: 4, 8, 16.
+    ramp = CCRamp(start=4, cap=64, settle_s=0.5, window_s=2.0, ramping=False, known_rate=49.0e6)
+    ramp.feed(5.0, 63.5e6, left_bytes=10**9)  # reference
+    assert ramp.feed(7.1, 42.7e6, left_bytes=10**9) == 8  # -33 %: re-check, up first
+    # 8 channels carried less than 4 did before the slow interval: not a gain; fewer are tried
+    assert ramp.feed(11.2, 59.2e6, left_bytes=10**9) == 2
+    assert ramp.steps[-1].action == "no gain up: trying fewer"
+    # 2 channels are compared with the slow interval (the level as it is now): no gain either
+    assert ramp.feed(13.3, 40.5e6, left_bytes=10**9) == 4
+    assert ramp.mode == "hold" and ramp.learned_cc == 4
+
+    # The copy after it: 8 held, a drift near the end, 16 never beat what 8 carried.
+    ramp = CCRamp(start=8, cap=64, settle_s=0.5, window_s=2.0, ramping=False, known_rate=65.5e6)
+    ramp.feed(5.2, 48.7e6, left_bytes=10**9)
+    ramp.feed(7.3, 77.3e6, left_bytes=10**9)  # back to what the link carried: new reference
+    assert ramp.feed(9.3, 45.9e6, left_bytes=10**9) == 16  # -41 %: re-check up
+    for at, rate in ((13.8, 37.7e6), (15.8, 49.8e6)):  # less left than an interval moves
+        assert ramp.feed(at, rate, left_bytes=1) is None
+    assert ramp.learned_cc == 8  # what the next copy starts from
+
+    # A doubling that does beat the level's reference is kept as before.
+    ramp = CCRamp(start=4, cap=64, settle_s=0.5, window_s=2.0, ramping=False)
+    ramp.feed(0.0, 100e6)
+    assert ramp.feed(2.0, 60e6) == 8
+    assert ramp.feed(4.0, 180e6) == 16 and ramp.best_cc == 8
+
+
 def test_observe_measures_after_the_settle_time_and_restarts_on_a_change_of_mix():
     ramp = CCRamp(start=2, cap=8, settle_s=1.0, window_s=2.0)
     ramp.restart(0.0)
@@ -171,8 +202,8 @@ def test_what_is_learned_is_the_level_held_or_the_best_while_still_ramping():
     assert ramp.mode == "hold" and ramp.learned_cc == 8 == ramp.settled_cc
     ramp.feed(0.0, 300.0)  # reference
     ramp.feed(0.0, 100.0)  # drifted: re-check up from 8 ...
-    ramp.feed(0.0, 200.0)  # ... 16 gains over 100
-    ramp.feed(0.0, 205.0)  # 32 does not: hold 16
+    ramp.feed(0.0, 400.0)  # ... 16 beats what 8 carried before the drift
+    ramp.feed(0.0, 405.0)  # 32 does not gain on 16: hold 16
     assert ramp.mode == "hold" and ramp.settled_cc == 16 == ramp.learned_cc
 
 

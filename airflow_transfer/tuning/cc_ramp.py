@@ -16,6 +16,12 @@ Concurrency, 2016), applied to concurrency inside one running transfer rather th
 * hold: the first interval sets a reference; a later interval more than `drift` (25 %) away
   from it re-checks, as run-time re-tuning does (paper 003: Kola, Kosar, Livny, Run-time
   Adaptation of Grid Data Placement Jobs, 2003): the same ramp again from the level held;
+  more channels are kept only if they beat what the held level carried before the drift (its
+  reference), not the slow interval that set the re-check off: the interval after a slow one
+  is usually faster whatever the level, and counting that as a gain moved the level up a
+  doubling per copy on a noisy two-core host (4, 8, then 16 channels over four copies, for
+  no more than 4 carried); fewer channels are compared with the slow interval, the level's
+  rate as it is now;
 * a change in what is moving (a chunk finished, its channels went elsewhere) restarts the
   interval under way, and in hold replaces the reference;
 * a rise while holding is room to re-check only once it passes what this link was seen to
@@ -84,6 +90,7 @@ class CCRamp:
         self._seen = 0  # the total at the last tick
         self._since = 0  # the total when the level (or the mix) last changed
         self._ready = 0  # connections the caller opened ahead for the next level
+        self._recheck_rate: float | None = None  # the held level's rate in the interval that set off a re-check
 
     @property
     def measuring_from(self) -> float:
@@ -179,6 +186,8 @@ class CCRamp:
         if self.best_cc == self.base_cc and self.base_cc > self._floor(rate):
             # the first doubling from where this ramp began did not pay: try fewer before settling
             self.mode = "down"
+            if self._recheck_rate is not None:
+                self.best_rate = self._recheck_rate  # fewer channels against the level as it is now
             self.cc = max(self.base_cc // 2, self._floor(rate))
             return "no gain up: trying fewer"
         return self._settle("no gain: back to the best level, hold")
@@ -210,15 +219,17 @@ class CCRamp:
         if change > 0 and rate <= (1 + self.drift) * max(self.peak_rate, self.known_rate):
             self.reference = rate
             return f"rose {change:+.0%}, back to what this link carried: new reference"
-        # drifted: re-check from here, up first
+        # drifted: re-check from here, up first; a doubling must beat the level's reference too
         self.base_cc = self.cc
-        self.best_cc, self.best_rate = self.cc, rate
+        self.best_cc, self.best_rate = self.cc, max(rate, self.reference)
+        self._recheck_rate = rate
         if self.cc < self.cap:
             self.mode = "up"
             self.cc = min(self.cc * 2, self.cap)
             return f"drifted {change:+.0%}: re-checking up"
         if self.cc > self._floor(rate):
             self.mode = "down"
+            self.best_rate = rate  # fewer channels against the level as it is now
             self.cc = max(self.cc // 2, self._floor(rate))
             return f"drifted {change:+.0%}: re-checking down"
         self.reference = rate
@@ -226,6 +237,7 @@ class CCRamp:
 
     def _settle(self, action: str) -> str:
         self.cc = self.best_cc
+        self._recheck_rate = None
         self.mode = "hold"
         self.reference = None  # measured afresh at the level held
         self.settled_cc = self.cc

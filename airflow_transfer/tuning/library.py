@@ -149,7 +149,12 @@ def remember_first_contact(store, src, dst, learned: dict[str, Any]) -> str | No
         "steps": learned.get("steps", []),
     }
     row_id = store.save_tuned(row, measured_at=datetime.now(UTC))
-    return f"kept in the tuning library (row {row_id}): RTT {rtt_ms} ms, {rate} Mbit/s, cc {cc}"
+    return kept_note(row_id, rtt_ms, rate, cc)
+
+
+def kept_note(row_id: int, rtt_ms: float, rate_mbit: float, cc: int) -> str:
+    """The summary's note for a first contact's row (benchmarks/repeat_copies.py reads its cc)."""
+    return f"kept in the tuning library (row {row_id}): RTT {rtt_ms} ms, {rate_mbit} Mbit/s, cc {cc}"
 
 
 def protocol_of(src, dst) -> str:

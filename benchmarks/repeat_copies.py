@@ -1,0 +1,177 @@
+"""The same copy again and again against one store, as a scheduled job runs it: what the tuning
+library learns copy after copy, and what the next copy pays for it, from two checkouts in turn.
+
+    git worktree add /tmp/base <commit>
+    .venv/bin/python benchmarks/repeat_copies.py --base /tmp/base [--set 100000x1k]
+        [--direction up] [--copies 5] [--noise ON/OFF] [--out FILE]
+
+Starts a real OpenSSH sshd on loopback, writes the file set once (NxSIZE, in directories of 100
+files), waits out benchmarks/fs_settle.py's settle, then copies it `--copies` times from each
+checkout in turn (base, this, base, this, ...), each run with its own checkout on PYTHONPATH and
+into a fresh destination. Unlike benchmarks/pairs.py, each checkout keeps one store for all its
+runs: its first copy is a first contact, every later one starts from what the earlier ones left
+in the tuning library. Prints, per run, the wall seconds (process start to exit), the machine's
+CPU seconds (/proc/stat, all cores), the channels each chunk ran with and the level the library
+kept; then per checkout the levels kept, copy after copy, and the medians of the copies after
+the first. The copies verify as by default. `--noise 3/6`: another tenant's bursts, every core
+kept busy for 3 s out of every 9 while the copies run (both checkouts meet the same bursts,
+taking turns), so that the intervals of one copy read faster and slower than each other, as
+they do on a shared host. Writes benchmarks/results/repeat-copies.json (or --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.fs_settle import discard, settle, warm
+from benchmarks.run import host
+from benchmarks.small_files import _make, _parse, _run
+from tests.support.sshd import SSHServer, chown_to_user
+
+_KEPT = re.compile(r"^kept in the tuning library .*\bcc (\d+)$")
+
+
+def kept_cc(notes: list[str]) -> int | None:
+    """The level a copy left in the tuning library (its summary's note), None when it kept none."""
+    for note in notes:
+        found = _KEPT.match(note)
+        if found:
+            return int(found.group(1))
+    return None
+
+
+# A busy loop for `on` seconds, then `off` seconds asleep, until killed: one core's bursts (one per core).
+_BURSTS = """
+import sys, time
+on, off = float(sys.argv[1]), float(sys.argv[2])
+while True:
+    end = time.monotonic() + on
+    while time.monotonic() < end:
+        pass
+    time.sleep(off)
+"""
+
+
+def parse_noise(spec: str) -> tuple[float, float]:
+    """(busy, idle) seconds of --noise ON/OFF; both must be positive."""
+    try:
+        on, off = (float(x) for x in spec.split("/"))
+    except ValueError:
+        raise SystemExit(f"--noise takes ON/OFF seconds, e.g. 3/3 (got {spec!r})") from None
+    if not (on > 0 and off > 0):
+        raise SystemExit(f"--noise: both ON and OFF must be above 0 (got {spec!r})")
+    return on, off
+
+
+def _summary(rows: list[dict]) -> dict:
+    later = rows[1:] or rows
+    return {
+        "kept_cc": [r.get("kept_cc") for r in rows],
+        "seconds": [r["seconds"] for r in rows],
+        "median_seconds_after_first": statistics.median(r["seconds"] for r in later),
+        "median_machine_cpu_s_after_first": statistics.median(r["machine_cpu_s"] for r in later),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base", required=True, help="another checkout of this repository (git worktree add)")
+    ap.add_argument("--set", default="100000x1k", help="NxSIZE, e.g. 2000x64k")
+    ap.add_argument("--direction", choices=("up", "down"), default="up")
+    ap.add_argument("--copies", type=int, default=5)
+    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "repeat-copies.json"))
+    ap.add_argument("--no-settle", action="store_true", help="skip the settle: a smoke run, not figures")
+    ap.add_argument("--noise", default="", help="ON/OFF: keep every core busy ON seconds of every ON+OFF")
+    args = ap.parse_args()
+    noise = parse_noise(args.noise) if args.noise else None
+    base = Path(args.base).resolve()
+    if not (base / "airflow_transfer" / "cli.py").is_file():
+        raise SystemExit(f"--base {base}: not a checkout of this repository (no airflow_transfer/cli.py)")
+    if args.copies < 2:
+        raise SystemExit("--copies must be at least 2: the first copy is a first contact, the rest repeat it")
+    checkouts = {"base": base, "this": REPO}
+    work = Path(tempfile.mkdtemp(prefix="at-repeat-"))
+    os.chmod(work, 0o755)
+    sshd = SSHServer(work / "sshd").start()
+    bursts: list[subprocess.Popen] | None = None
+    try:
+        count, size, name = _parse(args.set)
+        src, trash = work / f"src-{name}", work / "trash"
+        _make(src, count, size)
+        if args.no_settle:
+            trash.mkdir()
+        else:
+            settle(trash)
+        warm([src], [[sys.executable, "-c", "import airflow_transfer.cli, airflow_transfer.job"]])
+        speed = {"before": host()}
+        if noise is not None:
+            bursts = [
+                subprocess.Popen([sys.executable, "-c", _BURSTS, *(str(x) for x in noise)])
+                for _ in range(os.cpu_count() or 1)
+            ]
+        rows: dict[str, list[dict]] = {c: [] for c in checkouts}
+        for copy in range(args.copies):
+            for cname, tree in checkouts.items():
+                dst = work / "dst" / uuid.uuid4().hex
+                dst.mkdir(parents=True)
+                chown_to_user(dst, sshd.user)
+                chown_to_user(dst.parent, sshd.user)
+                up = args.direction == "up"
+                source, target = (str(src), sshd.url(str(dst))) if up else (sshd.url(str(src)), str(dst))
+                # -P: the working directory is not put first on sys.path, so PYTHONPATH picks the checkout.
+                argv = [sys.executable, "-P", "-c", "import sys; from airflow_transfer.cli import run; sys.exit(run())"]
+                argv += ["copy", source, target, "--identity", str(sshd.client_key), "--json"]
+                argv += ["--known-hosts", str(sshd.known_hosts), "--restart"]
+                argv += ["--store", f"sqlite:///{work}/store-{cname}.db"]  # one per checkout, kept
+                row = _run(argv, env={**os.environ, "PYTHONPATH": str(tree)})
+                row["kept_cc"] = kept_cc(row.get("tuning_notes", []))
+                landed = sum(len(files) for _, _, files in os.walk(dst))
+                if landed != count:
+                    raise SystemExit(f"{cname} left {landed} of {count} files")
+                rows[cname].append(row)
+                print(cname, copy, json.dumps(row), flush=True)
+                discard(dst, trash)
+        for proc in bursts or ():
+            proc.kill()
+            proc.wait()
+        bursts = None
+        speed["after"] = host()
+        out = {
+            "set": name,
+            "direction": args.direction,
+            "copies": args.copies,
+            "noise": {"busy_s": noise[0], "idle_s": noise[1]} if noise else None,
+            "machine_cores": os.cpu_count(),
+            "host": speed,
+            "checkouts": {c: str(t) for c, t in checkouts.items()},
+            "runs": rows,
+            "summary": {c: _summary(rs) for c, rs in rows.items()},
+        }
+        for cname, summary in out["summary"].items():
+            print(cname, json.dumps(summary))
+        print("machine speed:", json.dumps(speed))
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    finally:
+        for proc in bursts or ():
+            proc.kill()
+        sshd.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
