@@ -35,50 +35,83 @@ from benchmarks.small_files import _make, _parse, _run
 from tests.support.sshd import SSHServer, chown_to_user
 
 
-def main() -> int:
+def fresh_destination(work: Path, user: str) -> Path:
+    """An empty directory for one run, owned by the server's login user."""
+    dst = work / "dst" / uuid.uuid4().hex
+    dst.mkdir(parents=True)
+    chown_to_user(dst, user)
+    chown_to_user(dst.parent, user)
+    return dst
+
+
+def checkout_copy(sshd: SSHServer, src: Path, dst: Path, direction: str, store: str, *extra: str) -> list[str]:
+    """`airflow-transfer copy` of src to dst ("up": onto the server) through whichever checkout is
+    on PYTHONPATH: -P keeps the working directory off sys.path, so PYTHONPATH picks it."""
+    up = direction == "up"
+    source, target = (str(src), sshd.url(str(dst))) if up else (sshd.url(str(src)), str(dst))
+    argv = [sys.executable, "-P", "-c", "import sys; from airflow_transfer.cli import run; sys.exit(run())"]
+    argv += ["copy", source, target, "--identity", str(sshd.client_key), *extra]
+    return argv + ["--known-hosts", str(sshd.known_hosts), "--restart", "--store", store]
+
+
+def check_landed(dst: Path, count: int, who: str) -> None:
+    landed = sum(len(files) for _, _, files in os.walk(dst))
+    if landed != count:
+        raise SystemExit(f"{who} left {landed} of {count} files")
+
+
+def checkout_parser(direction: str) -> argparse.ArgumentParser:
+    """The options of a run of this checkout against another: --base, --set, --direction, --no-settle."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True, help="another checkout of this repository (git worktree add)")
     ap.add_argument("--set", default="100000x1k", help="NxSIZE, e.g. 2000x64k")
-    ap.add_argument("--direction", choices=("up", "down"), default="down")
-    ap.add_argument("--pairs", type=int, default=4)
+    ap.add_argument("--direction", choices=("up", "down"), default=direction)
     ap.add_argument("--no-settle", action="store_true", help="skip the settle: a smoke run, not figures")
-    args = ap.parse_args()
+    return ap
+
+
+def checkouts_of(args: argparse.Namespace) -> dict[str, Path]:
+    """{"base": --base, "this": this checkout}; --base must be a checkout of this repository."""
     base = Path(args.base).resolve()
     if not (base / "airflow_transfer" / "cli.py").is_file():
         raise SystemExit(f"--base {base}: not a checkout of this repository (no airflow_transfer/cli.py)")
-    checkouts = {"base": base, "this": REPO}
+    return {"base": base, "this": REPO}
+
+
+def prepared_set(work: Path, args: argparse.Namespace) -> tuple[Path, Path]:
+    """(the file set --set names, written once under work; the trash folder for finished
+    destinations), after the settle and with the set and the copy's modules read back."""
+    count, size, name = _parse(args.set)
+    src, trash = work / f"src-{name}", work / "trash"
+    _make(src, count, size)
+    if args.no_settle:
+        trash.mkdir()
+    else:
+        settle(trash)
+    warm([src], [[sys.executable, "-c", "import airflow_transfer.cli, airflow_transfer.job"]])
+    return src, trash
+
+
+def main() -> int:
+    ap = checkout_parser("down")
+    ap.add_argument("--pairs", type=int, default=4)
+    args = ap.parse_args()
+    checkouts = checkouts_of(args)
     work = Path(tempfile.mkdtemp(prefix="at-pairs-"))
     os.chmod(work, 0o755)
     sshd = SSHServer(work / "sshd").start()
     try:
         count, size, name = _parse(args.set)
-        src, trash = work / f"src-{name}", work / "trash"
-        _make(src, count, size)
+        src, trash = prepared_set(work, args)
         (work / "stores").mkdir()
-        if args.no_settle:
-            trash.mkdir()
-        else:
-            settle(trash)
-        warm([src], [[sys.executable, "-c", "import airflow_transfer.cli, airflow_transfer.job"]])
         speed = {"before": host()}
         rows: dict[str, list[dict]] = {c: [] for c in checkouts}
         for rep in range(args.pairs):
             for cname, tree in checkouts.items():
-                dst = work / "dst" / uuid.uuid4().hex
-                dst.mkdir(parents=True)
-                chown_to_user(dst, sshd.user)
-                chown_to_user(dst.parent, sshd.user)
-                up = args.direction == "up"
-                source, target = (str(src), sshd.url(str(dst))) if up else (sshd.url(str(src)), str(dst))
-                # -P: the working directory is not put first on sys.path, so PYTHONPATH picks the checkout.
-                argv = [sys.executable, "-P", "-c", "import sys; from airflow_transfer.cli import run; sys.exit(run())"]
-                argv += ["copy", source, target, "--identity", str(sshd.client_key)]
-                argv += ["--known-hosts", str(sshd.known_hosts), "--restart"]
-                argv += ["--store", f"sqlite:///{work}/stores/{uuid.uuid4().hex}.db"]
+                dst = fresh_destination(work, sshd.user)
+                argv = checkout_copy(sshd, src, dst, args.direction, f"sqlite:///{work}/stores/{uuid.uuid4().hex}.db")
                 row = _run(argv, env={**os.environ, "PYTHONPATH": str(tree)})
-                landed = sum(len(files) for _, _, files in os.walk(dst))
-                if landed != count:
-                    raise SystemExit(f"{cname} left {landed} of {count} files")
+                check_landed(dst, count, cname)
                 rows[cname].append(row)
                 print(cname, rep, json.dumps(row), flush=True)
                 discard(dst, trash)

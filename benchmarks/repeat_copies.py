@@ -21,7 +21,6 @@ they do on a shared host. Writes benchmarks/results/repeat-copies.json (or --out
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -30,16 +29,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.fs_settle import discard, settle, warm
+from benchmarks.fs_settle import discard
+from benchmarks.pairs import check_landed, checkout_copy, checkout_parser, checkouts_of, fresh_destination, prepared_set
 from benchmarks.run import host
-from benchmarks.small_files import _make, _parse, _run
-from tests.support.sshd import SSHServer, chown_to_user
+from benchmarks.small_files import _parse, _run
+from tests.support.sshd import SSHServer
 
 _KEPT = re.compile(r"^kept in the tuning library .*\bcc (\d+)$")
 
@@ -87,35 +86,22 @@ def _summary(rows: list[dict]) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--base", required=True, help="another checkout of this repository (git worktree add)")
-    ap.add_argument("--set", default="100000x1k", help="NxSIZE, e.g. 2000x64k")
-    ap.add_argument("--direction", choices=("up", "down"), default="up")
+    ap = checkout_parser("up")
     ap.add_argument("--copies", type=int, default=5)
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "repeat-copies.json"))
-    ap.add_argument("--no-settle", action="store_true", help="skip the settle: a smoke run, not figures")
     ap.add_argument("--noise", default="", help="ON/OFF: keep every core busy ON seconds of every ON+OFF")
     args = ap.parse_args()
     noise = parse_noise(args.noise) if args.noise else None
-    base = Path(args.base).resolve()
-    if not (base / "airflow_transfer" / "cli.py").is_file():
-        raise SystemExit(f"--base {base}: not a checkout of this repository (no airflow_transfer/cli.py)")
     if args.copies < 2:
         raise SystemExit("--copies must be at least 2: the first copy is a first contact, the rest repeat it")
-    checkouts = {"base": base, "this": REPO}
+    checkouts = checkouts_of(args)
     work = Path(tempfile.mkdtemp(prefix="at-repeat-"))
     os.chmod(work, 0o755)
     sshd = SSHServer(work / "sshd").start()
     bursts: list[subprocess.Popen] | None = None
     try:
-        count, size, name = _parse(args.set)
-        src, trash = work / f"src-{name}", work / "trash"
-        _make(src, count, size)
-        if args.no_settle:
-            trash.mkdir()
-        else:
-            settle(trash)
-        warm([src], [[sys.executable, "-c", "import airflow_transfer.cli, airflow_transfer.job"]])
+        count, _, name = _parse(args.set)
+        src, trash = prepared_set(work, args)
         speed = {"before": host()}
         if noise is not None:
             bursts = [
@@ -125,22 +111,12 @@ def main() -> int:
         rows: dict[str, list[dict]] = {c: [] for c in checkouts}
         for copy in range(args.copies):
             for cname, tree in checkouts.items():
-                dst = work / "dst" / uuid.uuid4().hex
-                dst.mkdir(parents=True)
-                chown_to_user(dst, sshd.user)
-                chown_to_user(dst.parent, sshd.user)
-                up = args.direction == "up"
-                source, target = (str(src), sshd.url(str(dst))) if up else (sshd.url(str(src)), str(dst))
-                # -P: the working directory is not put first on sys.path, so PYTHONPATH picks the checkout.
-                argv = [sys.executable, "-P", "-c", "import sys; from airflow_transfer.cli import run; sys.exit(run())"]
-                argv += ["copy", source, target, "--identity", str(sshd.client_key), "--json"]
-                argv += ["--known-hosts", str(sshd.known_hosts), "--restart"]
-                argv += ["--store", f"sqlite:///{work}/store-{cname}.db"]  # one per checkout, kept
+                dst = fresh_destination(work, sshd.user)
+                store = f"sqlite:///{work}/store-{cname}.db"  # one per checkout, kept for all its runs
+                argv = checkout_copy(sshd, src, dst, args.direction, store, "--json")
                 row = _run(argv, env={**os.environ, "PYTHONPATH": str(tree)})
                 row["kept_cc"] = kept_cc(row.get("tuning_notes", []))
-                landed = sum(len(files) for _, _, files in os.walk(dst))
-                if landed != count:
-                    raise SystemExit(f"{cname} left {landed} of {count} files")
+                check_landed(dst, count, cname)
                 rows[cname].append(row)
                 print(cname, copy, json.dumps(row), flush=True)
                 discard(dst, trash)
