@@ -3,7 +3,7 @@ library learns copy after copy, and what the next copy pays for it, from two che
 
     git worktree add /tmp/base <commit>
     .venv/bin/python benchmarks/repeat_copies.py --base /tmp/base [--set 100000x1k]
-        [--direction up] [--copies 5] [--noise ON/OFF] [--out FILE]
+        [--direction up] [--copies 5] [--noise ON/OFF] [--seed-cc N] [--out FILE]
 
 Starts a real OpenSSH sshd on loopback, writes the file set once (NxSIZE, in directories of 100
 files), waits out benchmarks/fs_settle.py's settle, then copies it `--copies` times from each
@@ -16,7 +16,8 @@ kept; then per checkout the levels kept, copy after copy, and the medians of the
 the first. The copies verify as by default. `--noise 3/6`: another tenant's bursts, every core
 kept busy for 3 s out of every 9 while the copies run (both checkouts meet the same bursts,
 taking turns), so that the intervals of one copy read faster and slower than each other, as
-they do on a shared host. Writes benchmarks/results/repeat-copies.json (or --out).
+they do on a shared host. `--seed-cc 16`: each store starts with a first contact's row at cc 16
+for the link (as an earlier copy could have left it), so the first copy too starts from it. Writes benchmarks/results/repeat-copies.json (or --out).
 """
 
 from __future__ import annotations
@@ -75,6 +76,23 @@ def parse_noise(spec: str) -> tuple[float, float]:
     return on, off
 
 
+def seed_library(store_url: str, sshd: SSHServer, direction: str, cc: int) -> None:
+    """Leave in the store the row a first contact at `cc` would have left for this link (RTT 1 ms,
+    75 Mbit/s: what copies of 100,000 x 1 KiB reached on loopback here)."""
+    from airflow_transfer.protocols.endpoint import Endpoint
+    from airflow_transfer.protocols.ssh import SSHTarget
+    from airflow_transfer.store import open_store
+    from airflow_transfer.tuning.library import remember_first_contact
+
+    local, remote = Endpoint("file", "/"), Endpoint("sftp", "/", target=SSHTarget(host=sshd.host, port=sshd.port))
+    src, dst = (local, remote) if direction == "up" else (remote, local)
+    store = open_store(store_url)
+    try:
+        remember_first_contact(store, src, dst, {"rtt_ms": 1.0, "rate_mbit": 75.0, "cc": cc, "pp_level": 32})
+    finally:
+        store.close()
+
+
 def _summary(rows: list[dict]) -> dict:
     later = rows[1:] or rows
     return {
@@ -90,6 +108,7 @@ def main() -> int:
     ap.add_argument("--copies", type=int, default=5)
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "repeat-copies.json"))
     ap.add_argument("--noise", default="", help="ON/OFF: keep every core busy ON seconds of every ON+OFF")
+    ap.add_argument("--seed-cc", type=int, default=0, help="start each store with a first contact's row at this cc")
     args = ap.parse_args()
     noise = parse_noise(args.noise) if args.noise else None
     if args.copies < 2:
@@ -113,6 +132,8 @@ def main() -> int:
             for cname, tree in checkouts.items():
                 dst = fresh_destination(work, sshd.user)
                 store = f"sqlite:///{work}/store-{cname}.db"  # one per checkout, kept for all its runs
+                if copy == 0 and args.seed_cc > 0:
+                    seed_library(store, sshd, args.direction, args.seed_cc)
                 argv = checkout_copy(sshd, src, dst, args.direction, store, "--json")
                 row = _run(argv, env={**os.environ, "PYTHONPATH": str(tree)})
                 row["kept_cc"] = kept_cc(row.get("tuning_notes", []))
@@ -130,6 +151,7 @@ def main() -> int:
             "direction": args.direction,
             "copies": args.copies,
             "noise": {"busy_s": noise[0], "idle_s": noise[1]} if noise else None,
+            "seed_cc": args.seed_cc or None,
             "machine_cores": os.cpu_count(),
             "host": speed,
             "checkouts": {c: str(t) for c, t in checkouts.items()},

@@ -14,10 +14,18 @@ import pyarrow as pa
 import pytest
 
 from airflow_transfer.store import Store
-from airflow_transfer.tuning import LinkInfo, get_algorithm
+from airflow_transfer.tuning import LinkInfo, first_contact, get_algorithm
 from airflow_transfer.tuning.cc_ramp import CCRamp
-from airflow_transfer.tuning.first_contact import contact_link, interval_seconds, ready_settle_seconds
+from airflow_transfer.tuning.dataset import SortedSizes
+from airflow_transfer.tuning.first_contact import (
+    FirstContact,
+    bundle_cap,
+    contact_link,
+    interval_seconds,
+    ready_settle_seconds,
+)
 from airflow_transfer.tuning.simulator import LinkSimulator
+from tests.support.bundling_sim import BundlingSim, size_table
 from tests.support.cli import run_cli, ssh_args
 
 MB = 1 << 20
@@ -501,3 +509,56 @@ def test_a_copy_over_before_its_first_level_is_measured_opens_no_connection_ahea
     climbing = get_algorithm("first-contact")
     climbing.run(table(np.full(20000, 64 << 10)), UNKNOWN_SSH, long_sim)
     assert len(long_sim.warmed) > 1, long_sim.warmed
+
+
+# -- bundled classes: no more channels than bundles can use (Multi-Chunk's rule, on the rate seen) --
+
+# (name, RTT s, best rate seen bit/s, cores, channels) - rates of cc 2 in the 2026-11-29 oracle sweep
+BUNDLE_SCENARIOS = [
+    ("lan tiny, 2 cores: one window carries it, plus one", 0.001, 506.8e6, 2, 2),
+    ("wan50 tiny, 2 cores: two windows, plus one", 0.05, 298.6e6, 2, 3),
+    ("wan100 tiny, 2 cores: two windows, plus one", 0.1, 187.6e6, 2, 3),
+    ("loopback, nothing measured yet: one per core", 0.00002, 0.0, 2, 2),
+    ("lan, 16 cores: one per core", 0.001, 506.8e6, 16, 16),
+]
+
+
+def _classes(sizes, rtt_s: float):
+    clink = contact_link(rtt_s, UNKNOWN_SSH)
+    return FirstContact().classes(SortedSizes.of(np.sort(np.asarray(sizes, dtype=np.int64))), clink), clink
+
+
+@pytest.mark.parametrize("name,rtt,rate,cores,want", BUNDLE_SCENARIOS, ids=[s[0] for s in BUNDLE_SCENARIOS])
+def test_bundled_classes_get_the_windows_that_carry_the_rate_seen_plus_one_or_a_channel_per_core(
+    name, rtt, rate, cores, want
+):
+    specs, clink = _classes([64 << 10] * 2000, rtt)
+    assert bundle_cap(specs, clink, rate, MB, cores) == want
+    assert bundle_cap(specs, clink, rate, 0, cores) == 0  # bundles off (SFTP): no such bound
+    with_large, clink = _classes([64 << 10] * 2000 + [8 * MB] * 10, rtt)
+    assert bundle_cap(with_large, clink, rate, MB, cores) == 0  # a class over SFTP: no bound either
+
+
+def test_a_learned_level_above_what_bundles_use_is_not_where_the_next_copy_starts():
+    specs, clink = _classes([1 << 10] * 100_000, 0.00002)
+    cc, why = FirstContact().start_cc(specs, clink, learned_cc=16, known_rate=77e6, bundled_cap=2)
+    assert cc == 2 and why.startswith("the last copy settled at cc 16, but these files travel in bundles")
+    assert FirstContact().start_cc(specs, clink, learned_cc=16, known_rate=77e6)[0] == 16  # no bound given
+
+
+@pytest.mark.parametrize("bundled", [MB, 0])
+def test_a_copy_of_bundled_files_never_runs_more_channels_than_bundles_use(monkeypatch, bundled):
+    # A link the library knows at cc 16 (a level an earlier, noisier copy left), 2 cores, 1 ms:
+    # the bundled copy runs at 2 and keeps 2; with bundles off the learned 16 stands as before.
+    monkeypatch.setattr(first_contact, "host_cores", lambda: 2)
+    sim_link = LinkInfo(rtt_s=0.001, bandwidth_bps=1e9, source="profiler")
+    learned = dataclasses.replace(UNKNOWN_SSH, rtt_s=0.001, bandwidth_bps=77e6, source="library", learned_cc=16)
+    algo = get_algorithm("first-contact")
+    results = algo.run(size_table([64 << 10] * 4000), learned, BundlingSim(sim_link, bundled))
+    assert sum(r.files for r in results) == 4000
+    levels = {s.cc for s in algo.ramp.steps} | {algo.ramp.cc}
+    if bundled:
+        assert max(levels) == 2 and algo.learned["cc"] == 2, algo.ramp.steps
+        assert "travel in bundles" in algo.notes[1]
+    else:
+        assert algo.ramp.steps and algo.ramp.steps[0].cc == 16

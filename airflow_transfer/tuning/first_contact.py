@@ -35,6 +35,7 @@ Nothing is probed before the copy. What the copy does anyway tells enough to sta
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -46,9 +47,9 @@ from .cc_ramp import DEFAULT_DRIFT, DEFAULT_GAIN, HEADROOM, CCRamp
 from .channels import ChannelScheduler, round_robin
 from .chunks import ChunkSpec, make_spec
 from .dataset import ManifestLike, SortedSizes
-from .executor import ChunkEvent, supports_sessions
+from .executor import ChunkEvent, bundled_up_to, supports_sessions
 from .models import DEFAULT_MAX_CC, DEFAULT_MAX_PP, DEFAULT_MAX_WINDOW, LinkInfo, channel_rate_bps, pp_level, pp_param
-from .multichunk import ROUND_ROBIN, MultiChunk
+from .multichunk import ROUND_ROBIN, MultiChunk, bundle_channels, host_cores
 
 ASSUMED_MBIT = 400.0
 FALLBACK_RTT_S = 0.05
@@ -119,6 +120,24 @@ def windows_for(rate_bps: float, clink: LinkInfo) -> int:
     return max(1, math.ceil(HEADROOM * rate_bps * clink.rtt_s / (8 * window)))
 
 
+def bundle_cap(specs: list[ChunkSpec], clink: LinkInfo, rate_bps: float, bundled_max: int, cores: int) -> int:
+    """The most channels worth running while every class travels in bundles, 0 (no bound) when
+    one does not: Multi-Chunk's rule for bundled chunks (multichunk.bundle_channels) on the rate
+    seen instead of a measured BDP. A bundled channel is one window-bound stream, so channels
+    beyond the windows that carry `rate_bps` (with a quarter to spare), plus one, or one per
+    core if more, add helper processes at both ends and no rate; the bound rises as a higher
+    rate is seen."""
+    if not specs or not all(0 < bundled_max and s.max_size <= bundled_max for s in specs):
+        return 0
+    seen = LinkInfo(
+        rtt_s=clink.rtt_s,
+        bandwidth_bps=max(HEADROOM * rate_bps, 1.0),
+        source="first contact",
+        channel_window_bytes=clink.channel_window_bytes or DEFAULT_MAX_WINDOW,
+    )
+    return bundle_channels(seen, cores)
+
+
 def known_bps(link: LinkInfo) -> float:
     """The best rate an earlier first contact over this link reached; 0 when none did."""
     return link.bandwidth_bps if link.learned_cc > 0 else 0.0
@@ -172,16 +191,27 @@ class FirstContact(Algorithm):
         return specs
 
     def start_cc(
-        self, specs: list[ChunkSpec], clink: LinkInfo, learned_cc: int = 0, known_rate: float = 0.0
+        self,
+        specs: list[ChunkSpec],
+        clink: LinkInfo,
+        learned_cc: int = 0,
+        known_rate: float = 0.0,
+        bundled_cap: int = 0,
     ) -> tuple[int, str]:
         """The first level of the ramp, and why. `known_rate`: the best rate (bit/s) an earlier
-        copy over this link reached."""
+        copy over this link reached; `bundled_cap`: bundle_cap for that rate (0: no bound)."""
         cap = self.opts["max_cc"]
         floor = floor_cc(specs, cap)
         if self.opts["start_cc"]:
             return min(self.opts["start_cc"], cap), "given (start_cc)"
         if learned_cc > 0:
             cc = max(floor, min(learned_cc, cap))
+            if 0 < bundled_cap < cc:
+                return max(floor, bundled_cap), (
+                    f"the last copy settled at cc {learned_cc}, but these files travel in bundles, one "
+                    f"stream per channel: {bundled_cap} carry the {known_rate / 1e6:.0f} Mbit/s it reached "
+                    "(its windows plus one, or one per core)"
+                )
             # Only the one-channel case: where more than one window is needed, a level above the
             # windows' count still pays at the end, when fewer files than channels are left.
             windows = windows_for(known_rate, clink) if floor == 1 else 0
@@ -230,11 +260,12 @@ class FirstContact(Algorithm):
         # (docs/tuning.md, "First contact").
         clink = contact_link(min_rtt or rtt or FALLBACK_RTT_S, link)
         specs = self.classes(ctx.sizes, clink)
-        cc, why = self.start_cc(specs, clink, link.learned_cc, known_bps(link))
+        bounds = _BundleBound(specs, clink, executor, known_bps(link))
+        cc, why = self.start_cc(specs, clink, link.learned_cc, known_bps(link), bounds.cap(0.0))
         settle, window = interval_seconds(clink.rtt_s, clink.bdp_bytes)
         self.ramp = ramp = CCRamp(
             start=cc,
-            cap=self.opts["max_cc"],
+            cap=bounds.ramp_cap(cc, self.opts["max_cc"], 0.0),
             settle_s=settle,
             window_s=window,
             ready_settle_s=ready_settle_seconds(clink.rtt_s, clink.bdp_bytes) if callable(warm) else None,
@@ -254,7 +285,7 @@ class FirstContact(Algorithm):
             + ", ".join(f"{s.id.split('.')[-1]} {s.files} files pp {s.params.pp}" for s in specs),
         ]
         if supports_sessions(executor):
-            _RampScheduler(ctx, specs, ramp).run()
+            _RampScheduler(ctx, specs, ramp, lambda rate: bounds.ramp_cap(cc, self.opts["max_cc"], rate)).run()
         else:
             for spec in specs:  # one class after another, the ramp stepping once per class
                 result = ctx.run_spec(spec.with_params(cc=min(ramp.cc, spec.files)))
@@ -285,12 +316,35 @@ class FirstContact(Algorithm):
         return f"first contact: ramp {path}{more}; {end}, best {ramp.peak_rate / 1e6:.0f} Mbit/s"
 
 
-class _RampScheduler(ChannelScheduler):
-    """The classes on one pool of channels whose size the ramp sets."""
+class _BundleBound:
+    """bundle_cap for one copy: its classes, the executor (which may stop bundling mid-copy: the
+    server refused the helper, and files then go one by one over SFTP, where more channels hide
+    per-file round trips again) and the rate an earlier copy over the link reached."""
 
-    def __init__(self, ctx: RunContext, specs: list[ChunkSpec], ramp: CCRamp) -> None:
+    def __init__(self, specs: list[ChunkSpec], clink: LinkInfo, executor: Any, known_rate: float) -> None:
+        self.specs, self.clink, self.executor, self.known_rate = specs, clink, executor, known_rate
+        self.cores = host_cores()
+
+    def cap(self, rate_bps: float) -> int:
+        bundled = bundled_up_to(self.executor)
+        return bundle_cap(self.specs, self.clink, max(rate_bps, self.known_rate), bundled, self.cores)
+
+    def ramp_cap(self, start: int, max_cc: int, rate_bps: float) -> int:
+        """The ramp's ceiling: `max_cc`, or the bundle bound (never below the level it started at)."""
+        bound = self.cap(rate_bps)
+        return min(max_cc, max(start, bound)) if bound else max_cc
+
+
+class _RampScheduler(ChannelScheduler):
+    """The classes on one pool of channels whose size the ramp sets; `ceiling(rate)`: the most
+    channels the ramp may use once `rate` (bit/s, the best interval) was seen."""
+
+    def __init__(
+        self, ctx: RunContext, specs: list[ChunkSpec], ramp: CCRamp, ceiling: Callable[[float], int] | None = None
+    ) -> None:
         super().__init__(ctx, specs, ramp.cc)
         self.ramp = ramp
+        self._ceiling = ceiling
         self._tick_at: float | None = None
         self._tick_total = 0
         self._bytes = sum(s.bytes for s in specs)
@@ -327,6 +381,9 @@ class _RampScheduler(ChannelScheduler):
         return sum(st.cap for st in self.states.values() if not st.done)
 
     def on_progress(self, event: ChunkEvent) -> None:
+        if self._ceiling is not None:
+            # a higher rate seen raises the bundle bound; bundles stopping lifts it
+            self.ramp.cap = max(self.ramp.floor, self._ceiling(self.ramp.peak_rate))
         self._open_ahead(event.at)
         # A tick reports every running chunk at the same time: feed the ramp the previous tick's
         # total once this one begins, so the total it sees is complete.
