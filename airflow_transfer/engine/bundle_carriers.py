@@ -99,7 +99,9 @@ def local_exec(bootstrap: str, first: bytes = b"") -> openssh.PipeChannel:
     try:
         # Not a session of its own: when this process dies (even by kill -9) the helper reads EOF
         # on stdin and stops there, and what it had not renamed stays under temporary names.
-        proc = openssh.PipedProcess([sys.executable, "-I", "-c", bootstrap])
+        # -S: the standard library is all it imports, so this environment's site-packages and its
+        # .pth files are not read at each start (13 ms of CPU of a lander's 62 here, editable install).
+        proc = openssh.PipedProcess([sys.executable, "-I", "-S", "-c", bootstrap])
     except OSError as exc:
         raise BundleUnavailable(f"the local bundle helper did not start ({exc})") from exc
     return _written(openssh.PipeChannel(proc, timeout=HELLO_TIMEOUT), first)

@@ -49,7 +49,7 @@ from .chunks import ChunkSpec, make_spec
 from .dataset import ManifestLike, SortedSizes
 from .executor import ChunkEvent, bundled_up_to, supports_sessions
 from .models import DEFAULT_MAX_CC, DEFAULT_MAX_PP, DEFAULT_MAX_WINDOW, LinkInfo, channel_rate_bps, pp_level, pp_param
-from .multichunk import ROUND_ROBIN, MultiChunk, bundle_channels, host_cores
+from .multichunk import ROUND_ROBIN, MultiChunk, bundle_channels, host_cores, travels_in_bundles
 
 ASSUMED_MBIT = 400.0
 FALLBACK_RTT_S = 0.05
@@ -127,7 +127,7 @@ def bundle_cap(specs: list[ChunkSpec], clink: LinkInfo, rate_bps: float, bundled
     beyond the windows that carry `rate_bps` (with a quarter to spare), plus one, or one per
     core if more, add helper processes at both ends and no rate; the bound rises as a higher
     rate is seen."""
-    if not specs or not all(0 < bundled_max and s.max_size <= bundled_max for s in specs):
+    if not specs or not all(travels_in_bundles(s, bundled_max) for s in specs):
         return 0
     seen = LinkInfo(
         rtt_s=clink.rtt_s,

@@ -136,7 +136,7 @@ def _big(spec: ChunkSpec) -> bool:
     return spec.id.rsplit(".", 1)[-1] in ("large", "huge")
 
 
-def _bundled(spec: ChunkSpec, bundled_max: int) -> bool:
+def travels_in_bundles(spec: ChunkSpec, bundled_max: int) -> bool:
     """Every file of `spec` travels in bundles (files up to `bundled_max` bytes do; 0: none)."""
     return 0 < bundled_max and spec.max_size <= bundled_max
 
@@ -147,7 +147,7 @@ def useful_channels(spec: ChunkSpec, link: LinkInfo, bundled_max: int = 0, cores
     bundle_channels; and for Large and Huge chunks on a link with a protocol window,
     the connections that cover the BDP plus one, over p."""
     cap = spec.files
-    if _bundled(spec, bundled_max):
+    if travels_in_bundles(spec, bundled_max):
         return min(cap, bundle_channels(link, host_cores() if cores is None else cores))
     window = link.channel_window_bytes
     if _big(spec) and window > 0 and link.measured and spec.bytes >= WINDOW_FILLING * window * spec.files:
@@ -159,7 +159,7 @@ def useful_channels(spec: ChunkSpec, link: LinkInfo, bundled_max: int = 0, cores
 def _fills_a_channel(spec: ChunkSpec, link: LinkInfo, bundled_max: int) -> bool:
     """One channel of `spec` is one long stream: its files travel in bundles, or it is a Large or
     Huge chunk whose mean file is at least WINDOW_FILLING BDPs."""
-    if _bundled(spec, bundled_max):
+    if travels_in_bundles(spec, bundled_max):
         return True
     return _big(spec) and spec.bytes >= WINDOW_FILLING * link.bdp_bytes * spec.files
 
@@ -303,7 +303,7 @@ class _Scheduler(ChannelScheduler):
 
 
 def _bundle_note(spec: ChunkSpec, link: LinkInfo, bundled: int, channels: int) -> str:
-    if not _bundled(spec, bundled):
+    if not travels_in_bundles(spec, bundled):
         return ""
     cores = host_cores()
     cap = bundle_channels(link, cores)
