@@ -554,11 +554,14 @@ def test_a_copy_of_bundled_files_never_runs_more_channels_than_bundles_use(monke
     sim_link = LinkInfo(rtt_s=0.001, bandwidth_bps=1e9, source="profiler")
     learned = dataclasses.replace(UNKNOWN_SSH, rtt_s=0.001, bandwidth_bps=77e6, source="library", learned_cc=16)
     algo = get_algorithm("first-contact")
-    results = algo.run(size_table([64 << 10] * 4000), learned, BundlingSim(sim_link, bundled))
+    sim = BundlingSim(sim_link, bundled)
+    results = algo.run(size_table([64 << 10] * 4000), learned, sim)
     assert sum(r.files for r in results) == 4000
     levels = {s.cc for s in algo.ramp.steps} | {algo.ramp.cc}
     if bundled:
         assert max(levels) == 2 and algo.learned["cc"] == 2, algo.ramp.steps
         assert "travel in bundles" in algo.notes[1]
+        assert sim.warmed[0][1] == 3  # the connections opened with the RTT probe's: 2, and the verifier's
     else:
         assert algo.ramp.steps and algo.ramp.steps[0].cc == 16
+        assert sim.warmed[0][1] == 17

@@ -129,6 +129,10 @@ def bundle_cap(specs: list[ChunkSpec], clink: LinkInfo, rate_bps: float, bundled
     rate is seen."""
     if not specs or not all(travels_in_bundles(s, bundled_max) for s in specs):
         return 0
+    return _bundled_channels(clink, rate_bps, cores)
+
+
+def _bundled_channels(clink: LinkInfo, rate_bps: float, cores: int) -> int:
     seen = LinkInfo(
         rtt_s=clink.rtt_s,
         bandwidth_bps=max(HEADROOM * rate_bps, 1.0),
@@ -136,6 +140,19 @@ def bundle_cap(specs: list[ChunkSpec], clink: LinkInfo, rate_bps: float, bundled
         channel_window_bytes=clink.channel_window_bytes or DEFAULT_MAX_WINDOW,
     )
     return bundle_channels(seen, cores)
+
+
+def opened_first(link: LinkInfo, executor: Any, largest_file: int, max_cc: int) -> int:
+    """The data connections opened with the RTT probe's, before the classes are known: the level
+    the library learned for this link, else the least a ramp starts at; where every file travels
+    in bundles, no more than bundle_cap would let a learned level run (a level an earlier copy
+    left above it would open connections nobody uses)."""
+    opened = min(link.learned_cc if link.learned_cc > 0 else MIN_CC, max_cc)
+    bundled = bundled_up_to(executor)
+    if link.learned_cc > 0 and 0 < largest_file <= bundled:
+        clink = contact_link(link.rtt_s, link)
+        opened = min(opened, max(MIN_CC, _bundled_channels(clink, known_bps(link), host_cores())))
+    return opened
 
 
 def known_bps(link: LinkInfo) -> float:
@@ -248,9 +265,8 @@ class FirstContact(Algorithm):
         if len(ctx.sizes) == 0:
             return []
         warm = getattr(executor, "warm", None)
-        # The first level's handshakes overlap the RTT probe's (+1: the verifier's connection); on a
-        # link the library knows, that level is the one learned, else the least a ramp starts at.
-        opened = min(link.learned_cc if link.learned_cc > 0 else MIN_CC, self.opts["max_cc"])
+        # The first level's handshakes overlap the RTT probe's (+1: the verifier's connection).
+        opened = opened_first(link, executor, int(ctx.sizes.sizes[-1]), self.opts["max_cc"])
         if callable(warm):
             warm(opened + 1)
         rtt, min_rtt, how = probe_rtt(executor, link)
