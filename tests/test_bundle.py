@@ -71,8 +71,12 @@ def test_small_files_travel_in_bundles_verified_and_big_ones_over_sftp(sshd, loc
 def flip_in_transit(monkeypatch, wanted) -> list[str]:
     """Flip one byte of the first file whose put header `wanted(header)` picks, in the stream
     between the two helpers (after the reading one took its digest: a flip in transit). Its
-    header and bytes must come in one piece of the stream; the paths flipped, as it happens."""
+    header and bytes must come in one piece of the stream; the paths flipped, as it happens.
+
+    The pump then copies through this process even between two pipes (it splices them
+    otherwise, and spliced bytes never pass where a test could flip one)."""
     flipped: list[str] = []
+    monkeypatch.setattr(bundle_channel, "_pipes", lambda source, dest: None)
     real_forward = bundle_channel.Pump.forward
 
     def corrupting_forward(self, data):

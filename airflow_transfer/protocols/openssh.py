@@ -282,6 +282,20 @@ class PipeChannel:
         """The process at the other end of the pipes."""
         return self._proc
 
+    @property
+    def read_fd(self) -> int:
+        """The process's output (non-blocking), for a reader that moves it elsewhere itself."""
+        return self._r
+
+    @property
+    def write_fd(self) -> int:
+        """The process's input (non-blocking), for a writer that fills it itself."""
+        return self._w
+
+    def buffered(self) -> bool:
+        """Output read already (by a write that waited for room) and not yet taken by recv."""
+        return bool(self._early)
+
     def settimeout(self, timeout: float | None) -> None:
         self._timeout = timeout
 
