@@ -337,14 +337,10 @@ class Pump:
             try:
                 moved = os.splice(src, dst, self.READ_SIZE)
             except BlockingIOError:
-                # Nothing to read, or no room to write: wait for both ends, since either may be it.
-                readable, writable, _ = select.select([src], [dst], [], timeout)
-                if not readable and not writable:
-                    continue  # a pair kept for the next chunk is idle meanwhile
-                if readable and not writable:
+                # Nothing to read or no room to write: wait for bytes, then for room (at once
+                # where there is). A pair kept for the next chunk waits here while it is idle.
+                if select.select([src], [], [], timeout)[0]:
                     select.select([], [dst], [], timeout)
-                elif writable and not readable:
-                    select.select([src], [], [], timeout)
                 continue
             if moved == 0:
                 break  # the source's end of file
