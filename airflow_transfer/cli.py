@@ -19,7 +19,8 @@ from .cli_endpoint import add_json_option, endpoint, error_object, failure_json,
 from .cli_start import collector_paused, program_started
 from .engine.accounting import format_line, format_rate, plural
 from .engine.bundle_channel import BUNDLE_ALGORITHMS, prestart_upload_sinks, start_download_helpers
-from .engine.listing_ahead import list_ahead
+from .engine.head_start_sides import start_head_start, start_upload_head_start
+from .engine.listing_ahead import listing_ahead
 from .engine.local_peek import may_hold_small_files
 from .engine.params import TransferParams, check_params
 from .engine.retry import RetryPolicy
@@ -291,21 +292,30 @@ def _early_pool(args, src, dst):
     pool = SFTPPool((src if src.scheme == "sftp" else dst).target)
     streams = args.parallelism * args.concurrency
     bundles = not args.no_bundle and args.verify in BUNDLE_ALGORITHMS
+    algorithm = None if args.verify == "none" else args.verify
+    sinks = 0
     if src.scheme == "file" and bundles and may_hold_small_files(src.path):
         # An upload's small files go through a sink on each data connection: started as each
         # connection's handshake completes, it is ready when the chunk begins (bundle_channel.py).
         # Not for a source of large files only (local_peek.py): nothing would use them.
         # The checksum helper's connection gets one too: a plan of one channel more than the
         # warm data connections (first contact on a WAN) then finds a sink ready on it.
-        prestart_upload_sinks(pool, warm_count(args.algorithm, streams, args.verify != "none"))
+        sinks = prestart_upload_sinks(pool, warm_count(args.algorithm, streams, args.verify != "none"))
     pool.warm(warm_count(args.algorithm, streams, args.verify != "none"))
+    if sinks and not args.manifest:
+        # The first sink moves small files while this process loads the copy path (head_start.py).
+        start_upload_head_start(pool, src.path, dst.path, algorithm)
+    listing = None
     if dst.scheme == "file" and not args.manifest:
         # The server walks the source while this process loads the copy path (listing_ahead.py).
-        list_ahead(pool, src.path)
+        listing, _ = listing_ahead(pool, src.path)
     if dst.scheme == "file" and bundles:
         # A download of small files lands through helpers that take a login to start: started
         # now, one per data connection, they are ready when the first chunk begins (bundle_channel.py).
-        start_download_helpers(pool, warm_count(args.algorithm, streams, False))
+        helpers = start_download_helpers(pool, warm_count(args.algorithm, streams, False))
+        if helpers and listing is not None and not args.replica:
+            # And the first of them move small files meanwhile; the first chunk adopts them (head_start.py).
+            start_head_start(pool, listing, dst.path, algorithm)
     return pool
 
 

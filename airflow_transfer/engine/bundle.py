@@ -149,6 +149,8 @@ class BundleMover(SFTPMover):
         sink = self._sink(conn)
         if sink is None:
             return None
+        if not self.upload and sink.partner is not None and LANDER_NAME not in conn.companions:
+            conn.companions[LANDER_NAME] = sink.partner  # handed back paired (head_start.py)
         mine = self._local(conn, FEEDER_NAME if self.upload else LANDER_NAME)
         if mine is None:
             return None

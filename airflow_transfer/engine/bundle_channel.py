@@ -352,6 +352,14 @@ class Pump:
             self._waiting.extend(tasks)
             self._stats = stats
 
+    def forget(self) -> None:
+        """Drop the files still waiting to be counted: every group sent was answered, so their
+        bytes went through; the next group's owner counts its own from zero."""
+        with self._lock:
+            self._waiting.clear()
+            self._through = 0
+            self._stats = None
+
     def forward(self, data: bytes) -> None:
         # A view: paramiko's sendall re-slices what is left after every packet, which for a
         # bytes object copies it (quadratic in the size sent).

@@ -35,6 +35,7 @@ class Ahead:
         self.root = root
         self.result: tuple[int, bytes, bytes] | None = None
         self.error: BaseException | None = None
+        self.ready = threading.Event()  # set once result or error is
 
     def get(self) -> tuple[int, bytes, bytes]:
         if self.error is not None:
@@ -48,19 +49,26 @@ class Ahead:
 
 def list_ahead(pool: Any, root: str) -> threading.Thread:
     """Start listing `root` over `pool` in the background; `take_ahead` hands the result over."""
+    return listing_ahead(pool, root)[1]
+
+
+def listing_ahead(pool: Any, root: str) -> tuple[Ahead, threading.Thread]:
+    """list_ahead, and the listing itself, which others may read (wait on its `ready`) while
+    the copy has not taken it yet (the head start, head_start.py)."""
     pool.expect(LISTING, 1)
+    ahead = Ahead(root)
 
     def run() -> None:
-        ahead = Ahead(root)
         try:
             ahead.result = run_lister(pool, root)
         except Exception as exc:  # noqa: BLE001 - raised again by whoever takes the listing
             ahead.error = exc
+        ahead.ready.set()
         pool.stash(LISTING, ahead)
 
     thread = threading.Thread(target=run, name="list-ahead", daemon=True)
     thread.start()
-    return thread
+    return ahead, thread
 
 
 def take_ahead(pool: Any, root: str) -> Ahead | None:

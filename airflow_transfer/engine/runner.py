@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .control import NOT_FINISHED
 from .failures import MAX_REPAIRS, error_text, judge
 from .handoff import VerifyHandoff
+from .head_start import adopt
 from .params import TransferParams
 from .result import ChunkResult, FileOutcome
 from .retry import classify
@@ -317,22 +318,29 @@ def run_chunk(
     dirs = sorted({t.rel.rpartition("/")[0] for t in tasks} - {""})  # dirname: names are checked (paths.py)
     why = "protocol switch" if session.control.stopping() else ""
     skip: set[int] = set()
+    outcomes: dict[int, FileOutcome] = {}
+    ahead: set[int] = set()
+    ahead_said = ""
     if not why:
         try:
+            ahead, ahead_said = adopt(session, tasks, dst_root, outcomes)  # moved before the copy began
             # Only directories this very call creates count as fresh: one made earlier (a fall-back's
             # earlier phase) may have been filled since by another protocol.
             session.claim_fresh_dirs()
             session.ensure_dirs(dst_root, dirs)
-            skip = _already_there(session, tasks, session.claim_fresh_dirs())
+            left = [i for i in range(len(tasks)) if i not in ahead]
+            skip = {left[j] for j in _already_there(session, [tasks[i] for i in left], session.claim_fresh_dirs())}
         except Exception as exc:
             if not session.control.absorb(exc):  # a fall-back carries these files elsewhere
                 raise
             why = error_text(exc, (session.remote or session.dst).host_label, dst_root)
     if why:
-        result.outcomes = [FileOutcome(t.rel, t.size, 0, 0.0, False, f"{NOT_FINISHED} ({why})") for t in tasks]
+        result.outcomes = [
+            outcomes.get(i) or FileOutcome(t.rel, t.size, 0, 0.0, False, f"{NOT_FINISHED} ({why})")
+            for i, t in enumerate(tasks)
+        ]
         result.seconds = time.monotonic() - t0
         return result
-    outcomes: dict[int, FileOutcome] = {}
     for i in skip:
         t = tasks[i]
         outcomes[i] = FileOutcome(t.rel, t.size, ok=True, skipped=True)
@@ -342,13 +350,15 @@ def run_chunk(
         # not call done; the re-run that skips it must say so.
         if session.journal is not None:
             session.journal.mark_done(t.rel, t.size, t.mtime)
-    runner = Runner(session, tasks, params, outcomes, [i for i in range(len(tasks)) if i not in skip])
+    runner = Runner(
+        session, tasks, params, outcomes, [i for i in range(len(tasks)) if i not in skip and i not in ahead]
+    )
     if session.on_runner is not None:
         session.on_runner(runner)
-    if len(skip) < len(tasks):
+    if len(skip) + len(ahead) < len(tasks):
         attach(runner)
     runner.run()
-    result.transport = runner.mover.describe()
+    result.transport = "; ".join(x for x in (ahead_said, runner.mover.describe()) if x)
     result.outcomes = [outcomes[i] for i in range(len(tasks))]
     result.bytes_moved = sum(o.bytes_moved for o in result.outcomes)
     result.resumed = sum(1 for t in tasks if t.resumed)

@@ -123,6 +123,9 @@ class SFTPPool:
     # prestart_upload_sinks, so the helper starts while SFTP does). It must not block: whatever
     # it starts runs on in a thread of its own, and has close().
     on_transport: Callable[[Any], dict[str, Any]] | None = None
+    # Work begun on the pool before the copy that owns it was ready (a download's first small
+    # files, engine/head_start.py): anything with close(), closed with the pool.
+    ahead: Any = None
 
     def __post_init__(self) -> None:
         self._cond = threading.Condition(self._lock)
@@ -319,6 +322,9 @@ class SFTPPool:
             idle, self._idle = self._idle, []
             spares, self._spares = [x for xs in self._spares.values() for x in xs], {}
             self._cond.notify_all()  # a `take` waiting for a companion gets None
+            ahead, self.ahead = self.ahead, None
+        if ahead is not None:
+            ahead.close()  # first: it may hold helpers it would hand back to the spares
         for conn in idle:
             conn.close()
         for spare in spares:

@@ -1,0 +1,237 @@
+"""A copy's first small files, moved while the command line still loads the copy path.
+
+Before it imports the engine, the store and the tuning (about 0.3 s of this process's CPU),
+the command line starts the SSH handshakes and the bundle helpers (bundle_channel.py), and
+for a download the source's listing. Those are ready before the imports end, and used to
+wait for them. The head start puts one pair of those helpers to work meanwhile: it takes
+small files (1 MiB or less) in the order the tree is walked and has them moved group by
+group exactly as a chunk's bundle mover would. The helper where they land writes each file
+under no name, makes the group durable, reads it back, checks the source's digest and only
+then names it. A download walks the listing run ahead and lands through the lander on this
+host; an upload walks the local tree itself and lands through the sink started on its
+first warmed connection, looking at the server's directories over that connection's SFTP.
+
+When the copy's first chunk begins, it stops the head start (the groups in flight are
+answered first) and adopts what it placed (`adopt`): those files are journaled done and
+counted as moved, not as found present; the pair goes back where the chunk's first bundle
+worker takes it (the pool's spares, or the connection's companions).
+
+What keeps this safe: only files with no entry at all at the destination are taken (a
+resumed copy decides about the others itself), in directories that are real directories
+(made here, or found as such: never through a symlink); a kill at any point leaves verified
+files under their final names and nothing else, as a chunk's bundle does, and the re-run
+finds them complete (size and mtime as listed) and skips them. A file the helpers could not
+place, for any reason, is left to the chunk, which meets the reason itself.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UnsafePathError
+from ..paths import join_inside, temp_name
+from .bundle_sizes import GROUP_MIN_BYTES, group_bytes
+from .local_peek import BUNDLE_MAX_FILE
+from .result import FileOutcome
+from .sftp_jobs import FileTask
+
+if TYPE_CHECKING:
+    from .bundle_channel import SinkChannel
+    from .session import Session
+
+IN_FLIGHT = 2  # groups asked for and not yet answered, as a chunk's bundle worker keeps them
+
+
+class HeadStart:
+    """Small files moved over one pair of helpers started ahead, until `finish`. The group loop
+    and the hand-over are here; where the files come from, how the destination is looked at and
+    which pair is used are the direction's (head_start_sides.py)."""
+
+    root: str | None = None  # the lander's confinement (downloads), as the chunk's mover sets it
+
+    def __init__(self, pool: Any, dst_root: str, algorithm: str | None) -> None:
+        self.pool, self.dst_root, self.algorithm = pool, dst_root, algorithm
+        self.started = time.monotonic()
+        self.landed: dict[str, tuple[int, float]] = {}  # rel -> (size, mtime) as listed: placed and verified
+        self.bytes = self.groups = 0
+        self.why = ""  # why it stopped before it was told to, if it did
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._finished = self._groups_told = False
+        self._pair: tuple[SinkChannel, SinkChannel] | None = None  # (reading helper, landing helper)
+        self.thread = threading.Thread(target=self._run, name="head-start", daemon=True)
+
+    def start(self) -> HeadStart:
+        self.thread.start()
+        return self
+
+    # -- what a direction provides -------------------------------------------
+    def _small_files(self) -> Iterator[FileTask]:
+        raise NotImplementedError
+
+    def _take_pair(self) -> tuple[SinkChannel, SinkChannel] | None:
+        raise NotImplementedError
+
+    def _give_back(self, source: SinkChannel, dest: SinkChannel) -> None:
+        raise NotImplementedError
+
+    # -- the thread ------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._move()
+        except Exception as exc:  # noqa: BLE001 - whatever it was, the chunk moves the rest and meets it
+            self.why = f"{type(exc).__name__}: {exc}"
+            self._drop_pair()
+
+    def _move(self) -> None:
+        pair = self._take_pair()  # first: an upload looks at the server over its connection
+        if pair is None:
+            return
+        self._pair = source, dest = pair
+        files = self._small_files()
+        first = next(files, None)
+        if first is None:
+            return  # finish() hands the pair back unused
+        source.pair(dest, self.root)
+        limit = min(source.max_files, dest.max_files)
+        landing: collections.deque[tuple[list[FileTask], list[int], int]] = collections.deque()
+        rate: float | None = None
+        pending: list[FileTask] = [first]
+        while not self._stop.is_set():
+            group = _group(pending, files, limit, GROUP_MIN_BYTES if rate is None else group_bytes(rate))
+            pending = []
+            if not group:
+                break
+            ids, commit_id = source.relay(group, self.algorithm, self.root is None, None)
+            landing.append((group, ids, commit_id))
+            if len(landing) >= IN_FLIGHT:
+                rate = self._settle(source, dest, *landing.popleft()) or rate
+        while landing:
+            self._settle(source, dest, *landing.popleft())
+
+    def _settle(
+        self, source: SinkChannel, dest: SinkChannel, group: list[FileTask], ids: list[int], commit_id: int
+    ) -> float | None:
+        results = dest.result(commit_id, len(group))
+        source.answered()
+        for t, res, want in zip(group, results, ids, strict=True):
+            if not isinstance(res, dict) or res.get("id") != want:
+                raise ValueError(f"the bundle helper answered for another file than {t.rel}")
+            if res.get("ok"):
+                self.landed[t.rel] = (t.size, t.mtime)
+                self.bytes += t.size
+        self.groups += 1
+        got, seconds = dest.received
+        if isinstance(got, int) and isinstance(seconds, (int, float)) and got >= GROUP_MIN_BYTES // 2 and seconds > 0:
+            return got / seconds
+        return None
+
+    def _usable(self, source: SinkChannel) -> bool:
+        return self.algorithm is None or self.algorithm in source.algorithms
+
+    # -- the copy's side -------------------------------------------------------
+    def finish(self) -> dict[str, tuple[int, float]]:
+        """Stop (after the groups in flight are answered), hand the helpers back to the pool,
+        and return what was placed: rel -> (size, mtime) as listed."""
+        with self._lock:
+            if not self._finished:
+                self._finished = True
+                self._stop.set()
+                self.thread.join()
+                pair, self._pair = self._pair, None
+                if pair is not None:
+                    source, dest = pair
+                    if source.in_flight or dest.in_flight:
+                        source.close()  # closes its partner too
+                    else:
+                        if source.pump is not None:
+                            source.pump.forget()  # its counts were never this copy's progress
+                        self._give_back(source, dest)
+        return self.landed
+
+    def take_groups(self) -> int:
+        """The groups it moved, the first time asked (chunks adopting its files count them once)."""
+        with self._lock:
+            groups, self._groups_told = (0 if self._groups_told else self.groups), True
+        return groups
+
+    def describe(self) -> str:
+        """What it did, for the first chunk's summary."""
+        if not self.landed:
+            return ""
+        return f"{len(self.landed)} files placed while the copy started (head start, {self.groups} groups)"
+
+    def close(self) -> None:
+        """The pool closes: stop at once, without waiting for replies."""
+        self._stop.set()
+        self._drop_pair()
+        if self.thread.ident is not None:
+            self.thread.join(5.0)
+
+    def _drop_pair(self) -> None:
+        pair, self._pair = self._pair, None
+        for helper in pair or ():
+            helper.close()  # both: they may not be paired yet
+
+
+def _group(pending: list[FileTask], files: Iterator[FileTask], limit: int, max_bytes: int) -> list[FileTask]:
+    group, size = list(pending), sum(t.size for t in pending)
+    while len(group) < limit and size < max_bytes:
+        t = next(files, None)
+        if t is None:
+            break
+        group.append(t)
+        size += t.size
+    return group
+
+
+def small_task(rec: list, src_root: str, dst_root: str) -> FileTask | None:
+    """A lister record ["f", rel, size, mtime, mode] as a task, if small and safely named."""
+    rel, size, mtime, mode = rec[1], rec[2], rec[3], rec[4]
+    if not (type(size) is int and 0 <= size <= BUNDLE_MAX_FILE and isinstance(mtime, (int, float))):
+        return None
+    try:
+        dst = join_inside(dst_root, rel)
+    except UnsafePathError:
+        return None  # the copy refuses it, with the reason
+    src = f"{src_root.rstrip('/')}/{rel}" if src_root.rstrip("/") else f"/{rel}"
+    return FileTask(rel, size, float(mtime), src, dst, temp_name(dst), int(mode) & 0o7777)
+
+
+def adopt(
+    session: Session, tasks: list[FileTask], dst_root: str, outcomes: dict[int, FileOutcome]
+) -> tuple[set[int], str]:
+    """The indices of `tasks` the head start placed (stopping it first), each recorded as a
+    moved and verified file: journal, counts, outcome; and what to say of them in the chunk's
+    summary. Nothing where the session's pool has no head start or it placed files elsewhere."""
+    head = getattr(getattr(session, "pool", None), "ahead", None)
+    if not isinstance(head, HeadStart) or head.dst_root != dst_root:
+        return set(), ""
+    landed = head.finish()
+    if not landed:
+        return set(), ""
+    mine = [i for i, t in enumerate(tasks) if landed.get(t.rel) == (t.size, t.mtime)]
+    if not mine:
+        return set(), ""
+    if session.journal is not None:
+        session.journal.mark_done_many([(tasks[i].rel, tasks[i].size, tasks[i].mtime, 1) for i in mine])
+    moved = 0
+    for i in mine:
+        t = tasks[i]
+        t.attempts = 1
+        t.moved_total = t.counted = t.size
+        moved += t.size
+        outcomes[i] = FileOutcome(t.rel, t.size, t.size, 0.0, True)
+    session.stats.add_bytes(moved)
+    session.stats.files_finished(len(mine))
+    bundle = getattr(session, "bundle", None)
+    if bundle is not None:  # the summary's verify counts: bundled files like the chunk's own
+        with bundle.lock:
+            bundle.files += len(mine)
+            bundle.groups += head.take_groups()
+        bundle.count_many(verified=len(mine) if session.verify is not None else 0)
+    return set(mine), head.describe()

@@ -1,0 +1,222 @@
+"""The two directions of the head start (head_start.py): where a download's and an upload's
+first small files come from, how their destination is looked at, and which helpers carry them."""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import stat
+from collections.abc import Iterator
+from typing import Any
+
+from ..remote import lister
+from .bundle_carriers import BundleUnavailable
+from .bundle_channel import FEEDER_NAME, LANDER_NAME, SINK_NAME, SinkChannel, SinkStarting, take_spare
+from .head_start import HeadStart, small_task
+from .listing_ahead import Ahead
+from .sftp_jobs import FileTask
+
+
+class DownloadHeadStart(HeadStart):
+    """The source's listing (run ahead) and a pair of the download helpers started ahead: the
+    server's helper reads, the lander on this host places, confined to the destination root."""
+
+    def __init__(self, pool: Any, listing: Ahead, dst_root: str, algorithm: str | None) -> None:
+        super().__init__(pool, dst_root, algorithm)
+        self.listing = listing
+        self.root = os.path.abspath(dst_root)
+        self._folders: dict[str, bool] = {}  # destination directory -> usable (a real directory)
+
+    def _take_pair(self) -> tuple[SinkChannel, SinkChannel] | None:
+        """One pair of the helpers started ahead, or None (the chunk then starts its own)."""
+        try:
+            source = take_spare(self.pool, SINK_NAME)
+        except BundleUnavailable:
+            return None  # the chunk's own start meets the same reason and reports it
+        if source is None:
+            return None
+        try:
+            dest = take_spare(self.pool, LANDER_NAME)
+        except BundleUnavailable:
+            dest = None
+        if dest is None or not self._usable(source):
+            self._give(SINK_NAME, source)
+            if dest is not None:
+                self._give(LANDER_NAME, dest)
+            return None
+        return source, dest
+
+    def _give_back(self, source: SinkChannel, dest: SinkChannel) -> None:
+        self._give(SINK_NAME, source)  # once paired, its lander goes with it (source.partner, bundle.py)
+        if source.partner is None:
+            self._give(LANDER_NAME, dest)
+
+    def _give(self, name: str, helper: SinkChannel) -> None:
+        self.pool.expect(name, 1)  # so that a `take` meanwhile waits for it rather than start its own
+        self.pool.stash(name, helper)
+
+    def _small_files(self) -> Iterator[FileTask]:
+        """The listing's files this may move, parsed as they are needed: a large listing's
+        last lines are never read here if the copy begins first."""
+        while not self.listing.ready.wait(0.05):
+            if self._stop.is_set():
+                return
+        status, out, _ = self.listing.get()
+        if status != 0 or not out.startswith(b'["r", "dir"]'):
+            return  # a single file, a missing root, a forced command: the copy's own business
+        src_root = self.listing.root
+        for line in out.split(b"\n")[1:]:
+            if self._stop.is_set():
+                return
+            if line.startswith(b'["f", '):
+                t = small_task(json.loads(line.decode("utf-8", "surrogateescape")), src_root, self.dst_root)
+                if t is not None and self._absent(t.dst):
+                    yield t
+
+    def _absent(self, dst: str) -> bool:
+        """Whether nothing is at `dst` and its directory is a real directory (made if missing)."""
+        folder = os.path.dirname(dst) or "."
+        ok = self._folders.get(folder)
+        if ok is None:
+            ok = self._folders[folder] = self._real_folder(folder)
+        if not ok:
+            return False
+        try:
+            os.lstat(dst)
+        except FileNotFoundError:
+            return True
+        return False
+
+    def _real_folder(self, folder: str) -> bool:
+        try:
+            st = os.lstat(folder)
+        except FileNotFoundError:
+            parent = os.path.dirname(folder)
+            if parent == folder or not (self._folders.get(parent) or self._real_folder(parent)):
+                return False
+            try:
+                os.mkdir(folder)  # the copy would make it too; made here it is known to be ours
+            except FileExistsError:
+                return False  # made meanwhile by someone else: not looked into further
+            self._folders[folder] = True
+            return True
+        return stat.S_ISDIR(st.st_mode)
+
+
+class UploadHeadStart(HeadStart):
+    """The local tree, walked here, and one warmed connection with its sink started ahead and a
+    feeder (the helper on this host that reads the files): the server's directories are looked
+    at (and made) over that connection's SFTP session."""
+
+    def __init__(self, pool: Any, src_root: str, dst_root: str, algorithm: str | None) -> None:
+        super().__init__(pool, dst_root, algorithm)
+        self.src_root = src_root
+        self._conn: Any = None
+        self._names: dict[str, set[str] | None] = {}  # remote directory -> its names (None: not usable)
+
+    def _take_pair(self) -> tuple[SinkChannel, SinkChannel] | None:
+        conn = self.pool.acquire(prefer=lambda c: SINK_NAME in c.companions)
+        starting = conn.companions.get(SINK_NAME)
+        sink = None
+        try:
+            sink = starting.result() if isinstance(starting, SinkStarting) else starting
+        except BundleUnavailable:
+            pass  # the chunk's mover meets it too, on this connection, and says why
+        if not isinstance(sink, SinkChannel) or not self._usable(sink):
+            self.pool.release(conn)
+            return None
+        conn.companions[SINK_NAME] = sink
+        try:
+            feeder = take_spare(self.pool, FEEDER_NAME)
+        except BundleUnavailable:
+            feeder = None
+        if feeder is None:
+            self.pool.release(conn)
+            return None
+        conn.companions[FEEDER_NAME] = feeder  # the chunk's mover finds the pair there (bundle.py)
+        self._conn = conn
+        return feeder, sink
+
+    def _give_back(self, source: SinkChannel, dest: SinkChannel) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self.pool.release(conn)
+
+    def _drop_pair(self) -> None:
+        super()._drop_pair()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self.pool.release(conn, broken=True)
+
+    def _small_files(self) -> Iterator[FileTask]:
+        records = lister.records(self.src_root)
+        if next(records, None) != ["r", "dir"]:
+            return
+        wanted: list[FileTask] = []
+        for rec in records:
+            if self._stop.is_set():
+                return
+            if rec[0] == "f":
+                t = small_task(rec, self.src_root, self.dst_root)
+                if t is not None:
+                    wanted.append(t)
+            if len(wanted) >= 64 or rec[0] != "f":
+                yield from self._absent(wanted)
+                wanted = []
+        yield from self._absent(wanted)
+
+    def _absent(self, tasks: list[FileTask]) -> Iterator[FileTask]:
+        """Those of `tasks` with no entry on the server, in directories that are real ones."""
+        for t in tasks:
+            names = self._folder(posixpath.dirname(t.dst))
+            if names is not None and posixpath.basename(t.dst) not in names:
+                yield t
+
+    def _folder(self, folder: str) -> set[str] | None:
+        """The names in a remote directory, making it (and its parents under the root) if
+        missing; None where it is not a real directory or cannot be read."""
+        if folder in self._names:
+            return self._names[folder]
+        wire = self._conn.wire if self._conn is not None else None
+        names: set[str] | None = None
+        if wire is not None:
+            names = self._listed(wire, folder)
+        self._names[folder] = names
+        return names
+
+    def _listed(self, wire: Any, folder: str) -> set[str] | None:
+        root = self.dst_root.rstrip("/") or "/"
+        try:
+            if folder != root:
+                up = posixpath.dirname(folder)
+                parent = self._folder(up) if up != folder and folder.startswith(root) else None
+                if parent is None:
+                    return None
+                name = posixpath.basename(folder)
+                if name not in parent:
+                    wire.mkdir(folder)  # the copy would make it too
+                    parent.add(name)
+                    return set()
+            try:
+                attrs = wire.stat(folder, follow=False)
+            except FileNotFoundError:
+                if folder != root:
+                    return None  # gone since its parent was listed: not looked into further
+                wire.mkdir(folder)  # the root, as the copy would make it
+                return set()
+            return {n for n, _ in wire.listdir_attrs(folder)} if attrs.is_dir else None
+        except OSError:
+            return None  # refused (permissions, a name taken meanwhile): the chunk meets the reason
+
+
+def start_head_start(pool: Any, listing: Ahead, dst_root: str, algorithm: str | None) -> HeadStart:
+    """Start moving a download's first small files now; the copy's first chunk adopts them."""
+    pool.ahead = DownloadHeadStart(pool, listing, dst_root, algorithm).start()
+    return pool.ahead
+
+
+def start_upload_head_start(pool: Any, src_root: str, dst_root: str, algorithm: str | None) -> HeadStart:
+    """Start moving an upload's first small files now; the copy's first chunk adopts them."""
+    pool.ahead = UploadHeadStart(pool, src_root, dst_root, algorithm).start()
+    return pool.ahead
