@@ -18,7 +18,12 @@ from . import cmd_copy_list, cmd_profile, cmd_query
 from .cli_endpoint import add_json_option, endpoint, error_object, failure_json, print_json, readable_error
 from .cli_start import collector_paused, program_started
 from .engine.accounting import format_line, format_rate, plural
-from .engine.bundle_channel import BUNDLE_ALGORITHMS, prestart_upload_sinks, start_download_helpers
+from .engine.bundle_channel import (
+    BUNDLE_ALGORITHMS,
+    prestart_upload_sinks,
+    start_download_helpers,
+    start_upload_helpers,
+)
 from .engine.head_start_sides import start_head_start, start_upload_head_start
 from .engine.listing_ahead import listing_ahead
 from .engine.local_peek import may_hold_small_files
@@ -293,17 +298,20 @@ def _early_pool(args, src, dst):
     streams = args.parallelism * args.concurrency
     bundles = not args.no_bundle and args.verify in BUNDLE_ALGORITHMS
     algorithm = None if args.verify == "none" else args.verify
-    sinks = 0
+    pairs = 0
     if src.scheme == "file" and bundles and may_hold_small_files(src.path):
-        # An upload's small files go through a sink on each data connection: started as each
-        # connection's handshake completes, it is ready when the chunk begins (bundle_channel.py).
-        # Not for a source of large files only (local_peek.py): nothing would use them.
-        # The checksum helper's connection gets one too: a plan of one channel more than the
-        # warm data connections (first contact on a WAN) then finds a sink ready on it.
-        sinks = prestart_upload_sinks(pool, warm_count(args.algorithm, streams, args.verify != "none"))
+        # An upload's small files go through a sink on the server, started now so that it is
+        # ready when the chunk begins (bundle_channel.py): over OpenSSH's client, one pair per
+        # data connection; else on each data connection as its handshake completes, the checksum
+        # helper's included (a plan of one channel more than the warm data connections, first
+        # contact on a WAN, then finds a sink ready on it). Not for a source of large files only
+        # (local_peek.py): nothing would use them.
+        pairs = start_upload_helpers(pool, warm_count(args.algorithm, streams, False))
+        if not pairs:
+            prestart_upload_sinks(pool, warm_count(args.algorithm, streams, args.verify != "none"))
     pool.warm(warm_count(args.algorithm, streams, args.verify != "none"))
-    if sinks and not args.manifest:
-        # The first sink moves small files while this process loads the copy path (head_start.py).
+    if pairs and not args.manifest:
+        # The first pair moves small files while this process loads the copy path (head_start.py).
         start_upload_head_start(pool, src.path, dst.path, algorithm)
     listing = None
     if dst.scheme == "file" and not args.manifest:

@@ -344,6 +344,7 @@ def test_a_connection_with_a_small_window_sends_small_groups(sshd, local_dir, re
     for i in range(64):
         write_random(src / f"f{i:03d}.bin", 256 * 1024, seed=500 + i)
     os.chmod(src, 0o755)
+    monkeypatch.setenv(bundle_channel.CARRIER_ENV, "paramiko")  # its socket's window is seen only then
     monkeypatch.setattr(bundle, "tcp_send_rate", lambda sock: 1.0)
     dst = remote_dir / "narrow"
     s = _copy(sshd, src, dst, use_store=False)
@@ -356,6 +357,7 @@ def test_a_connection_with_a_small_window_sends_small_groups(sshd, local_dir, re
 
 
 def test_the_group_bound_reads_the_window_of_the_socket_the_sink_rides(sshd, local_dir, remote_dir, monkeypatch):
+    monkeypatch.setenv(bundle_channel.CARRIER_ENV, "paramiko")  # the socket is this process's only then
     src = _tree(local_dir / "window", 40, seed=42)
     rates: list[float | None] = []
     real = bundle.tcp_send_rate

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from airflow_transfer.cli import main as cli_main
 from airflow_transfer.engine import bundle, bundle_sizes
-from airflow_transfer.engine.bundle_channel import prestart_upload_sinks, start_download_helpers
+from airflow_transfer.engine.bundle_channel import CARRIER_ENV, prestart_upload_sinks, start_download_helpers
 from airflow_transfer.engine.params import TransferParams
 from airflow_transfer.job import CopyRequest, run_copy
 from airflow_transfer.protocols.endpoint import Endpoint
@@ -104,6 +104,7 @@ def test_upload_sinks_started_with_their_connections_are_the_ones_the_chunk_uses
 ):
     """prestart_upload_sinks: each warm connection starts its sink as soon as it is open; the
     chunk's two workers use those two and start none of their own; both close at the end."""
+    monkeypatch.setenv(CARRIER_ENV, "paramiko")  # sinks started on their connections: the paramiko carrier
     src = _tree(local_dir / "up-ahead", 80, seed=33)
     started, closed = _record_sinks(monkeypatch)
     dst = remote_dir / "up-ahead"
@@ -121,6 +122,7 @@ def test_verified_upload_workers_take_the_connections_whose_sinks_started_ahead(
     The workers take those two and start none of their own (they used to take the connection
     released last, often the one without a sink, and start a third sink while one sat idle),
     and each sink is closed exactly once."""
+    monkeypatch.setenv(CARRIER_ENV, "paramiko")  # sinks started on their connections: the paramiko carrier
     src = _tree(local_dir / "up-ahead-cli", 300, seed=36)
     started, closed = _record_sinks(monkeypatch)
     dst = remote_dir / "up-ahead-cli"
@@ -131,9 +133,10 @@ def test_verified_upload_workers_take_the_connections_whose_sinks_started_ahead(
     assert sorted(closed) == ["local", "local", "paramiko", "paramiko"], closed  # each sink and feeder once
 
 
-def test_an_upload_sink_that_cannot_start_ahead_leaves_its_reason_for_the_summary(test_base, local_dir):
+def test_an_upload_sink_that_cannot_start_ahead_leaves_its_reason_for_the_summary(test_base, local_dir, monkeypatch):
     """On an SFTP-only server the sink started with the connection fails; the chunk takes its
     reason and goes over SFTP saying why."""
+    monkeypatch.setenv(CARRIER_ENV, "paramiko")  # sinks started on their connections: the paramiko carrier
     base = test_base / "sshd-bundle-up-ahead-no-exec"
     server = restricted_sshd(base, "no-exec")
     try:
@@ -232,14 +235,14 @@ def test_sftp_only_source_downloads_over_sftp_and_says_why(test_base, local_dir)
         shutil.rmtree(base, ignore_errors=True)
 
 
-def test_downloads_ride_openssh_and_uploads_paramiko_and_the_summary_says_so(sshd, local_dir, remote_dir):
+def test_both_directions_ride_openssh_and_the_summary_says_so(sshd, local_dir, remote_dir):
     src = _tree(remote_dir / "carrier", 60, seed=21)
     s = _pull(sshd, src, local_dir / "carrier", use_store=False)
     assert s["failed"] == [] and tree_digest(local_dir / "carrier") == tree_digest(src)
     assert any("bundle: 60 files" in c["transport"] and "over openssh" in c["transport"] for c in s["chunks"])
     up = _push(sshd, src, remote_dir / "carrier-up")
     assert up["failed"] == [] and tree_digest(remote_dir / "carrier-up") == tree_digest(src)
-    assert any("over paramiko" in c["transport"] for c in up["chunks"]), up["chunks"]
+    assert any("bundle: 60 files" in c["transport"] and "over openssh" in c["transport"] for c in up["chunks"])
 
 
 def test_download_helpers_started_with_the_first_handshakes_are_the_ones_the_chunk_uses(
@@ -280,10 +283,12 @@ def test_the_carrier_can_be_forced_either_way(sshd, local_dir, remote_dir, monke
     s = _pull(sshd, src, local_dir / "forced", use_store=False)
     assert s["failed"] == [] and tree_digest(local_dir / "forced") == tree_digest(src)
     assert any("over paramiko" in c["transport"] for c in s["chunks"]), s["chunks"]
-    monkeypatch.setenv("AIRFLOW_TRANSFER_BUNDLE_CARRIER", "openssh")
     up = _push(sshd, src, remote_dir / "forced-up")
     assert up["failed"] == [] and tree_digest(remote_dir / "forced-up") == tree_digest(src)
-    assert any("over openssh" in c["transport"] for c in up["chunks"]), up["chunks"]
+    assert any("over paramiko" in c["transport"] for c in up["chunks"]), up["chunks"]
+    monkeypatch.setenv("AIRFLOW_TRANSFER_BUNDLE_CARRIER", "openssh")
+    down = _pull(sshd, src, local_dir / "forced-down", use_store=False)
+    assert down["failed"] == [] and any("over openssh" in c["transport"] for c in down["chunks"]), down["chunks"]
 
 
 def test_without_an_ssh_client_downloads_bundle_over_paramiko_and_say_why(sshd, local_dir, remote_dir, monkeypatch):
@@ -356,6 +361,7 @@ def test_the_command_line_starts_a_sink_on_every_connection_it_warms_for_an_uplo
     helper's); a sink starts on each, so a plan that runs one channel more than the two warmed
     for data (first contact on wan50 `tiny` starts at three) finds its third sink ready instead
     of starting it in its worker, 0.22 s into the chunk at 50 ms RTT."""
+    monkeypatch.setenv(CARRIER_ENV, "paramiko")  # sinks started on their connections: the paramiko carrier
     src = _tree(local_dir / "up-cli-three", 240, seed=37)
     started, closed = _record_sinks(monkeypatch)
     dst = remote_dir / "up-cli-three"

@@ -10,7 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from airflow_transfer.engine.bundle_channel import prestart_upload_sinks, start_download_helpers
+import pytest
+
+from airflow_transfer.engine.bundle_channel import CARRIER_ENV, start_download_helpers, start_upload_helpers
 from airflow_transfer.engine.head_start import HeadStart
 from airflow_transfer.engine.head_start_sides import start_head_start, start_upload_head_start
 from airflow_transfer.engine.listing_ahead import listing_ahead
@@ -158,6 +160,7 @@ def test_a_byte_flipped_during_the_head_start_is_caught_and_that_file_sent_by_th
     s = _copy(sshd, src, dst, pool)
     assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
     assert s["files"] == 120 and s["files_skipped"] == 0
+    assert s["verify"]["mismatched"] == 1 and s["verify"]["repaired"] == 1, s["verify"]  # said, and mended
 
 
 def test_a_copy_without_verification_still_places_only_whole_files(sshd, local_dir, remote_dir):
@@ -192,12 +195,19 @@ def test_killed_while_the_copy_path_loads_the_rerun_keeps_what_was_placed(sshd, 
 
 
 def _upload_head_start(sshd, src: Path, dst: Path) -> tuple[SFTPPool, HeadStart]:
-    """As the command line starts an upload: a sink on each of the first connections, feeders,
-    and the head start on the first of them."""
+    """As the command line starts an upload over OpenSSH's client: two helper pairs ahead (the
+    server's sink, a feeder here), connections warming, and the head start on one pair."""
     pool = SFTPPool(sshd.target(look_for_keys=False))
-    assert prestart_upload_sinks(pool, 2) == 2
+    assert start_upload_helpers(pool, 2) == 2
     pool.warm(2)
     return pool, start_upload_head_start(pool, str(src), str(dst), "sha256")
+
+
+@pytest.fixture
+def uploads_over_openssh(monkeypatch):
+    """The upload head start runs where an upload's sink rides OpenSSH's client."""
+    monkeypatch.setenv(CARRIER_ENV, "openssh")
+    return {CARRIER_ENV: "openssh"}
 
 
 def _push(src: Path, dst: Path, pool: SFTPPool) -> dict:
@@ -208,7 +218,9 @@ def _push(src: Path, dst: Path, pool: SFTPPool) -> dict:
     return run_copy(req)
 
 
-def test_an_upload_places_its_first_small_files_ahead_and_the_chunk_adopts_them(sshd, local_dir, remote_dir):
+def test_an_upload_places_its_first_small_files_ahead_and_the_chunk_adopts_them(
+    sshd, local_dir, remote_dir, uploads_over_openssh
+):
     src = _tree(local_dir / "up-ahead", 400, seed=41, big=1)
     dst = remote_dir / "up-ahead"
     pool, head = _upload_head_start(sshd, src, dst)
@@ -223,7 +235,7 @@ def test_an_upload_places_its_first_small_files_ahead_and_the_chunk_adopts_them(
     assert said and said[0].startswith(f"{adopted} files placed while the copy started"), s["chunks"]
 
 
-def test_an_upload_leaves_a_file_already_on_the_server_to_the_copy(sshd, local_dir, remote_dir):
+def test_an_upload_leaves_a_file_already_on_the_server_to_the_copy(sshd, local_dir, remote_dir, uploads_over_openssh):
     src = _tree(local_dir / "up-present", 150, seed=42)
     dst = remote_dir / "up-present"
     (dst / "d1").mkdir(parents=True)
@@ -240,12 +252,15 @@ def test_an_upload_leaves_a_file_already_on_the_server_to_the_copy(sshd, local_d
     assert s["failed"] == [] and tree_digest(dst) == tree_digest(src)
 
 
-def test_an_upload_killed_while_the_copy_path_loads_keeps_what_was_placed(sshd, local_dir, remote_dir, tmp_path):
+def test_an_upload_killed_while_the_copy_path_loads_keeps_what_was_placed(
+    sshd, local_dir, remote_dir, tmp_path, uploads_over_openssh
+):
     src = _tree(local_dir / "up-killed", 1500, seed=43)
     dst = remote_dir / "up-killed"
     store = f"sqlite:///{tmp_path / 'store.db'}"
     args = ["copy", str(src), sshd.url(str(dst)), "--store", store, "-c", "2", *ssh_args(sshd)]
-    kill_cli_when(args, lambda: dst.exists() and sum(1 for _ in dst.rglob("s*.bin")) >= 100, env=_slow_start(tmp_path))
+    env = {**_slow_start(tmp_path), **uploads_over_openssh}
+    kill_cli_when(args, lambda: dst.exists() and sum(1 for _ in dst.rglob("s*.bin")) >= 100, env=env)
     before = {p: p.stat().st_ino for p in dst.rglob("s*.bin")}
     assert 100 <= len(before) < 1500
     for p in before:

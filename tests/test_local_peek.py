@@ -53,15 +53,16 @@ def test_anything_it_cannot_be_sure_of_may_hold_small_files(tmp_path, extra, mon
 
 @pytest.fixture
 def prestarts(monkeypatch) -> list[int]:
-    """The command line's calls of prestart_upload_sinks (passed on to the real one)."""
+    """The command line's calls of start_upload_helpers, the upload helpers started ahead
+    (passed on to the real one)."""
     calls: list[int] = []
-    real = cli.prestart_upload_sinks
+    real = cli.start_upload_helpers
 
     def spy(pool, count):
         calls.append(count)
         return real(pool, count)
 
-    monkeypatch.setattr(cli, "prestart_upload_sinks", spy)
+    monkeypatch.setattr(cli, "start_upload_helpers", spy)
     return calls
 
 

@@ -436,10 +436,10 @@ def send_line(request_id: int, src: str, t: FileTask, algo: str, tmp: str, dst: 
 
 
 def wants_openssh(upload: bool) -> bool:
-    """Whether a helper goes over OpenSSH's client (where it can carry the target): downloads
-    do, uploads do not (BundleMover._open says why), unless CARRIER_ENV forces one."""
-    forced = os.environ.get(CARRIER_ENV, "")
-    return forced == "openssh" or (forced != "paramiko" and not upload)
+    """Whether a helper goes over OpenSSH's client (where it can carry the target): both
+    directions do (BundleMover._open says why), unless CARRIER_ENV forces paramiko. `upload`
+    is kept for callers that ask per direction."""
+    return os.environ.get(CARRIER_ENV, "") != "paramiko"
 
 
 def start_download_helpers(pool: Any, count: int) -> int:
@@ -450,16 +450,34 @@ def start_download_helpers(pool: Any, count: int) -> int:
     otherwise spends waiting at its start, after the imports and the listing. Started with
     the copy's first handshakes, they are ready by then. None is started where the mover
     would not use OpenSSH's client; one that fails leaves its reason for the mover to report."""
-    if count <= 0 or not wants_openssh(upload=False):
+    return _start_pairs(pool, count, upload=False)
+
+
+def start_upload_helpers(pool: Any, count: int) -> int:
+    """start_download_helpers for an upload: the server's sink over OpenSSH's client and a
+    feeder on this host, where uploads ride OpenSSH (wants_openssh); how many pairs."""
+    return _start_pairs(pool, count, upload=True)
+
+
+def _start_pairs(pool: Any, count: int, upload: bool) -> int:
+    if count <= 0 or not _openssh_carries(pool, upload):
         return 0
-    if openssh.usable(dataclasses.replace(pool.target, client="auto")):
-        return 0
-    # The lander starts beside the source's helper, not after it: the helper's login takes most
-    # of a second on a 50 ms path, the lander 0.05 s, and the chunk needs both.
+    # The helper here starts beside the server's, not after it: the server's login takes most
+    # of a second on a 50 ms path, a local interpreter 0.05 s, and the chunk needs both.
     _start_ahead(
-        pool, count, [(SINK_NAME, lambda: SinkChannel.over_openssh(pool.target)), (LANDER_NAME, SinkChannel.local)]
+        pool,
+        count,
+        [
+            (SINK_NAME, lambda: SinkChannel.over_openssh(pool.target)),
+            (FEEDER_NAME if upload else LANDER_NAME, SinkChannel.local),
+        ],
     )
     return count
+
+
+def _openssh_carries(pool: Any, upload: bool) -> bool:
+    """Whether the mover would carry this direction's server helper over OpenSSH's client."""
+    return wants_openssh(upload) and not openssh.usable(dataclasses.replace(pool.target, client="auto"))
 
 
 def _start_ahead(pool: Any, count: int, starters: list[tuple[str, Callable[[], SinkChannel]]]) -> None:
@@ -533,7 +551,7 @@ def prestart_upload_sinks(pool: Any, count: int) -> int:
     connection, the sink is ready by then. Only where the mover would carry an upload's sink
     over paramiko, and only on paramiko connections: an OpenSSH-carried one would open a
     second login for it."""
-    if count <= 0 or wants_openssh(upload=True):
+    if count <= 0 or _openssh_carries(pool, upload=True):
         return 0
     _start_ahead(pool, count, [(FEEDER_NAME, SinkChannel.local)])  # a local interpreter each, 0.05 s: at once
     left = count

@@ -57,6 +57,7 @@ class HeadStart:
         self.pool, self.dst_root, self.algorithm = pool, dst_root, algorithm
         self.started = time.monotonic()
         self.landed: dict[str, tuple[int, float]] = {}  # rel -> (size, mtime) as listed: placed and verified
+        self.mismatched: set[str] = set()  # rels whose read-back differed from the source's digest
         self.bytes = self.groups = 0
         self.why = ""  # why it stopped before it was told to, if it did
         self._stop = threading.Event()
@@ -124,14 +125,13 @@ class HeadStart:
             if res.get("ok"):
                 self.landed[t.rel] = (t.size, t.mtime)
                 self.bytes += t.size
+            elif res.get("code") == "EMISMATCH":
+                self.mismatched.add(t.rel)  # caught: the chunk sends it again and says so
         self.groups += 1
         got, seconds = dest.received
         if isinstance(got, int) and isinstance(seconds, (int, float)) and got >= GROUP_MIN_BYTES // 2 and seconds > 0:
             return got / seconds
         return None
-
-    def _usable(self, source: SinkChannel) -> bool:
-        return self.algorithm is None or self.algorithm in source.algorithms
 
     # -- the copy's side -------------------------------------------------------
     def finish(self) -> dict[str, tuple[int, float]]:
@@ -207,14 +207,20 @@ def adopt(
 ) -> tuple[set[int], str]:
     """The indices of `tasks` the head start placed (stopping it first), each recorded as a
     moved and verified file: journal, counts, outcome; and what to say of them in the chunk's
-    summary. Nothing where the session's pool has no head start or it placed files elsewhere."""
+    summary. A file whose read-back it found wrong counts as a mismatch, and as repaired once
+    the chunk lands it. Nothing where the session's pool has no head start or it placed files
+    elsewhere."""
     head = getattr(getattr(session, "pool", None), "ahead", None)
     if not isinstance(head, HeadStart) or head.dst_root != dst_root:
         return set(), ""
     landed = head.finish()
-    if not landed:
-        return set(), ""
-    mine = [i for i, t in enumerate(tasks) if landed.get(t.rel) == (t.size, t.mtime)]
+    bundle = getattr(session, "bundle", None)
+    caught = [t for t in tasks if t.rel in head.mismatched]
+    for t in caught:
+        t.mismatches += 1
+    if caught and bundle is not None:
+        bundle.count_many(mismatched=len(caught))
+    mine = [i for i, t in enumerate(tasks) if landed.get(t.rel) == (t.size, t.mtime)] if landed else []
     if not mine:
         return set(), ""
     if session.journal is not None:
@@ -228,7 +234,6 @@ def adopt(
         outcomes[i] = FileOutcome(t.rel, t.size, t.size, 0.0, True)
     session.stats.add_bytes(moved)
     session.stats.files_finished(len(mine))
-    bundle = getattr(session, "bundle", None)
     if bundle is not None:  # the summary's verify counts: bundled files like the chunk's own
         with bundle.lock:
             bundle.files += len(mine)

@@ -12,10 +12,44 @@ from typing import Any
 
 from ..remote import lister
 from .bundle_carriers import BundleUnavailable
-from .bundle_channel import FEEDER_NAME, LANDER_NAME, SINK_NAME, SinkChannel, SinkStarting, take_spare
+from .bundle_channel import FEEDER_NAME, LANDER_NAME, SINK_NAME, SinkChannel, take_spare
 from .head_start import HeadStart, small_task
 from .listing_ahead import Ahead
 from .sftp_jobs import FileTask
+
+
+def _spare_pair(head: HeadStart, local_name: str) -> tuple[SinkChannel, SinkChannel] | None:
+    """(the server's helper, the one on this host named `local_name`) of those started ahead,
+    or None: then the chunk starts its own, and meets whatever stopped them itself."""
+    try:
+        server = take_spare(head.pool, SINK_NAME)
+    except BundleUnavailable:
+        return None
+    if server is None:
+        return None
+    try:
+        local = take_spare(head.pool, local_name)
+    except BundleUnavailable:
+        local = None
+    if local is None or (head.algorithm is not None and head.algorithm not in server.algorithms):
+        _give(head.pool, SINK_NAME, server)
+        if local is not None:
+            _give(head.pool, local_name, local)
+        return None
+    return server, local
+
+
+def _give_pair(pool: Any, server: SinkChannel, local: SinkChannel, local_name: str) -> None:
+    """Hand a pair back as spares: paired, the server's helper carries its partner along
+    (BundleMover._pair takes it from there); unpaired, each goes back under its own name."""
+    _give(pool, SINK_NAME, server)
+    if server.partner is None:
+        _give(pool, local_name, local)
+
+
+def _give(pool: Any, name: str, helper: SinkChannel) -> None:
+    pool.expect(name, 1)  # so that a `take` meanwhile waits for it rather than start its own
+    pool.stash(name, helper)
 
 
 class DownloadHeadStart(HeadStart):
@@ -29,32 +63,10 @@ class DownloadHeadStart(HeadStart):
         self._folders: dict[str, bool] = {}  # destination directory -> usable (a real directory)
 
     def _take_pair(self) -> tuple[SinkChannel, SinkChannel] | None:
-        """One pair of the helpers started ahead, or None (the chunk then starts its own)."""
-        try:
-            source = take_spare(self.pool, SINK_NAME)
-        except BundleUnavailable:
-            return None  # the chunk's own start meets the same reason and reports it
-        if source is None:
-            return None
-        try:
-            dest = take_spare(self.pool, LANDER_NAME)
-        except BundleUnavailable:
-            dest = None
-        if dest is None or not self._usable(source):
-            self._give(SINK_NAME, source)
-            if dest is not None:
-                self._give(LANDER_NAME, dest)
-            return None
-        return source, dest
+        return _spare_pair(self, LANDER_NAME)
 
     def _give_back(self, source: SinkChannel, dest: SinkChannel) -> None:
-        self._give(SINK_NAME, source)  # once paired, its lander goes with it (source.partner, bundle.py)
-        if source.partner is None:
-            self._give(LANDER_NAME, dest)
-
-    def _give(self, name: str, helper: SinkChannel) -> None:
-        self.pool.expect(name, 1)  # so that a `take` meanwhile waits for it rather than start its own
-        self.pool.stash(name, helper)
+        _give_pair(self.pool, source, dest, LANDER_NAME)
 
     def _small_files(self) -> Iterator[FileTask]:
         """The listing's files this may move, parsed as they are needed: a large listing's
@@ -105,9 +117,9 @@ class DownloadHeadStart(HeadStart):
 
 
 class UploadHeadStart(HeadStart):
-    """The local tree, walked here, and one warmed connection with its sink started ahead and a
-    feeder (the helper on this host that reads the files): the server's directories are looked
-    at (and made) over that connection's SFTP session."""
+    """The local tree, walked here, and a pair of the upload helpers started ahead: a feeder on
+    this host reads, the server's sink places; the server's directories are looked at (and
+    made) over the SFTP session of one warmed connection, held meanwhile."""
 
     def __init__(self, pool: Any, src_root: str, dst_root: str, algorithm: str | None) -> None:
         super().__init__(pool, dst_root, algorithm)
@@ -116,38 +128,25 @@ class UploadHeadStart(HeadStart):
         self._names: dict[str, set[str] | None] = {}  # remote directory -> its names (None: not usable)
 
     def _take_pair(self) -> tuple[SinkChannel, SinkChannel] | None:
-        conn = self.pool.acquire(prefer=lambda c: SINK_NAME in c.companions)
-        starting = conn.companions.get(SINK_NAME)
-        sink = None
-        try:
-            sink = starting.result() if isinstance(starting, SinkStarting) else starting
-        except BundleUnavailable:
-            pass  # the chunk's mover meets it too, on this connection, and says why
-        if not isinstance(sink, SinkChannel) or not self._usable(sink):
-            self.pool.release(conn)
+        pair = _spare_pair(self, FEEDER_NAME)
+        if pair is None:
             return None
-        conn.companions[SINK_NAME] = sink
-        try:
-            feeder = take_spare(self.pool, FEEDER_NAME)
-        except BundleUnavailable:
-            feeder = None
-        if feeder is None:
-            self.pool.release(conn)
-            return None
-        conn.companions[FEEDER_NAME] = feeder  # the chunk's mover finds the pair there (bundle.py)
-        self._conn = conn
+        sink, feeder = pair
+        self._conn = self.pool.acquire()  # its SFTP session looks at the server's directories
         return feeder, sink
 
     def _give_back(self, source: SinkChannel, dest: SinkChannel) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            self.pool.release(conn)
+        _give_pair(self.pool, dest, source, FEEDER_NAME)
+        self._release()
 
     def _drop_pair(self) -> None:
         super()._drop_pair()
+        self._release()
+
+    def _release(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            self.pool.release(conn, broken=True)
+            self.pool.release(conn)
 
     def _small_files(self) -> Iterator[FileTask]:
         records = lister.records(self.src_root)
