@@ -61,6 +61,24 @@ def _slow_start(tmp_path: Path) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join([str(slow), *filter(None, [os.environ.get("PYTHONPATH")])])}
 
 
+def _kill_then_rerun(src: Path, dst: Path, args: list[str], env: dict[str, str]) -> None:
+    """kill -9 the copy once 100 of its files have their final names; each of them must be
+    whole, and the re-run must keep them (same inode) and finish the rest."""
+    kill_cli_when(args, lambda: dst.exists() and sum(1 for _ in dst.rglob("s*.bin")) >= 100, env=env)
+    before = {p: p.stat().st_ino for p in dst.rglob("s*.bin")}
+    assert 100 <= len(before) < 1500
+    for p in before:  # whole and verified, or not there
+        assert p.read_bytes() == (src / p.relative_to(dst)).read_bytes(), p
+    res = subprocess.run(
+        [sys.executable, "-m", "airflow_transfer.cli", *args, "--json"], capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    s = json.loads(res.stdout)
+    assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+    assert s["files_skipped"] >= len(before)
+    assert all(p.stat().st_ino == ino for p, ino in before.items())
+
+
 def _copy(sshd, src: Path, dst: Path, pool: SFTPPool, verify: str | None = "sha256") -> dict:
     req = CopyRequest(
         Endpoint("sftp", str(src), pool.target),
@@ -179,19 +197,7 @@ def test_killed_while_the_copy_path_loads_the_rerun_keeps_what_was_placed(sshd, 
     dst = local_dir / "killed-ahead"
     store = f"sqlite:///{tmp_path / 'store.db'}"
     args = ["copy", sshd.url(str(src)), str(dst), "--store", store, "-c", "2", *ssh_args(sshd)]
-    kill_cli_when(args, lambda: dst.exists() and sum(1 for _ in dst.rglob("s*.bin")) >= 100, env=_slow_start(tmp_path))
-    before = {p: p.stat().st_ino for p in dst.rglob("s*.bin")}
-    assert 100 <= len(before) < 1500
-    for p in before:  # whole and verified, or not there
-        assert p.read_bytes() == (src / p.relative_to(dst)).read_bytes(), p
-    res = subprocess.run(
-        [sys.executable, "-m", "airflow_transfer.cli", *args, "--json"], capture_output=True, text=True, timeout=300
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    s = json.loads(res.stdout)
-    assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
-    assert s["files_skipped"] >= len(before)
-    assert all(p.stat().st_ino == ino for p, ino in before.items())
+    _kill_then_rerun(src, dst, args, _slow_start(tmp_path))
 
 
 def _upload_head_start(sshd, src: Path, dst: Path) -> tuple[SFTPPool, HeadStart]:
@@ -259,17 +265,4 @@ def test_an_upload_killed_while_the_copy_path_loads_keeps_what_was_placed(
     dst = remote_dir / "up-killed"
     store = f"sqlite:///{tmp_path / 'store.db'}"
     args = ["copy", str(src), sshd.url(str(dst)), "--store", store, "-c", "2", *ssh_args(sshd)]
-    env = {**_slow_start(tmp_path), **uploads_over_openssh}
-    kill_cli_when(args, lambda: dst.exists() and sum(1 for _ in dst.rglob("s*.bin")) >= 100, env=env)
-    before = {p: p.stat().st_ino for p in dst.rglob("s*.bin")}
-    assert 100 <= len(before) < 1500
-    for p in before:
-        assert p.read_bytes() == (src / p.relative_to(dst)).read_bytes(), p
-    res = subprocess.run(
-        [sys.executable, "-m", "airflow_transfer.cli", *args, "--json"], capture_output=True, text=True, timeout=300
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    s = json.loads(res.stdout)
-    assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
-    assert s["files_skipped"] >= len(before)
-    assert all(p.stat().st_ino == ino for p, ino in before.items())
+    _kill_then_rerun(src, dst, args, {**_slow_start(tmp_path), **uploads_over_openssh})
