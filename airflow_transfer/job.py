@@ -173,7 +173,7 @@ def run_copy(req: CopyRequest) -> dict:
     With a store, the transfer ends there as succeeded, failed or interrupted whatever stops
     it (docs/durability.md, "How a transfer ends"); an exception that stopped it carries how
     it was recorded (transfer_end)."""
-    # A download's head start (engine/head_start.py) may have moved files already: its time counts.
+    # A head start (engine/head_start.py) may have moved files already: its time counts.
     t0 = min(time.monotonic(), getattr(getattr(req.pool, "ahead", None), "started", float("inf")))
     stats = Stats()
     _check_request(req)

@@ -78,6 +78,16 @@ def join_inside(root: str, name: str, where: str = "") -> str:
     return joined
 
 
+def join_path(root: str, rel: str) -> str:
+    """`rel` under `root` (POSIX on both ends: local paths here and remote ones alike); an
+    empty `rel` is the root itself (a single-file copy)."""
+    if not rel:
+        return root
+    # posixpath.join's result for a relative `rel` (checked names never start with '/'),
+    # without its per-call work: this runs three times per file.
+    return root + rel if not root or root.endswith("/") else f"{root}/{rel}"
+
+
 def temp_name(final_path: str) -> str:
     """The temporary name a file is written under before its atomic rename.
 

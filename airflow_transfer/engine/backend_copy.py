@@ -28,14 +28,14 @@ from typing import Any, Unpack
 from ..errors import ConnectError, TransferError, describe_oserror
 from ..integrity.algorithms import new_hasher
 from ..manifest import Manifest, _build, _is_temp
-from ..paths import check_relative, temp_name
+from ..paths import check_relative, join_path, temp_name
 from ..protocols import backends
 from ..protocols.endpoint import Endpoint
 from .failures import ChecksumMismatch, SizeMismatch
 from .params import TransferParams
 from .retry import classify
 from .runner import Runner
-from .session import Session, SessionOptions, join_path
+from .session import Session, SessionOptions
 from .sftp_jobs import FileTask, SourceChanged, count_progress
 
 BLOCK = 1 << 20

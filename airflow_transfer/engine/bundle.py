@@ -201,7 +201,7 @@ class BundleMover(SFTPMover):
         against 3.67 (8 interleaved pairs). An `ssh` that cannot start the helper does not turn
         bundles off: paramiko's exec channel is tried next, and its answer decides."""
         target = conn.target
-        if wants_openssh(self.upload) and not self.state.no_openssh and target is not None:
+        if wants_openssh() and not self.state.no_openssh and target is not None:
             why = openssh.usable(dataclasses.replace(target, client="auto"))
             if not why:
                 try:

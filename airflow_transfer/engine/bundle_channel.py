@@ -435,10 +435,9 @@ def send_line(request_id: int, src: str, t: FileTask, algo: str, tmp: str, dst: 
     ).encode("ascii")
 
 
-def wants_openssh(upload: bool) -> bool:
-    """Whether a helper goes over OpenSSH's client (where it can carry the target): both
-    directions do (BundleMover._open says why), unless CARRIER_ENV forces paramiko. `upload`
-    is kept for callers that ask per direction."""
+def wants_openssh() -> bool:
+    """Whether a helper goes over OpenSSH's client (where it can carry the target): in both
+    directions (BundleMover._open says why), unless CARRIER_ENV forces paramiko."""
     return os.environ.get(CARRIER_ENV, "") != "paramiko"
 
 
@@ -460,7 +459,7 @@ def start_upload_helpers(pool: Any, count: int) -> int:
 
 
 def _start_pairs(pool: Any, count: int, upload: bool) -> int:
-    if count <= 0 or not _openssh_carries(pool, upload):
+    if count <= 0 or not _openssh_carries(pool):
         return 0
     # The helper here starts beside the server's, not after it: the server's login takes most
     # of a second on a 50 ms path, a local interpreter 0.05 s, and the chunk needs both.
@@ -475,9 +474,9 @@ def _start_pairs(pool: Any, count: int, upload: bool) -> int:
     return count
 
 
-def _openssh_carries(pool: Any, upload: bool) -> bool:
-    """Whether the mover would carry this direction's server helper over OpenSSH's client."""
-    return wants_openssh(upload) and not openssh.usable(dataclasses.replace(pool.target, client="auto"))
+def _openssh_carries(pool: Any) -> bool:
+    """Whether the mover would carry the server's helper over OpenSSH's client."""
+    return wants_openssh() and not openssh.usable(dataclasses.replace(pool.target, client="auto"))
 
 
 def _start_ahead(pool: Any, count: int, starters: list[tuple[str, Callable[[], SinkChannel]]]) -> None:
@@ -551,7 +550,7 @@ def prestart_upload_sinks(pool: Any, count: int) -> int:
     connection, the sink is ready by then. Only where the mover would carry an upload's sink
     over paramiko, and only on paramiko connections: an OpenSSH-carried one would open a
     second login for it."""
-    if count <= 0 or _openssh_carries(pool, upload=True):
+    if count <= 0 or _openssh_carries(pool):
         return 0
     _start_ahead(pool, count, [(FEEDER_NAME, SinkChannel.local)])  # a local interpreter each, 0.05 s: at once
     left = count

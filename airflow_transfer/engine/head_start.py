@@ -8,13 +8,13 @@ small files (1 MiB or less) in the order the tree is walked and has them moved g
 group exactly as a chunk's bundle mover would. The helper where they land writes each file
 under no name, makes the group durable, reads it back, checks the source's digest and only
 then names it. A download walks the listing run ahead and lands through the lander on this
-host; an upload walks the local tree itself and lands through the sink started on its
-first warmed connection, looking at the server's directories over that connection's SFTP.
+host; an upload walks the local tree itself and lands through the server's sink, looking at
+the server's directories over the SFTP session of one warmed connection it holds meanwhile.
 
 When the copy's first chunk begins, it stops the head start (the groups in flight are
 answered first) and adopts what it placed (`adopt`): those files are journaled done and
-counted as moved, not as found present; the pair goes back where the chunk's first bundle
-worker takes it (the pool's spares, or the connection's companions).
+counted as moved, not as found present; the pair goes back to the pool's spares, where the
+chunk's first bundle worker takes it.
 
 What keeps this safe: only files with no entry at all at the destination are taken (a
 resumed copy decides about the others itself), in directories that are real directories
@@ -27,13 +27,14 @@ place, for any reason, is left to the chunk, which meets the reason itself.
 from __future__ import annotations
 
 import collections
+import itertools
 import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UnsafePathError
-from ..paths import join_inside, temp_name
+from ..paths import check_relative, join_path, temp_name
 from .bundle_sizes import GROUP_MIN_BYTES, group_bytes
 from .local_peek import BUNDLE_MAX_FILE
 from .result import FileOutcome
@@ -97,14 +98,13 @@ class HeadStart:
         first = next(files, None)
         if first is None:
             return  # finish() hands the pair back unused
+        files = itertools.chain([first], files)
         source.pair(dest, self.root)
         limit = min(source.max_files, dest.max_files)
         landing: collections.deque[tuple[list[FileTask], list[int], int]] = collections.deque()
         rate: float | None = None
-        pending: list[FileTask] = [first]
         while not self._stop.is_set():
-            group = _group(pending, files, limit, GROUP_MIN_BYTES if rate is None else group_bytes(rate))
-            pending = []
+            group = _group(files, limit, GROUP_MIN_BYTES if rate is None else group_bytes(rate))
             if not group:
                 break
             ids, commit_id = source.relay(group, self.algorithm, self.root is None, None)
@@ -178,8 +178,9 @@ class HeadStart:
             helper.close()  # both: they may not be paired yet
 
 
-def _group(pending: list[FileTask], files: Iterator[FileTask], limit: int, max_bytes: int) -> list[FileTask]:
-    group, size = list(pending), sum(t.size for t in pending)
+def _group(files: Iterator[FileTask], limit: int, max_bytes: int) -> list[FileTask]:
+    group: list[FileTask] = []
+    size = 0
     while len(group) < limit and size < max_bytes:
         t = next(files, None)
         if t is None:
@@ -190,16 +191,17 @@ def _group(pending: list[FileTask], files: Iterator[FileTask], limit: int, max_b
 
 
 def small_task(rec: list, src_root: str, dst_root: str) -> FileTask | None:
-    """A lister record ["f", rel, size, mtime, mode] as a task, if small and safely named."""
+    """A lister record ["f", rel, size, mtime, mode] as a task, if small and safely named, with
+    the paths the copy's own task for it has (TransferSession.tasks)."""
     rel, size, mtime, mode = rec[1], rec[2], rec[3], rec[4]
     if not (type(size) is int and 0 <= size <= BUNDLE_MAX_FILE and isinstance(mtime, (int, float))):
         return None
     try:
-        dst = join_inside(dst_root, rel)
+        check_relative(rel)
     except UnsafePathError:
         return None  # the copy refuses it, with the reason
-    src = f"{src_root.rstrip('/')}/{rel}" if src_root.rstrip("/") else f"/{rel}"
-    return FileTask(rel, size, float(mtime), src, dst, temp_name(dst), int(mode) & 0o7777)
+    dst = join_path(dst_root, rel)
+    return FileTask(rel, size, float(mtime), join_path(src_root, rel), dst, temp_name(dst), int(mode) & 0o7777)
 
 
 def adopt(

@@ -328,8 +328,12 @@ def run_chunk(
             # earlier phase) may have been filled since by another protocol.
             session.claim_fresh_dirs()
             session.ensure_dirs(dst_root, dirs)
-            left = [i for i in range(len(tasks)) if i not in ahead]
-            skip = {left[j] for j in _already_there(session, [tasks[i] for i in left], session.claim_fresh_dirs())}
+            fresh = session.claim_fresh_dirs()
+            if ahead:  # those adopted are not looked for again
+                left = [i for i in range(len(tasks)) if i not in ahead]
+                skip = {left[j] for j in _already_there(session, [tasks[i] for i in left], fresh)}
+            else:
+                skip = _already_there(session, tasks, fresh)
         except Exception as exc:
             if not session.control.absorb(exc):  # a fall-back carries these files elsewhere
                 raise

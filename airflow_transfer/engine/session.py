@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Required, TypedDict, Unpack, cast
 from .. import manifest_schema as ms
 from ..errors import TransferError
 from ..manifest import Manifest, list_local
-from ..paths import check_relative, temp_name
+from ..paths import check_relative, join_path, temp_name
 from .accounting import Stats
 from .control import Control
 from .resume import plan as plan_resume
@@ -35,16 +35,6 @@ if TYPE_CHECKING:
     from .result import ChunkResult
     from .runner import Mover, Runner
     from .transfer import TransferSession
-
-
-def join_path(root: str, rel: str) -> str:
-    """`rel` under `root` (POSIX on both ends: local paths here and remote ones alike); an
-    empty `rel` is the root itself (a single-file copy)."""
-    if not rel:
-        return root
-    # posixpath.join's result for a relative `rel` (checked names never start with '/'),
-    # without its per-call work: this runs three times per file.
-    return root + rel if not root or root.endswith("/") else f"{root}/{rel}"
 
 
 class ChunkPlace(TypedDict, total=False):

@@ -123,7 +123,7 @@ class SFTPPool:
     # prestart_upload_sinks, so the helper starts while SFTP does). It must not block: whatever
     # it starts runs on in a thread of its own, and has close().
     on_transport: Callable[[Any], dict[str, Any]] | None = None
-    # Work begun on the pool before the copy that owns it was ready (a download's first small
+    # Work begun on the pool before the copy that owns it was ready (a copy's first small
     # files, engine/head_start.py): anything with close(), closed with the pool.
     ahead: Any = None
 
