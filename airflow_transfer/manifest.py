@@ -203,9 +203,10 @@ def _consume(recs, root_display: str) -> Manifest:
     return _build(records, dirs, root_display, is_file, skipped)
 
 
-def list_local(root: str) -> Manifest:
-    """List a local tree with the same lister and parser as a remote one."""
-    return _consume(lister.records(root), root)
+def list_local(root: str, records: list[list] | None = None) -> Manifest:
+    """List a local tree with the same lister and parser as a remote one; `records`: the
+    lister's records of it, walked already."""
+    return _consume(lister.records(root) if records is None else records, root)
 
 
 def list_remote(pool, root: str, display: str, allow_exec: bool = True) -> Manifest:

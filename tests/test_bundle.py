@@ -220,8 +220,12 @@ def test_a_sink_serves_every_chunk_of_its_connection(sshd, local_dir, remote_dir
     )
     assert s["failed"] == [] and tree_digest(dst) == tree_digest(src)
     assert len(s["chunks"]) >= 4 and all("bundle:" in c["transport"] for c in s["chunks"]), s["chunks"]
+    # One sink per connection (the most any chunk held, and the checksum helper's): a sink per
+    # chunk would start one for each connection of each chunk. How far adaptive-cc ramps
+    # depends on the machine's speed; the bound holds at any ramp.
     opened = max(c["cc"] for c in s["chunks"])
-    assert 1 <= len(started) <= opened + 1 < len(s["chunks"]), (len(started), opened, len(s["chunks"]))
+    per_chunk = sum(c["cc"] for c in s["chunks"])
+    assert 1 <= len(started) <= opened + 1 < per_chunk, (len(started), opened, per_chunk)
     assert len(feeders) == len(started)  # one each, kept with the connection as its sink is
 
 

@@ -241,6 +241,46 @@ def test_an_upload_places_its_first_small_files_ahead_and_the_chunk_adopts_them(
     assert said and said[0].startswith(f"{adopted} files placed while the copy started"), s["chunks"]
 
 
+def test_an_upload_walks_its_tree_once_for_the_head_start_and_the_manifest(
+    sshd, local_dir, remote_dir, uploads_over_openssh, monkeypatch
+):
+    from airflow_transfer.remote import lister
+
+    walked: list[str] = []
+    real = lister.records
+
+    def counting(root):
+        walked.append(root)
+        return real(root)
+
+    monkeypatch.setattr(lister, "records", counting)
+    src = _tree(local_dir / "up-once", 300, seed=43)
+    (src / "late.bin").write_bytes(b"x" * 100)  # a file the head start may or may not reach
+    dst = remote_dir / "up-once"
+    pool, head = _upload_head_start(sshd, src, dst)
+    _wait_for(head, 1)
+    s = _push(src, dst, pool)
+    assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+    assert walked == [str(src)]  # the head start's walk was the manifest's too
+    assert s["files"] == 301
+
+
+def test_a_walk_taken_for_another_root_is_not_used(tmp_path):
+    from airflow_transfer.engine.listing_ahead import take_walk, walk_ahead
+
+    class Pool(SFTPPool):
+        def __init__(self) -> None:  # only the companions: no server behind it
+            super().__init__(None)  # type: ignore[arg-type]
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "f").write_bytes(b"1")
+    pool = Pool()
+    walk = walk_ahead(pool, str(tmp_path / "a"))
+    assert take_walk(pool, str(tmp_path / "b")) is None  # taken, and dropped: another root
+    assert take_walk(pool, str(tmp_path / "a")) is None
+    assert [r[:2] for r in walk.records()] == [["r", "dir"], ["f", "f"]]
+
+
 def test_an_upload_leaves_a_file_already_on_the_server_to_the_copy(sshd, local_dir, remote_dir, uploads_over_openssh):
     src = _tree(local_dir / "up-present", 150, seed=42)
     dst = remote_dir / "up-present"

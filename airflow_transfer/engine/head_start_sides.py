@@ -10,11 +10,10 @@ import stat
 from collections.abc import Iterator
 from typing import Any
 
-from ..remote import lister
 from .bundle_carriers import BundleUnavailable
 from .bundle_channel import FEEDER_NAME, LANDER_NAME, SINK_NAME, SinkChannel, take_spare
 from .head_start import HeadStart, small_task
-from .listing_ahead import Ahead
+from .listing_ahead import Ahead, LocalWalk, walk_ahead
 from .sftp_jobs import FileTask
 
 
@@ -117,15 +116,17 @@ class DownloadHeadStart(HeadStart):
 
 
 class UploadHeadStart(HeadStart):
-    """The local tree, walked here, and a pair of the upload helpers started ahead: a feeder on
-    this host reads, the server's sink places; the server's directories are looked at (and
-    made) over the SFTP session of one warmed connection, held meanwhile."""
+    """The local tree's walk (run ahead, the manifest's too) and a pair of the upload helpers
+    started ahead: a feeder on this host reads, the server's sink places; the server's
+    directories are looked at (and made) over the SFTP session of one warmed connection, held
+    meanwhile."""
 
-    def __init__(self, pool: Any, src_root: str, dst_root: str, algorithm: str | None) -> None:
+    def __init__(self, pool: Any, walk: LocalWalk, dst_root: str, algorithm: str | None) -> None:
         super().__init__(pool, dst_root, algorithm)
-        self.src_root = src_root
+        self.walk, self.src_root = walk, walk.root
         self._conn: Any = None
         self._names: dict[str, set[str] | None] = {}  # remote directory -> its names (None: not usable)
+        self._heads: dict[str, set[str] | None] = {}  # a destination's text up to its last "/" -> the same
 
     def _take_pair(self) -> tuple[SinkChannel, SinkChannel] | None:
         pair = _spare_pair(self, FEEDER_NAME)
@@ -149,7 +150,7 @@ class UploadHeadStart(HeadStart):
             self.pool.release(conn)
 
     def _small_files(self) -> Iterator[FileTask]:
-        records = lister.records(self.src_root)
+        records = self.walk.follow(self._stop)
         if next(records, None) != ["r", "dir"]:
             return
         wanted: list[FileTask] = []
@@ -167,9 +168,12 @@ class UploadHeadStart(HeadStart):
 
     def _absent(self, tasks: list[FileTask]) -> Iterator[FileTask]:
         """Those of `tasks` with no entry on the server, in directories that are real ones."""
+        heads = self._heads
         for t in tasks:
-            names = self._folder(posixpath.dirname(t.dst))
-            if names is not None and posixpath.basename(t.dst) not in names:
+            cut = t.dst.rfind("/") + 1
+            head = t.dst[:cut]  # a group's files share a few: looked up once each
+            names = heads[head] if head in heads else heads.setdefault(head, self._folder(_dirname(head)))
+            if names is not None and t.dst[cut:] not in names:
                 yield t
 
     def _folder(self, folder: str) -> set[str] | None:
@@ -215,7 +219,13 @@ def start_head_start(pool: Any, listing: Ahead, dst_root: str, algorithm: str | 
     return pool.ahead
 
 
+def _dirname(head: str) -> str:
+    """posixpath.dirname of any path that begins with `head` and has no "/" after it."""
+    return head.rstrip("/") or head
+
+
 def start_upload_head_start(pool: Any, src_root: str, dst_root: str, algorithm: str | None) -> HeadStart:
-    """Start moving an upload's first small files now; the copy's first chunk adopts them."""
-    pool.ahead = UploadHeadStart(pool, src_root, dst_root, algorithm).start()
+    """Start walking an upload's tree and moving its first small files now; the copy's
+    manifest takes the walk, its first chunk adopts the files."""
+    pool.ahead = UploadHeadStart(pool, walk_ahead(pool, src_root), dst_root, algorithm).start()
     return pool.ahead

@@ -1,4 +1,4 @@
-"""A download's source listing, started with the copy's first SSH handshakes.
+"""A copy's source listing, started with its first SSH handshakes.
 
 The listing of a remote tree is one exec of the stdlib lister (remote/lister.py): the server
 walks the tree while this side waits. Run by the copy itself, it starts only after the copy's
@@ -10,17 +10,25 @@ Kept free of the manifest and its libraries, so that the command line can load i
 The listing is handed over through the pool (`expect` / `stash` / `take`), like the bundle
 helpers started ahead (bundle_channel.py); manifest.list_remote takes it, or runs the lister
 itself when none was started or it was started for another root.
+
+An upload's tree is walked here (`LocalWalk`), once, in a thread of its own: the head start
+reads its records as they come, the manifest takes them all. Walked by each, 100,000 files
+cost the command line about 0.25 s of CPU more (the head start had walked half of them).
 """
 
 from __future__ import annotations
 
 import shlex
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..remote import lister
+
 LISTER = Path(__file__).resolve().parent.parent / "remote" / "lister.py"
 LISTING = "source-listing"  # the pool companion's name
+LOCAL_WALK = "local-walk"  # an upload's: the walk of its local tree
 
 
 def run_lister(pool: Any, root: str) -> tuple[int, bytes, bytes]:
@@ -79,3 +87,84 @@ def take_ahead(pool: Any, root: str) -> Ahead | None:
     if ahead is None or ahead.root != root:
         return None
     return ahead
+
+
+class LocalWalk:
+    """The records of a local tree (remote/lister.py's, without the JSON), walked in a thread of
+    its own: `follow` reads them as they come, `records` waits for all of them."""
+
+    NOTIFY_EVERY = 256  # records appended between two wake-ups of a follower
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._records: list[list] = []
+        self._error: BaseException | None = None
+        self._done = False
+        self._closed = False
+        self._grown = threading.Condition()
+        self.thread = threading.Thread(target=self._run, name="local-walk", daemon=True)
+
+    def start(self) -> LocalWalk:
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        recs = self._records
+        try:
+            for rec in lister.records(self.root):
+                if self._closed:
+                    break
+                recs.append(rec)
+                if len(recs) % self.NOTIFY_EVERY == 0:
+                    with self._grown:
+                        self._grown.notify_all()
+        except Exception as exc:  # noqa: BLE001 - raised again where the records are taken
+            self._error = exc
+        with self._grown:
+            self._done = True
+            self._grown.notify_all()
+
+    def follow(self, stop: threading.Event) -> Iterator[list]:
+        """The records in walk order as they are found, until the walk ends or `stop` is set."""
+        recs, i = self._records, 0
+        while not stop.is_set():
+            done = self._done  # read before the length: a walk done now has every record in
+            n = len(recs)
+            while i < n:
+                yield recs[i]
+                i += 1
+            if done or self._error is not None:
+                return
+            with self._grown:
+                if not self._done and len(recs) <= i:
+                    self._grown.wait(0.05)
+
+    def records(self) -> list[list]:
+        """Every record, once the walk is done; what stopped it, raised again."""
+        self.thread.join()
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise RuntimeError("the walk was stopped before it ended")
+        return self._records
+
+    def close(self) -> None:
+        """Stop walking (the pool closes with the copy, or without it)."""
+        self._closed = True
+
+
+def walk_ahead(pool: Any, root: str) -> LocalWalk:
+    """Start walking the local tree at `root` for an upload over `pool`; `take_walk` hands it over."""
+    walk = LocalWalk(root).start()
+    pool.expect(LOCAL_WALK, 1)
+    pool.stash(LOCAL_WALK, walk)
+    return walk
+
+
+def take_walk(pool: Any, root: str) -> LocalWalk | None:
+    """The walk started ahead for `root`, or None when none was or it walks another root."""
+    take = getattr(pool, "take", None)
+    walk = take(LOCAL_WALK) if take is not None else None
+    if walk is None or walk.root != root:
+        return None
+    return walk

@@ -16,10 +16,12 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Required, TypedDict, Unpack, cast
 
+import pyarrow.compute as pc
+
 from .. import manifest_schema as ms
 from ..errors import TransferError
 from ..manifest import Manifest, list_local
-from ..paths import check_relative, join_path, temp_name
+from ..paths import TEMP_SUFFIX, UNSAFE_NAME, check_relative, temp_name
 from .accounting import Stats
 from .control import Control
 from .resume import plan as plan_resume
@@ -114,16 +116,26 @@ class Session:
     def tasks(self, files: pa.Table, src_root: str, dst_root: str, modes: list[int] | None) -> list[FileTask]:
         """One FileTask per row, every path checked to stay inside its root."""
         paths = files[ms.PATH].to_pylist()
+        # One search of the whole column (as Manifest.validate does); a name it flags is found
+        # and reported by check_relative itself. Names that pass are never empty, so each
+        # joins its roots as join_path would, without a call per path (100,000 files: 0.1 s).
+        if pc.any(pc.match_substring_regex(files[ms.PATH], UNSAFE_NAME)).as_py():
+            for rel in paths:
+                check_relative(rel, self.src.display)
         sizes = files[ms.SIZE].to_pylist()
         mtimes = files[ms.MTIME].to_pylist()
+        src_pre, dst_pre = _prefix(src_root), _prefix(dst_root)
+        plain_temp = type(self).temp_for is Session.temp_for
         out = []
         for i, rel in enumerate(paths):
-            check_relative(rel, self.src.display)
-            dst = join_path(dst_root, rel)
+            dst = dst_pre + rel
+            if plain_temp:
+                head, sep, tail = dst.rpartition("/")
+                tmp = f"{head}{sep}.{tail}{TEMP_SUFFIX}"  # temp_name's
+            else:
+                tmp = self.temp_for(dst)
             mode = modes[i] if modes else 0o644
-            out.append(
-                FileTask(rel, int(sizes[i]), float(mtimes[i]), join_path(src_root, rel), dst, self.temp_for(dst), mode)
-            )
+            out.append(FileTask(rel, int(sizes[i]), float(mtimes[i]), src_pre + rel, dst, tmp, mode))
         return out
 
     def temp_for(self, dst: str) -> str:
@@ -158,7 +170,11 @@ class Session:
     def list_source(self) -> Manifest:
         if not os.path.exists(self.src.path):
             raise TransferError("source does not exist", self.src.path, "check the source path")
-        return list_local(self.src.path)
+        return list_local(self.src.path, self.walked_ahead())
+
+    def walked_ahead(self) -> list[list] | None:
+        """The local source's records, walked ahead of the copy (listing_ahead.LocalWalk), if any."""
+        return None
 
     def warm(self, connections: int) -> None:
         """Open the first connections in the background while the copy lists and plans."""
@@ -196,3 +212,8 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _prefix(root: str) -> str:
+    """What join_path puts before a non-empty name under `root`."""
+    return root if not root or root.endswith("/") else root + "/"

@@ -25,6 +25,7 @@ from .block_verify import DEFAULT_BLOCK_SIZE, BlockVerifier, choose_threads
 from .bundle import BUNDLE_MAX_FILE, BundleMover, BundleState
 from .bundle_channel import SINK_PYTHON
 from .failures import error_text
+from .listing_ahead import take_walk
 from .local_mover import LocalMover
 from .remote_tree import MkdirFailed, make_dirs, missing_parents, same_size_and_mtime, verify_account
 from .runner import Mover, Runner
@@ -297,6 +298,15 @@ class TransferSession(Session):
         if self.src.scheme == "sftp":
             return list_remote(self._pool(), self.src.path, self.src.display)
         return super().list_source()
+
+    def walked_ahead(self) -> list[list] | None:
+        walk = take_walk(self.pool, self.src.path) if self.pool is not None else None
+        if walk is None:
+            return None
+        try:
+            return walk.records()
+        except Exception:  # noqa: BLE001 - the walk met something: walked again, it is met and reported
+            return None
 
     def drive_engine(self) -> TransferSession:
         return self
