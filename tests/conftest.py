@@ -68,8 +68,9 @@ def airflow_home(tmp_path_factory):
 
 
 # Tests that bring up the emulated WAN measure rates and round trips: `make test` runs them
-# one at a time in a pytest process of their own, at a CPU priority the parallel workers cannot
-# take from (scripts/run-tests.sh), so those workers cannot skew what they measure.
+# one at a time in a pytest process of their own, beside the parallel workers at a CPU priority
+# they cannot take from, except those also marked `wan_alone`, which run after the workers with
+# nothing else on the machine (scripts/run-tests.sh).
 _WAN_MARKS = ("wan_testbed", "require_wan", "EmulatedLink", "Testbed(")
 _wan_modules: dict[str, bool] = {}
 
