@@ -5,11 +5,13 @@ of this file, not paramiko's) records the order of the steps."""
 
 from __future__ import annotations
 
+import os
 import zlib
 from importlib import resources
 
 import pytest
 
+from airflow_transfer.engine import bundle_channel
 from airflow_transfer.engine.bundle_carriers import BundleUnavailable, can_pipeline, in_order, paramiko_exec
 from airflow_transfer.engine.bundle_channel import SinkChannel, sink_preamble
 from airflow_transfer.protocols.ssh import open_transport
@@ -98,3 +100,31 @@ def test_over_a_real_openssh_the_helper_starts_with_its_input_sent_ahead(sshd) -
             sink.close()
     finally:
         transport.close()
+
+
+def test_the_helper_on_this_host_runs_from_its_own_file() -> None:
+    # Its bytecode compiled at install is loaded, not its source compiled at each start: the
+    # process is told where the file is, is sent no source, and answers the hello all the same.
+    sink = SinkChannel.local()
+    try:
+        argv = sink.chan.process.proc.args
+        assert argv[-2] == bundle_channel.LOCAL_BOOTSTRAP
+        assert os.path.samefile(
+            os.path.join(argv[-1], "bundle_sink.py"),
+            os.fspath(resources.files("airflow_transfer.remote").joinpath("bundle_sink.py")),
+        )
+        assert "sha256" in sink.algorithms and sink.carrier == "local"
+    finally:
+        sink.close()
+
+
+def test_a_helper_with_no_file_of_its_own_is_sent_its_source(monkeypatch) -> None:
+    # A package inside a zip archive has no file to run: the helper reads its source as the
+    # server's does.
+    monkeypatch.setattr(bundle_channel, "_local_helper_dir", lambda: None)
+    sink = SinkChannel.local()
+    try:
+        assert sink.chan.process.proc.args[-1] == bundle_channel.BOOTSTRAP
+        assert "sha256" in sink.algorithms
+    finally:
+        sink.close()

@@ -93,15 +93,15 @@ def openssh_exec(target: SSHTarget, command: str, first: bytes = b"") -> openssh
     return _written(openssh.PipeChannel(proc, timeout=HELLO_TIMEOUT + max(target.timeout, 1.0)), first)
 
 
-def local_exec(bootstrap: str, first: bytes = b"") -> openssh.PipeChannel:
+def local_exec(bootstrap: str, first: bytes = b"", args: tuple[str, ...] = ()) -> openssh.PipeChannel:
     """The helper under this interpreter (its standard library is all it needs), `first`
-    written to its input."""
+    written to its input; `args` are its sys.argv[1:]."""
     try:
         # Not a session of its own: when this process dies (even by kill -9) the helper reads EOF
         # on stdin and stops there, and what it had not renamed stays under temporary names.
         # -S: the standard library is all it imports, so this environment's site-packages and its
         # .pth files are not read at each start (13 ms of CPU of a lander's 62 here, editable install).
-        proc = openssh.PipedProcess([sys.executable, "-I", "-S", "-c", bootstrap])
+        proc = openssh.PipedProcess([sys.executable, "-I", "-S", "-c", bootstrap, *args])
     except OSError as exc:
         raise BundleUnavailable(f"the local bundle helper did not start ({exc})") from exc
     return _written(openssh.PipeChannel(proc, timeout=HELLO_TIMEOUT), first)

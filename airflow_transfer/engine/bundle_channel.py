@@ -47,6 +47,11 @@ COMMIT_TIMEOUT = 300.0  # a group's fsync and read-back on a slow disk
 # source is 15 KB, which a new connection's first congestion window carries at once, where
 # the plain text took two or three round trips of TCP slow start before the helper could start.
 BOOTSTRAP = "import sys,zlib;exec(zlib.decompress(sys.stdin.buffer.read(int(sys.stdin.buffer.readline()))))"
+# The helper on this host runs from its own file (argv[1] is its directory), so that Python loads
+# the bytecode compiled when the package was installed: compiling the source at each start cost
+# 11 ms of CPU per helper, and a copy of small files starts two or three. The server's helper is
+# sent its source: its Python may be another version.
+LOCAL_BOOTSTRAP = "import sys;sys.path.insert(0,sys.argv[1]);import bundle_sink;sys.exit(bundle_sink.main())"
 SINK_NAME = "airflow-transfer-bundle"
 LANDER_NAME = "airflow-transfer-bundle-lander"  # the same helper on this host, landing downloads
 FEEDER_NAME = "airflow-transfer-bundle-feeder"  # the same helper on this host, reading uploads
@@ -65,6 +70,20 @@ def sink_preamble() -> bytes:
     """What BOOTSTRAP reads: the length of the compressed source, a newline, and the source."""
     source = zlib.compress(resources.files("airflow_transfer.remote").joinpath("bundle_sink.py").read_bytes(), 9)
     return b"%d\n" % len(source) + source
+
+
+@functools.lru_cache(maxsize=1)
+def _local_helper_dir() -> str | None:
+    """The directory of the helper's file, where it is a file (not inside a zip archive)."""
+    path = resources.files("airflow_transfer.remote").joinpath("bundle_sink.py")
+    return os.path.dirname(os.fspath(path)) if isinstance(path, os.PathLike) and os.path.isfile(path) else None
+
+
+def _start_local(hello: bytes) -> Any:
+    folder = _local_helper_dir()
+    if folder is None:
+        return local_exec(BOOTSTRAP, sink_preamble() + hello)
+    return local_exec(LOCAL_BOOTSTRAP, hello, (folder,))
 
 
 class ChannelReader:
@@ -109,13 +128,14 @@ class SinkChannel:
     """One running bundle sink on one SSH connection."""
 
     def __init__(self, start: Callable[[bytes], Any], carrier: str = "paramiko") -> None:
-        """Starts the sink with `start`, which runs sink_command() (or BOOTSTRAP) over a carrier
-        of bundle_carriers.py and writes the bytes it is given as the command's first input."""
+        """Starts the sink with `start`, which runs the helper over a carrier of bundle_carriers.py
+        (sink_command() with sink_preamble() ahead of the bytes it is given, or the helper's own
+        file on this host) and writes the hello request it is given as the command's first input."""
         self.carrier = carrier
         self.next_id = 1
         hello_id = self._id()
         # The source and the hello go with the command: no round trip waits between them.
-        self.chan = start(sink_preamble() + _json({"op": "hello", "id": hello_id}).encode("ascii") + b"\n")
+        self.chan = start(_json({"op": "hello", "id": hello_id}).encode("ascii") + b"\n")
         self.out = ChannelReader(self.chan.recv)
         self.in_flight = 0  # groups begun and not yet answered: the channel is reusable at 0 only
         # The helper reading the files and the one landing them (pair()): closed together.
@@ -143,16 +163,16 @@ class SinkChannel:
 
     @classmethod
     def over_paramiko(cls, transport: Any) -> SinkChannel:
-        return cls(lambda first: paramiko_exec(transport, sink_command(), first), "paramiko")
+        return cls(lambda hello: paramiko_exec(transport, sink_command(), sink_preamble() + hello), "paramiko")
 
     @classmethod
     def over_openssh(cls, target: Any) -> SinkChannel:
-        return cls(lambda first: openssh_exec(target, sink_command(), first), "openssh")
+        return cls(lambda hello: openssh_exec(target, sink_command(), sink_preamble() + hello), "openssh")
 
     @classmethod
     def local(cls) -> SinkChannel:
         """The helper on this host, under this interpreter: downloads land through it."""
-        return cls(lambda first: local_exec(BOOTSTRAP, first), "local")
+        return cls(_start_local, "local")
 
     def _why_not(self, exc: BaseException) -> str:
         """Why the sink did not answer: no python3 (the shell says 127), or a server that runs
