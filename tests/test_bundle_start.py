@@ -6,6 +6,7 @@ of this file, not paramiko's) records the order of the steps."""
 from __future__ import annotations
 
 import os
+import sys
 import zlib
 from importlib import resources
 
@@ -128,3 +129,12 @@ def test_a_helper_with_no_file_of_its_own_is_sent_its_source(monkeypatch) -> Non
         assert "sha256" in sink.algorithms
     finally:
         sink.close()
+
+
+def test_nothing_beside_the_helpers_file_shadows_a_standard_module() -> None:
+    # The helper on this host imports from its own directory first (LOCAL_BOOTSTRAP): a module
+    # there named like one of the standard library's would be imported in its place.
+    folder = resources.files("airflow_transfer.remote")
+    names = {p.name.removesuffix(".py") for p in folder.iterdir() if p.name.endswith(".py")}
+    names |= {p.name for p in folder.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert names & set(sys.stdlib_module_names) == set(), names

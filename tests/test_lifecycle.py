@@ -155,7 +155,11 @@ def test_a_signalled_copy_ends_interrupted_and_stops_counting(sig, what, sshd, m
     record = _only(store, key)
     assert record.state == "interrupted" and record.ended_at is not None
     assert record.error["kind"] == "interrupted" and record.error["what"] == what
-    assert 20 <= _done_files(store, key) < 2500  # the journal was flushed on the way out
+    # The journal was flushed on the way out, and counts no file that is not in place. How far
+    # the copy got before the signal is not asserted: bundled groups of up to 1,024 files can
+    # land all 2,502 before it is handled on a fast machine.
+    landed = [p for p in (remote_dir / "dst").rglob("*") if p.is_file() and not p.name.endswith(".atpart")]
+    assert 20 <= _done_files(store, key) <= len(landed)
     later = record.ended_at + timedelta(hours=1)
     row = views.transfer_row(record, now=later)
     assert row["state"] == "interrupted" and row["duration_s"] == views.transfer_row(record)["duration_s"]
