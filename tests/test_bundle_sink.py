@@ -888,7 +888,7 @@ def test_a_put_header_is_the_line_json_dumps_writes(fields, monkeypatch):
     want = bundle_sink._line(head)
     dumped: list[dict] = []
     monkeypatch.setattr(bundle_sink, "_line", lambda obj: dumped.append(obj) or want)
-    assert bundle_sink._put_line(head) == want
+    assert bundle_sink._put_fields(*(head[k] for k in bundle_sink._PUT_KEYS)) == want
     as_sent = type(head["id"]) is int and head["id"] < 12  # the first five cases
     assert dumped == ([] if as_sent else [head])
 

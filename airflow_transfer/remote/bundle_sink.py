@@ -201,15 +201,10 @@ _INFINITE = (float("-inf"), float("inf"))
 
 def _text(value):
     """A put header's string field as json.dumps writes it (ASCII), or None for a value it
-    would not write as a string or null (_put_line then leaves the header to json.dumps)."""
+    would not write as a string or null (_put_fields then leaves the header to json.dumps)."""
     if value is None:
         return "null"
     return _STR(value) if type(value) is str else None
-
-
-def _put_line(head):
-    """_line of a put header (the dict send_file would build), formatted as _put_fields does."""
-    return _put_fields(*(head[k] for k in _PUT_KEYS))
 
 
 _PUT_KEYS = ("id", "mac", "tmp", "path", "size", "mode", "mtime", "algo", "digest")
@@ -673,15 +668,9 @@ class Sink:
         if type(size) is not int or size < 0:
             self.exit_code = 2
             raise RequestError("EBADREQ", "put size must be a whole number >= 0 (got %r); stream unframed" % (size,))
-        if self.group_t0 is None:
-            self.group_t0 = time.monotonic()
+        self._opened()
         self.group_bytes += size
-        # begin, feed and end, without their calls and guards: this runs once per file of a stream
-        put = Put(request.get("id"))
-        try:
-            self._create(put, request)
-        except Exception as exc:  # noqa: BLE001 - one file's error must not desynchronise the stream
-            put.fail(*_error(exc))
+        put = self.begin(request)
         while size:
             piece = self.take(size)
             if not piece:  # EOF inside the data: a truncated file is worth nothing
@@ -689,17 +678,8 @@ class Sink:
                 self.exit_code = 0
                 return
             size -= len(piece)
-            if put.error is None:
-                try:
-                    self._write(put, piece)
-                except Exception as exc:  # noqa: BLE001 - as above
-                    put.fail(*_error(exc))
-        if put.error is None:
-            try:
-                self._finish(put)
-            except Exception as exc:  # noqa: BLE001 - as above
-                put.fail(*_error(exc))
-        self.pending.append(put)
+            self.feed(put, piece)
+        self.end(put)
 
     def _read_file(self, request):
         """(bytes, stat, digest) of the regular file a get or send names, read whole."""
