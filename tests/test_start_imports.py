@@ -73,3 +73,27 @@ def test_the_collector_pauses_for_the_imports_and_only_the_program_freezes_them(
     assert library["inside"] is False and library["after"] is True and library["frozen"] == 0
     paused = _paused("program", "paused-before")  # a collector the caller paused stays paused
     assert paused["inside"] is False and paused["after"] is False and paused["frozen"] == 0
+
+
+_RESOLVE = """
+import json, sys
+from airflow_transfer.protocols.ssh_config import from_ssh_config
+target = from_ssh_config("127.0.0.1", 2222, "someone", known_hosts=sys.argv[1])
+print(json.dumps({"port": target.port, "user": target.username, "paramiko": "paramiko" in sys.modules}))
+"""
+
+
+def test_a_host_resolves_without_paramiko_where_no_ssh_config_exists(tmp_path):
+    # The command line starts its `ssh` helpers right after resolving the host: without a config
+    # file to parse, paramiko's import (0.05-0.1 s) waits until they are on their way.
+    home = tmp_path / "home"
+    home.mkdir()
+    argv = [sys.executable, "-c", _RESOLVE, str(tmp_path / "known_hosts")]
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    seen = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout)
+    assert seen == {"port": 2222, "user": "someone", "paramiko": False}
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "config").write_text("Host 127.0.0.1\n  User fromconfig\n  Port 2022\n")
+    argv[2] = _RESOLVE.replace('2222, "someone"', "None, None")
+    seen = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout)
+    assert seen == {"port": 2022, "user": "fromconfig", "paramiko": True}  # a file there is read, as before
