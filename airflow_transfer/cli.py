@@ -20,10 +20,12 @@ from .cli_start import collector_paused, program_started
 from .engine.accounting import format_line, format_rate, plural
 from .engine.bundle_channel import (
     BUNDLE_ALGORITHMS,
+    openssh_may_carry_uploads,
     prestart_upload_sinks,
     start_download_helpers,
     start_upload_helpers,
 )
+from .engine.carrier_choice import decide_for_pool
 from .engine.head_start_sides import start_head_start, start_upload_head_start
 from .engine.listing_ahead import listing_ahead
 from .engine.local_peek import may_hold_small_files
@@ -305,7 +307,11 @@ def _early_pool(args, src, dst):
         # data connection; else on each data connection as its handshake completes, the checksum
         # helper's included (a plan of one channel more than the warm data connections, first
         # contact on a WAN, then finds a sink ready on it). Not for a source of large files only
-        # (local_peek.py): nothing would use them.
+        # (local_peek.py): nothing would use them. Which client carries them is the link's
+        # round trip's choice (carrier_choice.py): the first connection's TCP handshake tells it.
+        if openssh_may_carry_uploads(pool):
+            pool.warm(warm_count(args.algorithm, streams, args.verify != "none"))
+            decide_for_pool(pool)
         pairs = start_upload_helpers(pool, warm_count(args.algorithm, streams, False))
         if not pairs:
             prestart_upload_sinks(pool, warm_count(args.algorithm, streams, args.verify != "none"))

@@ -42,6 +42,7 @@ from .bundle_channel import (
 )
 from .bundle_groups import Group, move_groups
 from .bundle_sizes import GROUP_BYTES, GROUP_MIN_BYTES, TAIL_GROUP_FILES, group_bytes
+from .carrier_choice import decide_for_connection
 from .failures import ChecksumMismatch
 from .local_peek import BUNDLE_MAX_FILE  # files up to 1 MiB travel in bundles; larger ones stream over SFTP
 from .sftp_jobs import FileTask, SourceChanged, count_progress_many
@@ -117,8 +118,10 @@ class BundleMover(SFTPMover):
         why = self.state.off
         if self.bundled:
             carrier = self.carrier or "paramiko"
-            if carrier == "paramiko" and self.state.no_openssh:
-                carrier += f" ({self.state.no_openssh})"
+            # Sinks started with their connections never asked _open: the pool's choice says why.
+            why_not = self.state.no_openssh or (getattr(self.pool, "upload_carrier_why", "") if self.upload else "")
+            if carrier == "paramiko" and why_not:
+                carrier += f" ({why_not})"
             return f"bundle: {self.bundled} files in {self.groups} groups over {carrier}" + (
                 f"; the rest over sftp ({why})" if why else ""
             )
@@ -201,6 +204,11 @@ class BundleMover(SFTPMover):
         against 3.67 (8 interleaved pairs). An `ssh` that cannot start the helper does not turn
         bundles off: paramiko's exec channel is tried next, and its answer decides."""
         target = conn.target
+        if self.upload and not self.state.no_openssh:
+            why = decide_for_connection(self.pool, conn)  # by the link's round trip (carrier_choice.py)
+            if why:
+                with self.state.lock:
+                    self.state.no_openssh = why
         if wants_openssh() and not self.state.no_openssh and target is not None:
             why = openssh.usable(dataclasses.replace(target, client="auto"))
             if not why:

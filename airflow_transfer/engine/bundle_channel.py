@@ -479,7 +479,7 @@ def start_upload_helpers(pool: Any, count: int) -> int:
 
 
 def _start_pairs(pool: Any, count: int, upload: bool) -> int:
-    if count <= 0 or not _openssh_carries(pool):
+    if count <= 0 or not _openssh_carries(pool, upload):
         return 0
     # The helper here starts beside the server's, not after it: the server's login takes most
     # of a second on a 50 ms path, a local interpreter 0.05 s, and the chunk needs both.
@@ -494,8 +494,16 @@ def _start_pairs(pool: Any, count: int, upload: bool) -> int:
     return count
 
 
-def _openssh_carries(pool: Any) -> bool:
-    """Whether the mover would carry the server's helper over OpenSSH's client."""
+def openssh_may_carry_uploads(pool: Any) -> bool:
+    """Whether an upload's sinks may ride OpenSSH's client at all (before the round trip decides)."""
+    return wants_openssh() and not openssh.usable(dataclasses.replace(pool.target, client="auto"))
+
+
+def _openssh_carries(pool: Any, upload: bool) -> bool:
+    """Whether the mover would carry the server's helper over OpenSSH's client; for an upload,
+    as the pool's round trip decided it (carrier_choice.py), where it was decided."""
+    if upload and getattr(pool, "upload_carrier_why", None):
+        return False
     return wants_openssh() and not openssh.usable(dataclasses.replace(pool.target, client="auto"))
 
 
@@ -570,7 +578,7 @@ def prestart_upload_sinks(pool: Any, count: int) -> int:
     connection, the sink is ready by then. Only where the mover would carry an upload's sink
     over paramiko, and only on paramiko connections: an OpenSSH-carried one would open a
     second login for it."""
-    if count <= 0 or _openssh_carries(pool):
+    if count <= 0 or _openssh_carries(pool, upload=True):
         return 0
     _start_ahead(pool, count, [(FEEDER_NAME, SinkChannel.local)])  # a local interpreter each, 0.05 s: at once
     left = count

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from ..errors import UsageError
 from . import openssh
 from .capabilities import ServerCapabilities
-from .rtt import connection_rtt
+from .rtt import connection_rtt, tcp_rtt
 from .sftp_wire import SFTPProtocolError, SFTPWire
 from .ssh import DEFAULT_WINDOW, SSH_CLIENTS, SSHTarget, open_sftp, open_transport
 
@@ -126,9 +126,35 @@ class SFTPPool:
     # Work begun on the pool before the copy that owns it was ready (a copy's first small
     # files, engine/head_start.py): anything with close(), closed with the pool.
     ahead: Any = None
+    # The round trip of the first connection it opened, in seconds, as the kernel measured its
+    # TCP handshake (None: not measured, as through a jump host, a proxy command or `ssh`),
+    # once `_connected` is set: read with first_round_trip.
+    _first_rtt: float | None = None
+    # What an upload's bundle sinks ride, once decided for this pool (engine/carrier_choice.py):
+    # "" for OpenSSH's client, else why paramiko.
+    upload_carrier_why: str | None = None
 
     def __post_init__(self) -> None:
         self._cond = threading.Condition(self._lock)
+        self._connected = threading.Event()
+
+    def first_round_trip(self, wait: float) -> float | None:
+        """The first connection's TCP round trip, waiting up to `wait` seconds for its handshake
+        (one round trip; `warm` starts it); None when none was measured by then."""
+        self._connected.wait(wait)
+        return self._first_rtt
+
+    def handshake_seen(self) -> bool:
+        """Whether the first connection got past its TCP handshake (or went through `ssh`, a jump
+        host or a proxy command, where no round trip is read)."""
+        return self._connected.is_set()
+
+    def _saw_socket(self, sock: Any) -> None:
+        if self._connected.is_set():
+            return
+        got = tcp_rtt(sock) if sock is not None else None
+        self._first_rtt = got[1] if got is not None else None
+        self._connected.set()
 
     def acquire(self, prefer: Callable[[Conn], bool] | None = None) -> Conn:
         """An idle connection (the one released last), else one being warmed, else a new one.
@@ -255,13 +281,14 @@ class SFTPPool:
             )
         failed = None
         if not why:
+            self._saw_socket(None)  # `ssh` holds the socket: no round trip to read here
             try:
                 return self._open_openssh()
             except (OSError, SFTPProtocolError) as exc:
                 failed = exc
         # paramiko gives the precise error (host key, auth, refused) when both fail, and
         # OpenSSH stays in use then: the cause was the host or the network, not the client.
-        transport = open_transport(self.target, self.window)
+        transport = open_transport(self.target, self.window, on_socket=self._saw_socket)
         early = self.on_transport(transport) if ahead and self.on_transport is not None else {}
         try:
             wire = open_sftp(transport, self.window, self.target.idle_timeout)

@@ -15,6 +15,7 @@ import hashlib
 import io
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -186,11 +187,17 @@ def _verify_host_key(target: SSHTarget, key) -> None:
     )
 
 
-def open_transport(target: SSHTarget, window: int = DEFAULT_WINDOW):
+def open_transport(
+    target: SSHTarget, window: int = DEFAULT_WINDOW, on_socket: Callable[[socket.socket | None], None] | None = None
+):
     """Connect (directly, through jump hosts or over a proxy command), verify the host key,
-    authenticate. Returns a paramiko.Transport; closing it closes what it runs over."""
+    authenticate. Returns a paramiko.Transport; closing it closes what it runs over.
+    `on_socket` is called once connected, before the login, with the TCP socket (None when
+    the connection runs through a jump host or a proxy command)."""
     # Connected first: the TCP handshake and the server's banner travel while paramiko loads.
     sock = _open_carrier(target, window)
+    if on_socket is not None:
+        on_socket(sock if isinstance(sock, socket.socket) else None)
     try:
         # heavy: paramiko costs ~0.1 s at import; parsing URLs and the CLI's --help need none of it
         from .paramiko_lib import paramiko

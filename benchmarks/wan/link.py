@@ -42,6 +42,9 @@ PROFILES: dict[str, tuple[float, float]] = {
     "wan50": (50.0, 500.0),
     "wan100": (100.0, 500.0),
     "lan": (1.0, 1000.0),
+    # Between the LAN and wan50: where an upload's bundles change carrier (engine/bundle_carrier.py).
+    "wan5": (5.0, 500.0),
+    "wan10": (10.0, 500.0),
 }
 
 PREFIX = "at-"  # every namespace and emulator this project creates carries it
