@@ -204,13 +204,10 @@ class BundleMover(SFTPMover):
         against 3.67 (8 interleaved pairs). An `ssh` that cannot start the helper does not turn
         bundles off: paramiko's exec channel is tried next, and its answer decides."""
         target = conn.target
-        if self.upload and not self.state.no_openssh:
-            why = decide_for_connection(self.pool, conn)  # by the link's round trip (carrier_choice.py)
-            if why:
-                with self.state.lock:
-                    self.state.no_openssh = why
         if wants_openssh() and not self.state.no_openssh and target is not None:
             why = openssh.usable(dataclasses.replace(target, client="auto"))
+            if not why and self.upload:
+                why = decide_for_connection(self.pool, conn)  # the link's round trip (carrier_choice.py)
             if not why:
                 try:
                     # One started with the copy's first handshakes (bundle_channel.py), else a new one.
