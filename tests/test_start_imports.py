@@ -93,6 +93,9 @@ def test_a_host_resolves_without_paramiko_where_no_ssh_config_exists(tmp_path):
     seen = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout)
     assert seen == {"port": 2222, "user": "someone", "paramiko": False}
     (home / ".ssh").mkdir()
+    (home / ".ssh" / "config").write_text("# nothing here yet\n\n   \n")  # comments only: nothing to parse
+    seen = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout)
+    assert seen == {"port": 2222, "user": "someone", "paramiko": False}
     (home / ".ssh" / "config").write_text("Host 127.0.0.1\n  User fromconfig\n  Port 2022\n")
     argv[2] = _RESOLVE.replace('2222, "someone"', "None, None")
     seen = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout)
