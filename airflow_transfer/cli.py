@@ -20,7 +20,7 @@ from .cli_start import collector_paused, program_started
 from .engine.accounting import format_line, format_rate, plural
 from .engine.bundle_channel import (
     BUNDLE_ALGORITHMS,
-    openssh_may_carry_uploads,
+    openssh_may_carry,
     prestart_upload_sinks,
     start_download_helpers,
     start_upload_helpers,
@@ -309,7 +309,7 @@ def _early_pool(args, src, dst):
         # contact on a WAN, then finds a sink ready on it). Not for a source of large files only
         # (local_peek.py): nothing would use them. Which client carries them is the link's
         # round trip's choice (carrier_choice.py): the first connection's TCP handshake tells it.
-        if openssh_may_carry_uploads(pool):
+        if openssh_may_carry(pool):
             pool.warm(warm_count(args.algorithm, streams, args.verify != "none"))
             decide_for_pool(pool)
         pairs = start_upload_helpers(pool, warm_count(args.algorithm, streams, False))

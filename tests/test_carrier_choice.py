@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from airflow_transfer.engine.bundle_channel import CARRIER_ENV, openssh_may_carry_uploads, start_upload_helpers
+from airflow_transfer.engine.bundle_channel import CARRIER_ENV, openssh_may_carry, start_upload_helpers
 from airflow_transfer.engine.carrier_choice import PARAMIKO_FROM_RTT_S, decide_for_pool, upload_carrier
 from airflow_transfer.protocols.pool import SFTPPool
 from tests.support.cli import run_cli, ssh_args
@@ -39,7 +39,7 @@ def test_the_pool_reads_its_first_handshakes_round_trip_and_keeps_ssh_on_loopbac
     monkeypatch.delenv(CARRIER_ENV, raising=False)
     pool = SFTPPool(sshd.target(look_for_keys=False))
     try:
-        assert openssh_may_carry_uploads(pool)
+        assert openssh_may_carry(pool)
         pool.warm(1)
         rtt = pool.first_round_trip(5.0)
         assert rtt is not None and 0 < rtt < PARAMIKO_FROM_RTT_S  # loopback: microseconds

@@ -494,17 +494,18 @@ def _start_pairs(pool: Any, count: int, upload: bool) -> int:
     return count
 
 
-def openssh_may_carry_uploads(pool: Any) -> bool:
-    """Whether an upload's sinks may ride OpenSSH's client at all (before the round trip decides)."""
+def openssh_may_carry(pool: Any) -> bool:
+    """Whether OpenSSH's client can carry a helper to the pool's server at all (for an upload,
+    before the round trip decides: carrier_choice.py)."""
     return wants_openssh() and not openssh.usable(dataclasses.replace(pool.target, client="auto"))
 
 
 def _openssh_carries(pool: Any, upload: bool) -> bool:
     """Whether the mover would carry the server's helper over OpenSSH's client; for an upload,
-    as the pool's round trip decided it (carrier_choice.py), where it was decided."""
+    as the pool's round trip decided it, where it was decided."""
     if upload and getattr(pool, "upload_carrier_why", None):
         return False
-    return wants_openssh() and not openssh.usable(dataclasses.replace(pool.target, client="auto"))
+    return openssh_may_carry(pool)
 
 
 def _start_ahead(pool: Any, count: int, starters: list[tuple[str, Callable[[], SinkChannel]]]) -> None:

@@ -76,11 +76,7 @@ def decide_for_pool(pool: Any, wait: float = HANDSHAKE_WAIT_S) -> str:
 def decide_for_connection(pool: Any, conn: Any) -> str:
     """What a chunk's upload sink rides on `conn` where the command line did not decide it (a
     copy run from Airflow, or by run_copy directly): its own TCP round trip decides, once per pool."""
-    why = getattr(pool, "upload_carrier_why", None)
-    if why is not None:
-        return why
-    got = tcp_rtt(getattr(conn.carrier, "sock", None))
-    why = upload_carrier(got[1] if got is not None else None, _forced())
-    if pool is not None and hasattr(pool, "upload_carrier_why"):
-        pool.upload_carrier_why = why
-    return why
+    if pool.upload_carrier_why is None:
+        got = tcp_rtt(getattr(conn.carrier, "sock", None))
+        pool.upload_carrier_why = upload_carrier(got[1] if got is not None else None, _forced())
+    return pool.upload_carrier_why
