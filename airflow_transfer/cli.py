@@ -317,8 +317,8 @@ def _early_pool(args, src, dst):
             prestart_upload_sinks(pool, warm_count(args.algorithm, streams, args.verify != "none"))
     pool.warm(warm_count(args.algorithm, streams, args.verify != "none"))
     if pairs and not args.manifest:
-        # The first pair moves small files while this process loads the copy path (head_start.py).
-        start_upload_head_start(pool, src.path, dst.path, algorithm)
+        # The pairs move small files while this process loads the copy path (head_start.py).
+        start_upload_head_start(pool, src.path, dst.path, algorithm, pairs)
     listing = None
     if dst.scheme == "file" and not args.manifest:
         # The server walks the source while this process loads the copy path (listing_ahead.py).
@@ -328,8 +328,8 @@ def _early_pool(args, src, dst):
         # now, one per data connection, they are ready when the first chunk begins (bundle_channel.py).
         helpers = start_download_helpers(pool, warm_count(args.algorithm, streams, False))
         if helpers and listing is not None and not args.replica:
-            # And the first of them move small files meanwhile; the first chunk adopts them (head_start.py).
-            start_head_start(pool, listing, dst.path, algorithm)
+            # And they move small files meanwhile; the first chunk adopts them (head_start.py).
+            start_head_start(pool, listing, dst.path, algorithm, helpers)
     return pool
 
 

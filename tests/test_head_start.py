@@ -34,7 +34,7 @@ def _head_start(sshd, src: Path, dst: Path, verify: str | None = "sha256") -> tu
     pool.warm(2)
     listing, _ = listing_ahead(pool, str(src))
     assert start_download_helpers(pool, 2) == 2
-    return pool, start_head_start(pool, listing, str(dst), verify)
+    return pool, start_head_start(pool, listing, str(dst), verify, pairs=2)
 
 
 def _wait_for(head: HeadStart, files: int) -> None:
@@ -112,6 +112,69 @@ def test_files_placed_before_the_copy_began_are_adopted_as_moved_and_verified(ss
     assert not head.thread.is_alive()
 
 
+def _every_pair_carried(head: HeadStart, src: Path, dst: Path, files: int) -> None:
+    """The head start ran out of files with both pairs at work; what it placed is whole."""
+    head.thread.join(120)
+    assert not head.thread.is_alive() and len(head.landed) == files, (len(head.landed), head.why)
+    assert len(head.groups_by_pair) == 2 and min(head.groups_by_pair) >= 1, head.groups_by_pair
+    assert sum(head.groups_by_pair) == head.groups
+    for rel in head.landed:
+        assert (dst / rel).read_bytes() == (src / rel).read_bytes(), rel
+
+
+def test_a_download_head_start_puts_every_pair_started_to_work(sshd, local_dir, remote_dir):
+    src = _tree(remote_dir / "two-pairs", 600, seed=33)
+    dst = local_dir / "two-pairs"
+    pool, head = _head_start(sshd, src, dst)
+    try:
+        _every_pair_carried(head, src, dst, 600)
+        s = _copy(sshd, src, dst, pool)  # adopts all of it; both pairs went back to the chunk
+        assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+        assert s["files"] == 600 and s["files_skipped"] == 0 and s["verify"]["verified"] == 600
+    finally:
+        pool.close()
+
+
+def test_an_upload_head_start_puts_every_pair_started_to_work(sshd, local_dir, remote_dir, uploads_over_openssh):
+    src = _tree(local_dir / "up-two-pairs", 600, seed=42)
+    dst = remote_dir / "up-two-pairs"
+    pool, head = _upload_head_start(sshd, src, dst)
+    try:
+        _every_pair_carried(head, src, dst, 600)
+        s = _push(src, dst, pool)
+        assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+        assert s["files"] == 600 and s["files_skipped"] == 0
+    finally:
+        pool.close()
+
+
+def test_a_pair_that_breaks_leaves_its_files_to_the_others_and_the_copy(sshd, local_dir, remote_dir):
+    """kill -9 of one pair's lander while the head start runs: that pair stops, the other goes
+    on, nothing under a final name is partial, and the copy lands the files the dead pair held."""
+    src = _tree(remote_dir / "one-breaks", 3000, seed=34)
+    dst = local_dir / "one-breaks"
+    pool, head = _head_start(sshd, src, dst)
+    try:
+        deadline = time.monotonic() + 120
+        while not (len(head.groups_by_pair) == 2 and head.groups_by_pair[1] >= 1) and time.monotonic() < deadline:
+            assert head.thread.is_alive(), (head.groups_by_pair, head.why)
+            time.sleep(0.005)
+        lander = head._pairs[1][1]  # (the server's helper, the lander on this host)
+        lander.chan._proc.proc.kill()
+        head.thread.join(120)
+        assert "Error" in head.why, head.why  # the broken pair said why; the first went on to the end
+        assert head.groups_by_pair[0] > head.groups_by_pair[1] >= 1
+        for rel in head.landed:
+            assert (dst / rel).read_bytes() == (src / rel).read_bytes(), rel
+        s = _copy(sshd, src, dst, pool)
+        assert s["failed"] == [] and tree_digest(dst) == tree_digest(src) and temp_files(dst) == []
+        # A file the lander named before it died, its reply unread, is whole: the copy finds it
+        # complete and keeps it.
+        assert s["files"] == 3000
+    finally:
+        pool.close()
+
+
 def test_the_pair_it_used_goes_back_to_the_chunk(sshd, local_dir, remote_dir, monkeypatch):
     from airflow_transfer.engine.bundle_channel import SinkChannel
 
@@ -129,7 +192,7 @@ def test_the_pair_it_used_goes_back_to_the_chunk(sshd, local_dir, remote_dir, mo
     s = _copy(sshd, src, local_dir / "pair-back", pool)
     assert s["failed"] == []
     # Two pairs started ahead (a server helper and a lander each), none more: the chunk's two
-    # workers used the head start's pair and the other one.
+    # workers used the pairs the head start handed back.
     assert sorted(started) == ["local", "local", "openssh", "openssh"], started
 
 
@@ -202,11 +265,11 @@ def test_killed_while_the_copy_path_loads_the_rerun_keeps_what_was_placed(sshd, 
 
 def _upload_head_start(sshd, src: Path, dst: Path) -> tuple[SFTPPool, HeadStart]:
     """As the command line starts an upload over OpenSSH's client: two helper pairs ahead (the
-    server's sink, a feeder here), connections warming, and the head start on one pair."""
+    server's sink, a feeder here), connections warming, and the head start on both pairs."""
     pool = SFTPPool(sshd.target(look_for_keys=False))
     assert start_upload_helpers(pool, 2) == 2
     pool.warm(2)
-    return pool, start_upload_head_start(pool, str(src), str(dst), "sha256")
+    return pool, start_upload_head_start(pool, str(src), str(dst), "sha256", pairs=2)
 
 
 @pytest.fixture

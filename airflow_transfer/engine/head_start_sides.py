@@ -55,8 +55,8 @@ class DownloadHeadStart(HeadStart):
     """The source's listing (run ahead) and a pair of the download helpers started ahead: the
     server's helper reads, the lander on this host places, confined to the destination root."""
 
-    def __init__(self, pool: Any, listing: Ahead, dst_root: str, algorithm: str | None) -> None:
-        super().__init__(pool, dst_root, algorithm)
+    def __init__(self, pool: Any, listing: Ahead, dst_root: str, algorithm: str | None, pairs: int = 1) -> None:
+        super().__init__(pool, dst_root, algorithm, pairs)
         self.listing = listing
         self.root = os.path.abspath(dst_root)
         self._folders: dict[str, bool] = {}  # destination directory -> usable (a real directory)
@@ -121,28 +121,31 @@ class UploadHeadStart(HeadStart):
     directories are looked at (and made) over the SFTP session of one warmed connection, held
     meanwhile."""
 
-    def __init__(self, pool: Any, walk: LocalWalk, dst_root: str, algorithm: str | None) -> None:
-        super().__init__(pool, dst_root, algorithm)
+    def __init__(self, pool: Any, walk: LocalWalk, dst_root: str, algorithm: str | None, pairs: int = 1) -> None:
+        super().__init__(pool, dst_root, algorithm, pairs)
         self.walk, self.src_root = walk, walk.root
         self._conn: Any = None
         self._names: dict[str, set[str] | None] = {}  # remote directory -> its names (None: not usable)
         self._heads: dict[str, set[str] | None] = {}  # a destination's text up to its last "/" -> the same
 
     def _take_pair(self) -> tuple[SinkChannel, SinkChannel] | None:
+        pair = self._take_another()
+        if pair is not None:
+            self._conn = self.pool.acquire()  # its SFTP session looks at the server's directories
+        return pair
+
+    def _take_another(self) -> tuple[SinkChannel, SinkChannel] | None:
         pair = _spare_pair(self, FEEDER_NAME)
         if pair is None:
             return None
         sink, feeder = pair
-        self._conn = self.pool.acquire()  # its SFTP session looks at the server's directories
         return feeder, sink
 
     def _give_back(self, source: SinkChannel, dest: SinkChannel) -> None:
         _give_pair(self.pool, dest, source, FEEDER_NAME)
-        self._release()
 
-    def _drop_pair(self) -> None:
-        super()._drop_pair()
-        self._release()
+    def _done(self) -> None:
+        self._release()  # every pair's thread has ended: nothing walks the server any more
 
     def _release(self) -> None:
         conn, self._conn = self._conn, None
@@ -213,9 +216,10 @@ class UploadHeadStart(HeadStart):
             return None  # refused (permissions, a name taken meanwhile): the chunk meets the reason
 
 
-def start_head_start(pool: Any, listing: Ahead, dst_root: str, algorithm: str | None) -> HeadStart:
-    """Start moving a download's first small files now; the copy's first chunk adopts them."""
-    pool.ahead = DownloadHeadStart(pool, listing, dst_root, algorithm).start()
+def start_head_start(pool: Any, listing: Ahead, dst_root: str, algorithm: str | None, pairs: int = 1) -> HeadStart:
+    """Start moving a download's first small files now over `pairs` of the helpers started
+    ahead; the copy's first chunk adopts them."""
+    pool.ahead = DownloadHeadStart(pool, listing, dst_root, algorithm, pairs).start()
     return pool.ahead
 
 
@@ -224,8 +228,10 @@ def _dirname(head: str) -> str:
     return head.rstrip("/") or head
 
 
-def start_upload_head_start(pool: Any, src_root: str, dst_root: str, algorithm: str | None) -> HeadStart:
-    """Start walking an upload's tree and moving its first small files now; the copy's
-    manifest takes the walk, its first chunk adopts the files."""
-    pool.ahead = UploadHeadStart(pool, walk_ahead(pool, src_root), dst_root, algorithm).start()
+def start_upload_head_start(
+    pool: Any, src_root: str, dst_root: str, algorithm: str | None, pairs: int = 1
+) -> HeadStart:
+    """Start walking an upload's tree and moving its first small files now over `pairs` of
+    the helpers started ahead; the copy's manifest takes the walk, its first chunk adopts the files."""
+    pool.ahead = UploadHeadStart(pool, walk_ahead(pool, src_root), dst_root, algorithm, pairs).start()
     return pool.ahead
