@@ -31,6 +31,7 @@ from .engine.listing_ahead import listing_ahead
 from .engine.local_peek import may_hold_small_files
 from .engine.params import TransferParams, check_params
 from .engine.retry import RetryPolicy
+from .engine.switching import quick_switching
 from .errors import TransferError, UsageError, describe_oserror
 from .protocols.endpoint import Endpoint
 from .protocols.pool import SFTPPool, warm_count
@@ -603,7 +604,8 @@ def run() -> None:
     store, journal and connections before main returns, so only the teardown is skipped: not
     when a non-daemon thread still runs (normal exit waits for it) or an output cannot be flushed."""
     program_started()
-    rc = main()
+    with quick_switching():  # from the first handshakes on: engine/switching.py says why
+        rc = main()
     logging.shutdown()
     try:
         sys.stdout.flush()

@@ -23,6 +23,7 @@ from .engine.fallback import FallbackSession
 from .engine.params import TransferParams
 from .engine.retry import RetryPolicy
 from .engine.session import Session, SessionOptions
+from .engine.switching import quick_switching
 from .engine.transfer import TransferSession
 from .errors import Interrupted, TransferError, UsageError, describe_oserror
 from .integrity.algorithms import algorithm_info
@@ -181,7 +182,9 @@ def run_copy(req: CopyRequest) -> dict:
     if req.pool is not None and getattr(session, "pool", None) is not req.pool:
         req.pool.close()  # warmed for a session this request did not get
     store = None
-    with _sigterm_interrupts(), session:
+    # A shorter switch interval for the copy's threads (engine/switching.py), put back after:
+    # an Airflow task's process, or any caller's, gets its own back.
+    with _sigterm_interrupts(), quick_switching(), session:
         # The first SSH handshakes run while the store opens and the source is listed.
         session.warm(warm_count(req.algorithm, req.params.p * req.params.cc, req.verify is not None))
         if req.use_store:
