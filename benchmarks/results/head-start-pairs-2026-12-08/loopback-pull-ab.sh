@@ -9,7 +9,7 @@ for r in $(seq 1 $1); do
       cmd=(rsync -a -e "ssh -p $(j port) -i $(j key) -o UserKnownHostsFile=$(j kh) -o StrictHostKeyChecking=yes -o BatchMode=yes" $(j user)@127.0.0.1:$(j src)/ $dst/)
       out=$(python3 /tmp/h/busy.py "${cmd[@]}" 2>&1)
     else
-      pp=""; [ $who = base ] && pp=/tmp/base
+      pp=""; [ $who = base ] && pp=${BASE:-/tmp/base}
       out=$(PYTHONPATH=$pp python3 /tmp/h/busy.py /work/main/.venv/bin/python -c "import sys; sys.argv[0]='airflow-transfer'; from airflow_transfer.cli import run; sys.exit(run())" copy "$(j url)" $dst --identity $(j key) --known-hosts $(j kh) --store sqlite:////tmp/h/work/store-$who.db --restart 2>&1)
     fi
     echo "$who $r $out files=$(find $dst -type f | wc -l)"
