@@ -322,8 +322,9 @@ def _early_pool(args, src, dst):
         start_upload_head_start(pool, src.path, dst.path, algorithm, pairs)
     listing = None
     if dst.scheme == "file" and not args.manifest:
-        # The server walks the source while this process loads the copy path (listing_ahead.py).
-        listing, _ = listing_ahead(pool, src.path)
+        # The server walks the source while this process loads the copy path (listing_ahead.py),
+        # over `ssh` where the download's helpers ride it: ready sooner than a paramiko login.
+        listing, _ = listing_ahead(pool, src.path, over_openssh=bundles and openssh_may_carry(pool))
     if dst.scheme == "file" and bundles:
         # A download of small files lands through helpers that take a login to start: started
         # now, one per data connection, they are ready when the first chunk begins (bundle_channel.py).

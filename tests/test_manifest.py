@@ -10,11 +10,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from airflow_transfer.engine.listing_ahead import list_ahead
+from airflow_transfer.engine.listing_ahead import list_ahead, listing_ahead
 from airflow_transfer.errors import UnsafePathError
 from airflow_transfer.manifest import Manifest, _consume, _parsed, list_local, list_remote
 from airflow_transfer.manifest_schema import SCHEMA
 from airflow_transfer.paths import check_relative
+from airflow_transfer.protocols import openssh
 from airflow_transfer.protocols.pool import SFTPPool
 from airflow_transfer.remote import lister
 from tests.support.cli import run_cli, ssh_args
@@ -85,6 +86,49 @@ def test_a_listing_started_ahead_is_the_one_the_copy_takes(tree, sshd):
     assert _rows(ahead) == _rows(again) == _rows(other) == _rows(list_local(str(tree)))
 
 
+def _ssh_commands(monkeypatch) -> list[str]:
+    """The commands `ssh` processes were started for (a spy: each still runs)."""
+    commands: list[str] = []
+    real = openssh.OpenSSHProcess.__init__
+
+    def spied(self, target, command=None):
+        commands.append(command or "")
+        real(self, target, command)
+
+    monkeypatch.setattr(openssh.OpenSSHProcess, "__init__", spied)
+    return commands
+
+
+def test_a_listing_ahead_over_ssh_is_the_same_and_needs_no_paramiko_exec(tree, sshd, monkeypatch):
+    commands = _ssh_commands(monkeypatch)
+    pool = SFTPPool(sshd.target(look_for_keys=False))
+    runs: list[str] = []
+    run = pool.exec_command
+    pool.exec_command = lambda command, **kw: runs.append(command) or run(command, **kw)
+    try:
+        listing_ahead(pool, str(tree), over_openssh=True)[1].join(60)
+        ahead = list_remote(pool, str(tree), "remote")
+    finally:
+        pool.close()
+    assert [c for c in commands if c.startswith("python3 - ")] == [f"python3 - {tree}"] and runs == []
+    assert _rows(ahead) == _rows(list_local(str(tree)))
+    assert ahead.empty_dirs == list_local(str(tree)).empty_dirs
+
+
+def test_a_listing_ahead_lists_over_paramiko_where_ssh_cannot_start(tree, sshd, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")  # no `ssh` client to start
+    pool = SFTPPool(sshd.target(look_for_keys=False))
+    runs: list[str] = []
+    run = pool.exec_command
+    pool.exec_command = lambda command, **kw: runs.append(command) or run(command, **kw)
+    try:
+        listing_ahead(pool, str(tree), over_openssh=True)[1].join(60)
+        ahead = list_remote(pool, str(tree), "remote")
+    finally:
+        pool.close()
+    assert len(runs) == 1 and _rows(ahead) == _rows(list_local(str(tree)))
+
+
 def test_listing_falls_back_to_sftp_when_exec_is_forced_away(tree, test_base):
     server = restricted_sshd(test_base / "sshd-noexec", "no-exec")
     try:
@@ -93,9 +137,11 @@ def test_listing_falls_back_to_sftp_when_exec_is_forced_away(tree, test_base):
             m = list_remote(pool, str(tree), "noexec")
             list_ahead(pool, str(tree))  # what the forced command answered is no listing either
             ahead = list_remote(pool, str(tree), "noexec")
+            listing_ahead(pool, str(tree), over_openssh=True)[1].join(60)  # nor over `ssh`
+            over_ssh = list_remote(pool, str(tree), "noexec")
         finally:
             pool.close()
-        assert _rows(m) == _rows(ahead) == _rows(list_local(str(tree)))
+        assert _rows(m) == _rows(ahead) == _rows(over_ssh) == _rows(list_local(str(tree)))
     finally:
         server.stop()
 

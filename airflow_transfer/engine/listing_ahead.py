@@ -18,12 +18,17 @@ cost the command line about 0.25 s of CPU more (the head start had walked half o
 
 from __future__ import annotations
 
+import os
+import selectors
 import shlex
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..protocols import openssh
+from ..protocols.ssh import SSHTarget
 from ..remote import lister
 
 LISTER = Path(__file__).resolve().parent.parent / "remote" / "lister.py"
@@ -33,7 +38,61 @@ LOCAL_WALK = "local-walk"  # an upload's: the walk of its local tree
 
 def run_lister(pool: Any, root: str) -> tuple[int, bytes, bytes]:
     """The lister's exit status, output and error output for `root`, over one exec channel."""
-    return pool.exec_command(f"python3 - {shlex.quote(root)}", stdin=LISTER.read_bytes())
+    return pool.exec_command(_command(root), stdin=LISTER.read_bytes())
+
+
+def _command(root: str) -> str:
+    return f"python3 - {shlex.quote(root)}"
+
+
+def run_lister_over_openssh(target: SSHTarget, root: str, idle: float = 120.0) -> tuple[int, bytes, bytes] | None:
+    """run_lister, carried by an `ssh host command` process of its own (the same host key checks
+    and keys as the bundle helpers'); None where `ssh` did not start or failed itself (exit
+    status 255): the caller then lists over paramiko, and meets any real error there.
+
+    Why: a download's first small files wait for the listing, and over paramiko the listing
+    waits for a connection whose login runs Python steps beside the copy path's imports. On a
+    loopback pull of 2,000 x 64 KiB the `ssh`-carried helpers were ready 0.40-0.50 s after the
+    start and the listing over paramiko only at 0.63-0.70 s (docs/benchmarks.md, 2026-12-08)."""
+    try:
+        proc = openssh.OpenSSHProcess(target, _command(root))
+    except (OSError, ValueError):
+        return None
+    try:
+        out, err = _collect(proc.proc, LISTER.read_bytes(), idle)
+    except BrokenPipeError:
+        return None  # `ssh` ended before it took the lister: it failed itself
+    finally:
+        proc.close()
+    status = proc.proc.returncode
+    if status is None or status == 255:
+        return None
+    return status, out, err
+
+
+def _collect(proc: subprocess.Popen, stdin: bytes, idle: float) -> tuple[bytes, bytes]:
+    """Write `stdin` to the process and read its output to the end; TimeoutError after `idle`
+    seconds without a byte (as a paramiko channel's timeout, run_lister's, would)."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdin.write(stdin)
+    proc.stdin.close()
+    out: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    with selectors.DefaultSelector() as sel:
+        for f in (proc.stdout, proc.stderr):
+            sel.register(f, selectors.EVENT_READ)
+        while sel.get_map():
+            ready = sel.select(idle)
+            if not ready:
+                proc.kill()
+                raise TimeoutError(f"the source's lister sent nothing for {idle:g} s")
+            for key, _ in ready:
+                piece = os.read(key.fd, 1 << 20)
+                if piece:
+                    out[key.fd].append(piece)
+                else:
+                    sel.unregister(key.fileobj)
+    proc.wait()
+    return b"".join(out[proc.stdout.fileno()]), b"".join(out[proc.stderr.fileno()])
 
 
 class Ahead:
@@ -60,15 +119,17 @@ def list_ahead(pool: Any, root: str) -> threading.Thread:
     return listing_ahead(pool, root)[1]
 
 
-def listing_ahead(pool: Any, root: str) -> tuple[Ahead, threading.Thread]:
+def listing_ahead(pool: Any, root: str, over_openssh: bool = False) -> tuple[Ahead, threading.Thread]:
     """list_ahead, and the listing itself, which others may read (wait on its `ready`) while
-    the copy has not taken it yet (the head start, head_start.py)."""
+    the copy has not taken it yet (the head start, head_start.py); with `over_openssh`, over
+    an `ssh` process first (run_lister_over_openssh)."""
     pool.expect(LISTING, 1)
     ahead = Ahead(root)
 
     def run() -> None:
         try:
-            ahead.result = run_lister(pool, root)
+            got = run_lister_over_openssh(pool.target, root) if over_openssh else None
+            ahead.result = got if got is not None else run_lister(pool, root)
         except Exception as exc:  # noqa: BLE001 - raised again by whoever takes the listing
             ahead.error = exc
         ahead.ready.set()
