@@ -99,17 +99,23 @@ def _ssh_commands(monkeypatch) -> list[str]:
     return commands
 
 
-def test_a_listing_ahead_over_ssh_is_the_same_and_needs_no_paramiko_exec(tree, sshd, monkeypatch):
-    commands = _ssh_commands(monkeypatch)
+def _listed_ahead_over_ssh(sshd, tree) -> tuple[Manifest, list[str]]:
+    """The listing a copy takes after listing_ahead(over_openssh=True), and the commands run
+    over paramiko exec channels meanwhile."""
     pool = SFTPPool(sshd.target(look_for_keys=False))
     runs: list[str] = []
     run = pool.exec_command
     pool.exec_command = lambda command, **kw: runs.append(command) or run(command, **kw)
     try:
         listing_ahead(pool, str(tree), over_openssh=True)[1].join(60)
-        ahead = list_remote(pool, str(tree), "remote")
+        return list_remote(pool, str(tree), "remote"), runs
     finally:
         pool.close()
+
+
+def test_a_listing_ahead_over_ssh_is_the_same_and_needs_no_paramiko_exec(tree, sshd, monkeypatch):
+    commands = _ssh_commands(monkeypatch)
+    ahead, runs = _listed_ahead_over_ssh(sshd, tree)
     assert [c for c in commands if c.startswith("python3 - ")] == [f"python3 - {tree}"] and runs == []
     assert _rows(ahead) == _rows(list_local(str(tree)))
     assert ahead.empty_dirs == list_local(str(tree)).empty_dirs
@@ -117,15 +123,7 @@ def test_a_listing_ahead_over_ssh_is_the_same_and_needs_no_paramiko_exec(tree, s
 
 def test_a_listing_ahead_lists_over_paramiko_where_ssh_cannot_start(tree, sshd, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")  # no `ssh` client to start
-    pool = SFTPPool(sshd.target(look_for_keys=False))
-    runs: list[str] = []
-    run = pool.exec_command
-    pool.exec_command = lambda command, **kw: runs.append(command) or run(command, **kw)
-    try:
-        listing_ahead(pool, str(tree), over_openssh=True)[1].join(60)
-        ahead = list_remote(pool, str(tree), "remote")
-    finally:
-        pool.close()
+    ahead, runs = _listed_ahead_over_ssh(sshd, tree)
     assert len(runs) == 1 and _rows(ahead) == _rows(list_local(str(tree)))
 
 

@@ -52,8 +52,9 @@ def _give(pool: Any, name: str, helper: SinkChannel) -> None:
 
 
 class DownloadHeadStart(HeadStart):
-    """The source's listing (run ahead) and a pair of the download helpers started ahead: the
-    server's helper reads, the lander on this host places, confined to the destination root."""
+    """The source's listing (run ahead) and the pairs of download helpers started ahead: in
+    each, the server's helper reads and the lander on this host places, confined to the
+    destination root."""
 
     def __init__(self, pool: Any, listing: Ahead, dst_root: str, algorithm: str | None, pairs: int = 1) -> None:
         super().__init__(pool, dst_root, algorithm, pairs)
@@ -116,8 +117,8 @@ class DownloadHeadStart(HeadStart):
 
 
 class UploadHeadStart(HeadStart):
-    """The local tree's walk (run ahead, the manifest's too) and a pair of the upload helpers
-    started ahead: a feeder on this host reads, the server's sink places; the server's
+    """The local tree's walk (run ahead, the manifest's too) and the pairs of upload helpers
+    started ahead: in each, a feeder on this host reads and the server's sink places; the server's
     directories are looked at (and made) over the SFTP session of one warmed connection, held
     meanwhile."""
 
